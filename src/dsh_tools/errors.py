@@ -1,0 +1,175 @@
+"""One root error, a stable code for every failure, and the leaf errors that carry context.
+
+Every failure a model sees carries an :class:`ErrorCode` so hosts and models can branch on
+a stable token instead of parsing messages. Exceptions raised to Python callers (bad
+definitions, bad schemas, bad configuration) are all :class:`DshToolsError` subclasses whose
+message names the tool or path and the rule that was broken.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+
+__all__ = [
+    "DefinitionError",
+    "DshToolsError",
+    "ErrorCode",
+    "JsonSchemaError",
+    "JsonValueError",
+    "OutputSchemaError",
+    "PluginError",
+    "RegistrationError",
+    "ToolArgsError",
+    "ToolError",
+    "ToolNotFoundError",
+    "ToolOutputError",
+]
+
+
+class ErrorCode(str, enum.Enum):
+    """Stable codes carried by failure results (``result.error.info.code``) and errors."""
+
+    UNKNOWN_TOOL = "UNKNOWN_TOOL"
+    """No tool of that name is visible to the calling scope (never registered, restricted
+    away, registered in another scope, or unregistered meanwhile)."""
+
+    INVALID_ARGS = "INVALID_ARGS"
+    """The arguments did not validate against the tool's parameter schema."""
+
+    INVALID_JSON = "INVALID_JSON"
+    """A value that must be lossless JSON was not (call arguments, a final result field)."""
+
+    INVALID_TOOL_OUTPUT = "INVALID_TOOL_OUTPUT"
+    """The body's value broke the declared output schema, or rendering it failed."""
+
+    TOOL_ERROR = "TOOL_ERROR"
+    """The tool body (or its finalizer) raised an exception that carries no code of its own."""
+
+    TOOL_TIMEOUT = "TOOL_TIMEOUT"
+    """The call ran past its timeout; produced by the timeout wrapper, never by the body."""
+
+    DENIED = "DENIED"
+    """Policy refused the call: a pre-execute ``Deny``, an unanswered or refused ``Ask``,
+    or a guard."""
+
+    BLOCKED = "BLOCKED"
+    """A post-execute policy withheld the result and returned corrective feedback instead."""
+
+    POLICY_ERROR = "POLICY_ERROR"
+    """A plugin stage raised or returned something that is not a valid decision; the call
+    fails closed."""
+
+    ABORTED = "ABORTED"
+    """The call was cancelled after the body had started."""
+
+    ABORTED_BEFORE_DISPATCH = "ABORTED_BEFORE_DISPATCH"
+    """The call was cancelled before the body started; the body never ran."""
+
+    UNSUPPORTED_SCHEMA = "UNSUPPORTED_SCHEMA"
+    """A schema uses a keyword or shape outside the enforced subset."""
+
+    INVALID_DEFINITION = "INVALID_DEFINITION"
+    """A tool definition or registration is malformed (bad timeout, duplicate name, ...)."""
+
+    PLUGIN_ERROR = "PLUGIN_ERROR"
+    """A plugin could not be loaded or registered."""
+
+
+class DshToolsError(Exception):
+    """Root of every error this package raises.
+
+    ``code`` is a member of :class:`ErrorCode` or, for errors raised by tool authors, any
+    string they choose (``ToolError("disk full", code="ENOSPC")``). When such an error ends a
+    call, the failure result carries ``info = ToolErrorInfo(type(err).__name__, code)``.
+    """
+
+    default_code: str = ErrorCode.TOOL_ERROR.value
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        chosen = code.value if isinstance(code, ErrorCode) else code
+        self.code: str = chosen or self.default_code
+
+
+class ToolError(DshToolsError):
+    """Raise from a tool body to fail the call with your own code and message."""
+
+
+class JsonValueError(DshToolsError, ValueError):
+    """A value is not lossless JSON; ``path`` says where (``value.items[2].when``)."""
+
+    default_code = ErrorCode.INVALID_JSON.value
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f'"{path}" {problem}')
+        self.path = path
+        self.problem = problem
+
+
+class _ViolationsError(DshToolsError):
+    """An error that lists every violation found, in walk order."""
+
+    prefix = ""
+
+    def __init__(self, violations: Sequence[str], *, prefix: str | None = None) -> None:
+        self.violations: tuple[str, ...] = tuple(violations)
+        head = self.prefix if prefix is None else prefix
+        super().__init__(f"{head}{'; '.join(self.violations)}")
+
+
+class JsonSchemaError(_ViolationsError):
+    """A schema (raw JSON Schema or DSL spec) is outside the enforced subset."""
+
+    default_code = ErrorCode.UNSUPPORTED_SCHEMA.value
+    prefix = "unsupported JSON schema: "
+
+
+class OutputSchemaError(JsonSchemaError):
+    """A structured-output schema is unsupported (it must also be object-rooted)."""
+
+
+class ToolArgsError(_ViolationsError):
+    """Call arguments broke the tool's parameter schema; ``violations`` lists each one."""
+
+    default_code = ErrorCode.INVALID_ARGS.value
+    prefix = "invalid arguments: "
+
+
+class ToolOutputError(_ViolationsError):
+    """A tool's output value or its rendering broke the output contract."""
+
+    default_code = ErrorCode.INVALID_TOOL_OUTPUT.value
+
+    def __init__(self, tool: str, violations: Sequence[str]) -> None:
+        super().__init__(violations, prefix=f'tool "{tool}" returned invalid output: ')
+        self.tool = tool
+
+
+class ToolNotFoundError(DshToolsError):
+    """No tool of this name is visible to the calling scope."""
+
+    default_code = ErrorCode.UNKNOWN_TOOL.value
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f'unknown tool "{name}"')
+        self.name = name
+
+
+class DefinitionError(DshToolsError, ValueError):
+    """A tool definition is malformed (raised by ``define_tool`` and ``register``)."""
+
+    default_code = ErrorCode.INVALID_DEFINITION.value
+
+
+class RegistrationError(DshToolsError, ValueError):
+    """A registration, restriction or plugin hookimpl was rejected by the registry."""
+
+    default_code = ErrorCode.INVALID_DEFINITION.value
+
+
+class PluginError(DshToolsError):
+    """One or more plugins could not be loaded; the message lists each failure."""
+
+    default_code = ErrorCode.PLUGIN_ERROR.value

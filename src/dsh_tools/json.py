@@ -1,0 +1,259 @@
+"""Lossless JSON values: snapshot any Python value into deep-frozen JSON data, and back.
+
+Everything that crosses the pipeline (arguments, output values, result content) is
+snapshotted once into :class:`FrozenDict` / :class:`FrozenList` trees. They are real
+``dict`` / ``tuple`` subclasses, so ``json.dumps`` serializes them and they compare equal
+to plain dicts and lists, but no stage can mutate what another stage sees.
+
+"Lossless" means ``json.loads(json.dumps(v)) == v`` with no surprises: only ``None``,
+``bool``, ``int``, finite ``float``, ``str``, dicts with ``str`` keys and lists/tuples are
+accepted. Everything else is rejected with a :class:`~dsh_tools.errors.JsonValueError`
+naming the path. Nesting is capped at :data:`MAX_DEPTH` levels, so no walker in this
+package (nor ``json.dumps`` or ``==``) can hit ``RecursionError``.
+"""
+
+from __future__ import annotations
+
+import json as _stdlib_json
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, NoReturn, TypeAlias, Union
+
+from .errors import JsonValueError
+
+__all__ = [
+    "MAX_DEPTH",
+    "FrozenDict",
+    "FrozenList",
+    "JsonValue",
+    "dumps",
+    "loads",
+    "snapshot",
+    "thaw",
+]
+
+MAX_DEPTH = 200
+"""Deepest container nesting accepted; deeper values are rejected with a clean error."""
+
+JsonValue: TypeAlias = Union[None, bool, int, float, str, "FrozenDict", "FrozenList"]
+"""A snapshotted, deep-frozen JSON value."""
+
+
+class FrozenDict(dict[str, JsonValue]):
+    """A read-only JSON object. Equal to the plain dict with the same items; hashable.
+
+    Constructing one snapshots its input, so a ``FrozenDict`` always holds lossless JSON.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, items: Mapping[str, Any] | None = None) -> None:
+        frozen = snapshot(dict(items) if items is not None else {})
+        assert isinstance(frozen, dict)
+        dict.update(self, frozen)
+
+    def _read_only(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError("FrozenDict is read-only; thaw() it to get a mutable copy")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _read_only
+    __ior__ = _read_only
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(frozenset(self.items()))
+
+    def __repr__(self) -> str:
+        return f"FrozenDict({dict.__repr__(self)})"
+
+    def __copy__(self) -> FrozenDict:
+        return self
+
+    def __deepcopy__(self, memo: object) -> FrozenDict:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenDict, (thaw(self),))
+
+
+class FrozenList(tuple[JsonValue, ...]):
+    """A read-only JSON array: a tuple that also compares equal to the equivalent list."""
+
+    __slots__ = ()
+
+    def __new__(cls, items: Iterable[Any] = ()) -> FrozenList:
+        frozen = snapshot(list(items))
+        assert isinstance(frozen, FrozenList)
+        return frozen
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, list):
+            return tuple.__eq__(self, tuple(other))
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = tuple.__hash__
+
+    def __repr__(self) -> str:
+        return f"FrozenList({list(self)!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenList, (thaw(self),))
+
+
+_new_dict = dict.__new__
+_fill_dict = dict.update
+
+
+def _frozen_dict(items: dict[str, JsonValue]) -> FrozenDict:
+    result = _new_dict(FrozenDict)
+    _fill_dict(result, items)
+    return result
+
+
+def _frozen_list(items: list[JsonValue]) -> FrozenList:
+    return tuple.__new__(FrozenList, items)
+
+
+class _Rejected(Exception):
+    """Internal: carries a problem up the walk while each level adds its path segment."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        self.segments: list[str] = []
+
+
+def _describe(value: object) -> str:
+    """Why ``value`` is not JSON, phrased for a person fixing the caller."""
+    kind = type(value)
+    name = kind.__qualname__
+    if kind is float:
+        return "is NaN, which JSON cannot represent" if math.isnan(value) else (  # type: ignore[arg-type]
+            "is infinite, which JSON cannot represent"
+        )
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return f"is {name}; JSON has no bytes (encode it, for example as base64 text)"
+    if isinstance(value, (set, frozenset)):
+        return f"is a {name}; JSON has no sets (use a list)"
+    module = getattr(kind, "__module__", "")
+    if module == "datetime":
+        return f"is a datetime.{name}; JSON has no dates (use an ISO-8601 string)"
+    if isinstance(value, int):
+        return f"is a {name} (an int subclass), not a plain JSON number (pass int(value))"
+    if isinstance(value, float):
+        return f"is a {name} (a float subclass), not a plain JSON number (pass float(value))"
+    if isinstance(value, Mapping):
+        return f"is a {name}, not a JSON object (pass a dict)"
+    return f"is of type {name}, which is not a JSON value"
+
+
+def _freeze(value: object, depth: int, active: set[int]) -> JsonValue:
+    kind = type(value)
+    if kind is str or kind is bool or kind is int or value is None:
+        return value  # type: ignore[return-value]
+    if kind is float:
+        if math.isfinite(value):  # type: ignore[arg-type]
+            return value  # type: ignore[return-value]
+        raise _Rejected(_describe(value))
+    if kind is FrozenDict or kind is FrozenList:
+        return value  # type: ignore[return-value]
+    if issubclass(kind, dict):
+        return _freeze_object(value, depth, active)  # type: ignore[arg-type]
+    if issubclass(kind, (list, tuple)):
+        return _freeze_array(value, depth, active)  # type: ignore[arg-type]
+    if issubclass(kind, str):
+        return str.__str__(value)  # type: ignore[arg-type]
+    raise _Rejected(_describe(value))
+
+
+def _enter(value: object, depth: int, active: set[int]) -> int:
+    if depth >= MAX_DEPTH:
+        raise _Rejected(f"nests deeper than {MAX_DEPTH} levels")
+    ident = id(value)
+    if ident in active:
+        raise _Rejected("is circular (it contains itself)")
+    active.add(ident)
+    return ident
+
+
+def _freeze_object(value: dict[Any, Any], depth: int, active: set[int]) -> FrozenDict:
+    ident = _enter(value, depth, active)
+    out: dict[str, JsonValue] = {}
+    for key, item in dict.items(value):
+        if type(key) is not str:
+            if not isinstance(key, str):
+                raise _Rejected(
+                    f"has the key {key!r} of type {type(key).__qualname__}; "
+                    "JSON object keys must be strings"
+                )
+            key = str.__str__(key)
+        try:
+            out[key] = _freeze(item, depth + 1, active)
+        except _Rejected as rejected:
+            rejected.segments.append(f".{key}")
+            raise
+    active.discard(ident)
+    return _frozen_dict(out)
+
+
+def _freeze_array(value: list[Any] | tuple[Any, ...], depth: int, active: set[int]) -> FrozenList:
+    ident = _enter(value, depth, active)
+    items = list.__iter__(value) if isinstance(value, list) else tuple.__iter__(value)
+    out: list[JsonValue] = []
+    for index, item in enumerate(items):
+        try:
+            out.append(_freeze(item, depth + 1, active))
+        except _Rejected as rejected:
+            rejected.segments.append(f"[{index}]")
+            raise
+    active.discard(ident)
+    return _frozen_list(out)
+
+
+def snapshot(value: object, label: str = "value") -> JsonValue:
+    """Copy ``value`` into deep-frozen lossless JSON, or raise :class:`JsonValueError`.
+
+    The caller's object is only read, never changed. Already-frozen values are returned
+    as they are (they were checked when they were made). ``label`` names the root in error
+    paths, for example ``arguments`` gives ``"arguments.items[2]" is a set; ...``.
+    """
+    try:
+        return _freeze(value, 0, set())
+    except _Rejected as rejected:
+        path = label + "".join(reversed(rejected.segments))
+        raise JsonValueError(path, rejected.problem) from None
+
+
+def _thaw(value: JsonValue) -> Any:
+    if isinstance(value, dict):
+        return {key: _thaw(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(item) for item in value]
+    return value
+
+
+def thaw(value: object) -> Any:
+    """Plain, mutable ``dict``/``list`` data equal to ``value`` (which must be JSON)."""
+    return _thaw(snapshot(value))
+
+
+def dumps(value: object) -> str:
+    """Compact JSON text for a lossless JSON value (non-ASCII kept as is)."""
+    return _stdlib_json.dumps(
+        snapshot(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False
+    )
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def loads(text: str | bytes, label: str = "value") -> JsonValue:
+    """Parse JSON text into a deep-frozen value; bad or too-deep text gives JsonValueError."""
+    try:
+        parsed = _stdlib_json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise JsonValueError(label, f"nests deeper than {MAX_DEPTH} levels") from None
+    except ValueError as error:
+        raise JsonValueError(label, f"is not valid JSON text: {error}") from None
+    return snapshot(parsed, label)

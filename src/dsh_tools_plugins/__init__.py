@@ -1,0 +1,1 @@
+"""First-party dsh-tools plugins: policies and reference tools, each its own module."""
