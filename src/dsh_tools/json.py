@@ -35,7 +35,7 @@ __all__ = [
 MAX_DEPTH = 200
 """Deepest container nesting accepted; deeper values are rejected with a clean error."""
 
-JsonValue: TypeAlias = Union[None, bool, int, float, str, "FrozenDict", "FrozenList"]
+JsonValue: TypeAlias = Union[bool, int, float, str, "FrozenDict", "FrozenList", None]
 """A snapshotted, deep-frozen JSON value."""
 
 
@@ -127,10 +127,10 @@ def _describe(value: object) -> str:
     """Why ``value`` is not JSON, phrased for a person fixing the caller."""
     kind = type(value)
     name = kind.__qualname__
-    if kind is float:
-        return "is NaN, which JSON cannot represent" if math.isnan(value) else (  # type: ignore[arg-type]
-            "is infinite, which JSON cannot represent"
-        )
+    if isinstance(value, float) and kind is float:
+        if math.isnan(value):
+            return "is NaN, which JSON cannot represent"
+        return "is infinite, which JSON cannot represent"
     if isinstance(value, (bytes, bytearray, memoryview)):
         return f"is {name}; JSON has no bytes (encode it, for example as base64 text)"
     if isinstance(value, (set, frozenset)):
@@ -162,7 +162,7 @@ def _freeze(value: object, depth: int, active: set[int]) -> JsonValue:
     if issubclass(kind, (list, tuple)):
         return _freeze_array(value, depth, active)  # type: ignore[arg-type]
     if issubclass(kind, str):
-        return str.__str__(value)  # type: ignore[arg-type]
+        return str.__str__(value)
     raise _Rejected(_describe(value))
 
 

@@ -1,0 +1,189 @@
+"""The five hooks every tool call passes through, in order. This module is the contract.
+
+Implement any of them in a plugin class or module, mark each implementation with
+:data:`dsh_tools.hookimpl`, and add the plugin with ``registry.add_plugin(plugin)`` (or ship
+it through the ``dsh_tools.plugins`` entry point group). Implementations may accept any
+subset of a hook's parameters, by name. Plugins added to a scope
+(``registry.scope("agent").add_plugin(...)``) only see that scope's calls and its
+descendants'.
+
+Stages 1, 2, 4 and 5 are run by the pipeline as a loop over the implementations in
+pluggy's order (``tryfirst``/``trylast`` honoured, later registrations first), so one
+implementation raising can never skip a later one's protection and an ``async def``
+implementation is awaited before the next runs. ``wrapper=True`` implementations are
+accepted only on :func:`dsh_tools_execute`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from .cancel import CancelSignal
+    from .models import (
+        PostExecuteDecision,
+        PreExecuteDecision,
+        ToolExecution,
+        ToolExecutionResult,
+    )
+
+__all__ = [
+    "PROJECT_NAME",
+    "Dispatch",
+    "dsh_tools_execute",
+    "dsh_tools_guard",
+    "dsh_tools_post_execute",
+    "dsh_tools_pre_execute",
+    "dsh_tools_result",
+    "hookimpl",
+    "hookspec",
+]
+
+PROJECT_NAME = "dsh_tools"
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+Dispatch = Callable[["CancelSignal | None"], Awaitable["ToolExecutionResult"]]
+"""Runs the rest of the call (inner wrappers, then the body) and returns its result.
+
+Call it with ``None`` to keep the caller's signal, or with a replacement signal for the
+inner call (the body then sees a signal that fires when either fires).
+"""
+
+
+@hookspec(firstresult=True)
+def dsh_tools_pre_execute(
+    execution: ToolExecution,
+) -> PreExecuteDecision | Awaitable[PreExecuteDecision | None] | None:
+    """Decide whether a call may run, before anything else about it happens.
+
+    Return :class:`~dsh_tools.Allow`, :class:`~dsh_tools.Deny` or :class:`~dsh_tools.Ask`
+    to decide, or ``None`` to leave the decision to later implementations. The first
+    non-``None`` result wins (``firstresult``); when every implementation abstains the call
+    is allowed. ``Ask`` goes to the registry's approval service; anything but
+    ``allowed-once`` becomes a denial. May be ``async def``.
+
+    Runs for unknown tool names too (policy sees every name), so a ``Deny`` wins over
+    ``UNKNOWN_TOOL``. Raising, or returning anything that is not a decision, fails the
+    call closed with ``POLICY_ERROR``; guards, body and post-execute are skipped.
+
+    :param execution: the call, with frozen arguments; read-only.
+
+    Use in plugins::
+
+        @hookimpl
+        def dsh_tools_pre_execute(execution):
+            if execution.name == "run_command":
+                return Ask("commands need a person's approval")
+            return None
+    """
+
+
+@hookspec
+def dsh_tools_guard(execution: ToolExecution) -> str | None:
+    """Final, monotonic check before dispatch: return a reason string to deny, else ``None``.
+
+    Guards run only when pre-execute (and any approval) allowed the call. Any returned
+    string denies, the empty string included; no implementation can re-allow a call a
+    guard denied, whatever the order. A raising guard denies too (fails closed). Guards
+    are plain synchronous functions: they must be quick and cannot await.
+
+    :param execution: the call, with frozen arguments; read-only.
+
+    Use in plugins::
+
+        @hookimpl
+        def dsh_tools_guard(execution):
+            path = (execution.arguments or {}).get("path", "")
+            return "no secrets" if ".env" in str(path) else None
+    """
+
+
+@hookspec(firstresult=True)
+def dsh_tools_execute(execution: ToolExecution) -> Dispatch:  # type: ignore[empty-body]
+    """Wrap the dispatch of an allowed call: timeout, retry, caching, metrics.
+
+    Only ``@hookimpl(wrapper=True)`` implementations are accepted here. ``dispatch = yield``
+    gives the inner dispatch (an ``async`` callable taking an optional replacement
+    :class:`~dsh_tools.CancelSignal`); return the dispatch to use instead. Your dispatch
+    may call the inner one zero times (short-circuit with your own result), once, or
+    several times (retry). It cannot change which tool runs or its arguments.
+
+    Results from the inner dispatch are frozen. A success you author yourself is
+    normalized through the tool's output contract (value validated, content re-rendered);
+    a failure you author is kept as is. Raising from your dispatch fails the call with
+    ``POLICY_ERROR`` and skips post-execute.
+
+    :param execution: the call, with frozen arguments; read-only.
+
+    Use in plugins::
+
+        @hookimpl(wrapper=True)
+        def dsh_tools_execute(execution):
+            dispatch = yield
+
+            async def timed(signal=None):
+                started = time.perf_counter()
+                try:
+                    return await dispatch(signal)
+                finally:
+                    print(execution.name, time.perf_counter() - started)
+
+            return timed
+    """
+
+
+@hookspec
+def dsh_tools_post_execute(
+    execution: ToolExecution, result: ToolExecutionResult
+) -> PostExecuteDecision | Awaitable[PostExecuteDecision | None] | None:
+    """Inspect a result and keep it, replace its content or value, or block it.
+
+    A fold: each implementation sees the result as the previous ones left it. Return
+    ``None`` or ``Accept()`` to keep it; ``Accept(content=...)`` to replace the content
+    (the error state is kept: a failure stays a failure); ``Accept(value=...)`` on a
+    success to replace the value (validated and re-rendered by the tool's output
+    contract); ``Block(feedback)`` to turn the result into a ``BLOCKED`` failure
+    whose content is the feedback verbatim. Every implementation runs; after a ``Block``
+    the rest see the blocked failure. May be ``async def``. Raising fails the call with
+    ``POLICY_ERROR``.
+
+    Runs for successes, body failures and denials; not after a failure of policy itself.
+
+    :param execution: the call, with frozen arguments; read-only.
+    :param result: the frozen result so far.
+
+    Use in plugins::
+
+        @hookimpl
+        def dsh_tools_post_execute(execution, result):
+            if not result.is_error and "BEGIN PRIVATE KEY" in str(result.content):
+                return Block("the output contained a private key; it was withheld")
+            return None
+    """
+
+
+@hookspec
+def dsh_tools_result(execution: ToolExecution, result: ToolExecutionResult) -> None:
+    """Observe the final, frozen outcome of every call, exactly once per call.
+
+    Return values are ignored: observers cannot change anything. May be ``async def``.
+    An observer that raises is logged (logger ``dsh_tools``) and contained; the other
+    observers still run and the caller gets the same result object observers saw.
+
+    :param execution: the call; ``arguments`` is ``None`` if they were not JSON.
+    :param result: the final, JSON-safe result ``execute()`` returns.
+
+    Use in plugins::
+
+        @hookimpl
+        def dsh_tools_result(execution, result):
+            metrics.count(execution.name, error=result.is_error)
+    """
+
+
+WrapperGenerator = Generator[None, Dispatch, Dispatch]
+"""The type of a ``dsh_tools_execute`` wrapper implementation."""

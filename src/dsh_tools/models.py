@@ -1,0 +1,387 @@
+"""The frozen records that travel through the pipeline: calls, executions, results, decisions.
+
+Every record is an attrs frozen class whose JSON-carrying fields are snapshotted on
+construction, so a result or decision that exists is already lossless JSON and no stage
+can mutate what a later stage sees. Change a record with ``attrs.evolve``.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
+
+import attrs
+
+from .cancel import CancelSignal
+from .content import ContentLike, ContextMessage, content_blocks
+from .errors import DefinitionError, ErrorCode
+from .json import FrozenDict, FrozenList, JsonValue, snapshot
+
+if TYPE_CHECKING:
+    from .arguments import ArgumentsModel
+    from .presentation import ToolCallView, ToolResultView
+
+__all__ = [
+    "Accept",
+    "Allow",
+    "ApprovalOutcome",
+    "ApprovalRequest",
+    "ApprovalService",
+    "Ask",
+    "Block",
+    "Deny",
+    "ExecutionToken",
+    "PostExecuteDecision",
+    "PreExecuteDecision",
+    "PresentableResult",
+    "ToolDefinition",
+    "ToolErrorInfo",
+    "ToolExecution",
+    "ToolExecutionFailure",
+    "ToolExecutionInput",
+    "ToolExecutionResult",
+    "ToolExecutionSuccess",
+    "ToolFailure",
+    "ToolOutput",
+    "ToolSchema",
+    "failure_result",
+]
+
+A = TypeVar("A")
+
+
+def _frozen_json(value: object) -> JsonValue:
+    return snapshot(value)
+
+
+def _frozen_object(value: object) -> FrozenDict:
+    frozen = snapshot(value, "schema")
+    if not isinstance(frozen, FrozenDict):
+        raise DefinitionError(f"a JSON Schema must be an object, got {type(value).__qualname__}")
+    return frozen
+
+
+def _contexts(value: Iterable[ContextMessage]) -> tuple[ContextMessage, ...]:
+    contexts = tuple(value)
+    for index, context in enumerate(contexts):
+        if not isinstance(context, ContextMessage):
+            raise TypeError(
+                f"additional_contexts[{index}] must be a ContextMessage, "
+                f"got {type(context).__qualname__}"
+            )
+    return contexts
+
+
+# --------------------------------------------------------------------------- identity
+
+
+class ExecutionToken:
+    """Opaque identity of one ``execute()``; compare with ``is``. Callers cannot forge one."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"<ExecutionToken {id(self):#x}>"
+
+
+@attrs.frozen
+class ToolExecutionInput:
+    """What a host asks the registry to run: one tool call as the model made it.
+
+    ``arguments`` may be any Python value; it is snapshotted once into frozen JSON before
+    any policy runs, and non-JSON arguments end the call with an ``INVALID_JSON`` failure.
+    ``parent`` is the token of the enclosing execution for nested calls.
+    """
+
+    call_id: str
+    name: str
+    arguments: object = attrs.field(factory=dict)
+    agent: str | None = None
+    parent: ExecutionToken | None = None
+    root_call_id: str | None = None
+    signal: CancelSignal | None = None
+
+
+@attrs.frozen
+class ToolExecution:
+    """One call as every stage sees it: identity, frozen arguments and the caller's signal.
+
+    ``arguments`` is ``None`` only when the input arguments were not JSON (the call then
+    fails before any policy). ``root_call_id`` is the input's, or ``call_id`` when absent.
+    """
+
+    token: ExecutionToken
+    call_id: str
+    name: str
+    arguments: FrozenDict | None
+    agent: str | None
+    parent: ExecutionToken | None
+    root_call_id: str
+    signal: CancelSignal | None
+
+
+# --------------------------------------------------------------------------- results
+
+
+@attrs.frozen
+class ToolErrorInfo:
+    """Which error ended a call: the error class name and its stable code."""
+
+    name: str
+    code: str
+
+
+@attrs.frozen
+class ToolFailure:
+    """The structured error of a failed call: a message and its coded info."""
+
+    message: str
+    info: ToolErrorInfo
+
+
+@attrs.frozen
+class ToolExecutionSuccess:
+    """A successful outcome: the canonical JSON ``value`` and the model-facing content."""
+
+    value: JsonValue = attrs.field(converter=_frozen_json)
+    content: FrozenList = attrs.field(converter=content_blocks)
+    meta: JsonValue = attrs.field(default=None, converter=_frozen_json)
+    additional_contexts: tuple[ContextMessage, ...] = attrs.field(default=(), converter=_contexts)
+    concludes_turn: bool = False
+    is_error: Literal[False] = attrs.field(default=False, init=False)
+
+
+@attrs.frozen
+class ToolExecutionFailure:
+    """A failed outcome the model can correct from; ``error.info.code`` says what kind."""
+
+    error: ToolFailure
+    content: FrozenList = attrs.field(converter=content_blocks)
+    meta: JsonValue = attrs.field(default=None, converter=_frozen_json)
+    additional_contexts: tuple[ContextMessage, ...] = attrs.field(default=(), converter=_contexts)
+    is_error: Literal[True] = attrs.field(default=True, init=False)
+
+    @property
+    def code(self) -> str:
+        """Shortcut for ``error.info.code``."""
+        return self.error.info.code
+
+
+ToolExecutionResult = ToolExecutionSuccess | ToolExecutionFailure
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+@attrs.frozen
+class Allow:
+    """Pre-execute: let the call proceed (guards still run)."""
+
+
+@attrs.frozen
+class Deny:
+    """Pre-execute: refuse the call; ``reason`` becomes the model-facing error."""
+
+    reason: str = attrs.field(validator=attrs.validators.instance_of(str))
+
+
+@attrs.frozen
+class Ask:
+    """Pre-execute: ask the approval service; anything but ``allowed-once`` denies."""
+
+    reason: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
+    )
+
+
+PreExecuteDecision = Allow | Deny | Ask
+
+_UNSET: Any = attrs.NOTHING
+
+
+@attrs.frozen
+class Accept:
+    """Post-execute: keep the result, optionally replacing its ``content`` or its ``value``.
+
+    Replacing both at once is refused: a new value is re-rendered into content by the
+    tool's output contract, so a second content would contradict it.
+    """
+
+    content: FrozenList | None = attrs.field(
+        default=None, converter=attrs.converters.optional(content_blocks)
+    )
+    value: JsonValue = attrs.field(default=_UNSET)
+    additional_contexts: tuple[ContextMessage, ...] = attrs.field(default=(), converter=_contexts)
+
+    def __attrs_post_init__(self) -> None:
+        if self.value is not _UNSET:
+            if self.content is not None:
+                raise ValueError("Accept cannot replace both value and content")
+            object.__setattr__(self, "value", snapshot(self.value))
+
+    @property
+    def replaces_value(self) -> bool:
+        """True when this decision carries a replacement value."""
+        return self.value is not _UNSET
+
+
+@attrs.frozen
+class Block:
+    """Post-execute: withhold the result; ``feedback`` becomes the error content verbatim."""
+
+    feedback: FrozenList = attrs.field(converter=content_blocks)
+    additional_contexts: tuple[ContextMessage, ...] = attrs.field(default=(), converter=_contexts)
+
+
+PostExecuteDecision = Accept | Block
+
+
+# --------------------------------------------------------------------------- approval
+
+
+class ApprovalOutcome(str, enum.Enum):
+    """How an approval request ended; only ``ALLOWED_ONCE`` lets the call run."""
+
+    ALLOWED_ONCE = "allowed-once"
+    REJECTED = "rejected"
+    CANCELLED = "cancelled"
+    UNAVAILABLE = "unavailable"
+
+
+@attrs.frozen
+class ApprovalRequest:
+    """What an approval service is asked: which agent wants to run which call, and why."""
+
+    agent: str
+    tool_name: str
+    call_id: str
+    arguments: FrozenDict
+    reason: str | None
+    signal: CancelSignal | None
+
+
+class ApprovalService(Protocol):
+    """Answers ``Ask`` decisions, for example by prompting a person in an editor."""
+
+    def request(
+        self, request: ApprovalRequest
+    ) -> Awaitable[ApprovalOutcome | str] | ApprovalOutcome | str: ...
+
+
+# --------------------------------------------------------------------------- definitions
+
+
+@attrs.frozen
+class ToolSchema:
+    """The only part of a tool a model sees: name, description, parameters."""
+
+    name: str
+    description: str
+    parameters: FrozenDict
+
+
+@attrs.frozen
+class PresentableResult:
+    """The durable projection a result presenter gets: final content, error flag, meta."""
+
+    content: FrozenList = attrs.field(converter=content_blocks)
+    is_error: bool = False
+    meta: JsonValue = attrs.field(default=None, converter=_frozen_json)
+
+
+@attrs.frozen
+class ToolOutput:
+    """A tool's declared output: its body returns a JSON value checked against ``schema``.
+
+    ``render(args, value)`` turns the value into model-facing content;
+    ``presentation_meta(args, value)`` (top-level calls only) into the result's ``meta``.
+    """
+
+    schema: FrozenDict = attrs.field(converter=_frozen_object)
+    render: Callable[[Any, JsonValue], str | Sequence[ContentLike]]
+    presentation_meta: Callable[[Any, JsonValue], object] | None = None
+
+
+def _positive_timeout(instance: ToolDefinition[Any], attribute: object, value: object) -> None:
+    if value is None:
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise DefinitionError(
+            f'tool "{instance.name}" timeout_ms must be a positive finite number, got {value!r}'
+        )
+
+
+def _raw_arguments(definition: ToolDefinition[Any]) -> ArgumentsModel[Any]:
+    from .arguments import raw_arguments_model
+
+    return raw_arguments_model(definition.parameters)
+
+
+@attrs.frozen
+class ToolDefinition(Generic[A]):
+    """A tool: its model-facing schema, its body, and optional output and UI callbacks.
+
+    Build one with :func:`~dsh_tools.define_tool`, which validates arguments for you.
+    Constructed directly it is a *raw* definition (for bridged tools such as MCP's): the
+    parameters schema is trusted and the body gets the frozen arguments unvalidated.
+    """
+
+    name: str = attrs.field(validator=attrs.validators.instance_of(str))
+    description: str = attrs.field(validator=attrs.validators.instance_of(str))
+    parameters: FrozenDict = attrs.field(converter=_frozen_object)
+    execute: Callable[[A, Any], Any]
+    output: ToolOutput | None = None
+    timeout_ms: float | None = attrs.field(default=None, validator=_positive_timeout)
+    is_concurrency_safe: Callable[[A], object] | None = None
+    present_call: Callable[[A], ToolCallView | None] | None = None
+    present_result: Callable[[A, PresentableResult], ToolResultView | None] | None = None
+    finalize_content: (
+        Callable[[ToolExecution, ToolExecutionResult], Sequence[ContentLike] | None] | None
+    ) = None
+    blocking: bool = False
+    arguments: ArgumentsModel[A] = attrs.field(
+        default=attrs.Factory(_raw_arguments, takes_self=True), repr=False
+    )
+
+    def schema(self) -> ToolSchema:
+        """The model-facing projection (an explicit allowlist of three fields)."""
+        return ToolSchema(self.name, self.description, self.parameters)
+
+
+def failure_result(
+    message: str,
+    code: str | ErrorCode,
+    *,
+    name: str | None = None,
+    contexts: tuple[ContextMessage, ...] = (),
+) -> ToolExecutionFailure:
+    """A failure whose content is ``Error: <message>``; ``name`` defaults by code."""
+    code_text = code.value if isinstance(code, ErrorCode) else code
+    return ToolExecutionFailure(
+        error=ToolFailure(
+            message, ToolErrorInfo(name or _DEFAULT_NAMES.get(code_text, "ToolError"), code_text)
+        ),
+        content=[f"Error: {message}"],
+        additional_contexts=contexts,
+    )
+
+
+_DEFAULT_NAMES = {
+    ErrorCode.DENIED.value: "PolicyDenied",
+    ErrorCode.BLOCKED.value: "PolicyBlocked",
+    ErrorCode.ABORTED.value: "AbortError",
+    ErrorCode.ABORTED_BEFORE_DISPATCH.value: "AbortError",
+    ErrorCode.TOOL_TIMEOUT.value: "TimeoutError",
+    ErrorCode.POLICY_ERROR.value: "PolicyError",
+    ErrorCode.INVALID_JSON.value: "JsonValueError",
+    ErrorCode.UNKNOWN_TOOL.value: "ToolNotFoundError",
+    ErrorCode.INVALID_ARGS.value: "ToolArgsError",
+    ErrorCode.INVALID_TOOL_OUTPUT.value: "ToolOutputError",
+}
