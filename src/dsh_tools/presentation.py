@@ -1,0 +1,689 @@
+"""Render intents ("cards"): how a tool wants its call and its result shown in a UI.
+
+A tool's ``present_call`` returns a pending-state :data:`ToolCallView` and its
+``present_result`` a completed-state :data:`ToolResultView`. Both are closed unions a UI
+bridge switches on, provider-neutral so a tool never depends on a client protocol (the ACP
+bridge maps them to ACP content; a CLI prints them).
+
+Wire format (what :func:`unstructure_view` produces and the ``structure_*`` functions read):
+
+* Keys are camelCase (``rawInput``, ``oldText``, ``exitCode``, ``totalLines`` ...), the
+  spelling of the seed protocol and of the editors that consume it, so a bridge forwards
+  a card without renaming anything. Python attributes stay snake_case.
+* The union tag is ``card``; the two cards that come in several shapes carry a second
+  tag: ``shape`` for ``search`` (``matches``/``paths``), ``kind`` for ``web``
+  (``search``/``fetch``). An unknown tag is rejected, never guessed.
+* An optional field is omitted while it holds its default (``None`` or an empty tuple),
+  so the JSON never carries ``null`` for "absent". Reading tolerates an explicit ``null``
+  as absent. Two fields are always written: ``FileDiff.oldText`` (``null`` means a new
+  file, which is information, not absence) and ``diffs`` on a result diff card (the seed
+  makes it required). An empty ``content`` tuple is written as ``[]``: it means "show
+  nothing", unlike an absent ``content`` which means "show the raw result".
+* ``rawInput`` and ``content`` are kept as deep-frozen JSON (:mod:`dsh_tools.json`), so
+  every card is immutable and hashable.
+
+Reading is strict: no coercion (``"1"`` is not an integer, ``1`` is not a boolean),
+unknown keys are errors, and every problem is reported in one :class:`CardError` whose
+message names each JSON path, for example ``result view.diffs[0].newText: expected a
+string``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeAlias
+
+import attrs
+from cattrs import Converter
+from cattrs.cols import homogenous_tuple_structure_factory
+from cattrs.errors import (
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationError,
+)
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+from .content import ContentLike, content_blocks
+from .errors import DshToolsError, ErrorCode, JsonValueError
+
+# FrozenDict and FrozenList must be names here: cattrs resolves JsonValue's forward references
+# in this module's namespace.
+from .json import FrozenDict, FrozenList, JsonValue, snapshot, thaw
+
+__all__ = [
+    "CardError",
+    "DiffCallView",
+    "DiffResultView",
+    "FileDiff",
+    "FileLocation",
+    "GenericCallView",
+    "GenericResultView",
+    "ReadFileLine",
+    "ReadResultView",
+    "SearchFileMatches",
+    "SearchMatch",
+    "SearchMatchesView",
+    "SearchPathsView",
+    "TerminalCallView",
+    "TerminalResultView",
+    "ToolCallKind",
+    "ToolCallView",
+    "ToolResultView",
+    "WebFetchView",
+    "WebSearchView",
+    "WebSource",
+    "fallback_call_view",
+    "file_diffs",
+    "structure_call_view",
+    "structure_result_view",
+    "unstructure_view",
+]
+
+
+class CardError(DshToolsError, ValueError):
+    """A card is malformed: bad JSON on the way in, or a broken rule on construction."""
+
+    default_code = ErrorCode.INVALID_JSON.value
+
+
+class _Invalid(CardError):
+    """One problem at ``where`` (a JSON path suffix such as ``.lineNumber`` or ``[2]``).
+
+    Raised by validators, converters and hooks; the reader prefixes the path of the
+    record it was structuring, so the final message names the full JSON path.
+    """
+
+    def __init__(self, problem: str, *, where: str = "", label: str = "") -> None:
+        super().__init__(f"{label}: {problem}" if label else problem)
+        self.problem = problem
+        self.where = where
+
+
+def _wire(name: str) -> str:
+    """The camelCase wire key of a snake_case attribute."""
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+# --- converters and validators used by the records ----------------------------------
+
+
+def _freeze_json(value: object) -> JsonValue:
+    try:
+        return snapshot(value, "raw_input")
+    except JsonValueError as error:
+        where = error.path[len("raw_input") :]
+        raise _Invalid(error.problem, where=where, label=error.path) from None
+
+
+ContentBlocks: TypeAlias = tuple[FrozenDict, ...]
+"""Frozen content blocks (``{"type": "text", "text": ...}`` and friends)."""
+
+
+def _freeze_content(value: str | Iterable[ContentLike] | None) -> ContentBlocks | None:
+    if value is None:
+        return None
+    try:
+        blocks = content_blocks(value, "content")  # each one a FrozenDict with a "type"
+        return tuple(block for block in blocks if isinstance(block, FrozenDict))
+    except JsonValueError as error:
+        where = error.path[len("content") :]
+        raise _Invalid(error.problem, where=where, label=error.path) from None
+
+
+def _at_least(minimum: int) -> Callable[[Any, attrs.Attribute[Any], int | None], None]:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: int | None) -> None:
+        if value is not None and value < minimum:
+            raise _Invalid(
+                f"must be {minimum} or more, got {value}",
+                where=f".{_wire(attribute.name)}",
+                label=f"{type(instance).__name__}.{attribute.name}",
+            )
+
+    return check
+
+
+_one_based = _at_least(1)
+_count = _at_least(0)
+
+
+def _check_total(shown: int, instance: SearchMatchesView | SearchPathsView) -> None:
+    """``total`` counts everything found; without truncation it is exactly what is shown."""
+    name = type(instance).__name__
+    if instance.total < shown or (not instance.truncated and instance.total != shown):
+        rule = "at least" if instance.truncated else "exactly"
+        raise _Invalid(
+            f"must be {rule} the {shown} shown, got {instance.total}",
+            where=".total",
+            label=f"{name}.total",
+        )
+
+
+def _always_emit() -> dict[str, bool]:
+    """Field metadata: write this field even while it holds its default."""
+    return {"always_emit": True}
+
+
+# --- shared file vocabulary -----------------------------------------------------------
+
+
+class ToolCallKind(str, enum.Enum):
+    """What a call does; picks the icon of a generic card (absent means ``other``)."""
+
+    READ = "read"
+    EDIT = "edit"
+    DELETE = "delete"
+    MOVE = "move"
+    SEARCH = "search"
+    EXECUTE = "execute"
+    FETCH = "fetch"
+    OTHER = "other"
+
+
+@attrs.frozen
+class FileLocation:
+    """A file the call touches, optionally at a 1-based ``line`` (e.g. a read offset)."""
+
+    path: str
+    line: int | None = attrs.field(default=None, validator=_one_based)
+
+
+@attrs.frozen
+class FileDiff:
+    """A change to one file; ``old_text=None`` when there is no before-image (new file)."""
+
+    path: str
+    old_text: str | None = attrs.field(metadata=_always_emit())
+    new_text: str
+
+
+@attrs.frozen
+class ReadFileLine:
+    """One line read from a file: its own 1-based ``number`` and text without newline."""
+
+    number: int = attrs.field(validator=_one_based)
+    text: str
+
+
+@attrs.frozen
+class SearchMatch:
+    """One matching line: 1-based ``line_number`` and the line's text."""
+
+    line_number: int = attrs.field(validator=_one_based)
+    line: str
+
+
+@attrs.frozen
+class SearchFileMatches:
+    """The matches found in one file, in the order the search reported them."""
+
+    path: str
+    matches: tuple[SearchMatch, ...] = attrs.field(converter=tuple)
+
+
+@attrs.frozen
+class WebSource:
+    """A web search hit; ``published_at`` is an ISO-8601 string when the engine knows it."""
+
+    url: str
+    title: str | None = attrs.field(default=None, kw_only=True)
+    snippet: str | None = attrs.field(default=None, kw_only=True)
+    published_at: str | None = attrs.field(default=None, kw_only=True)
+
+
+# --- call views (pending state) -------------------------------------------------------
+
+
+@attrs.frozen
+class GenericCallView:
+    """Any call: a title, an icon ``kind``, the salient input and touched files.
+
+    ``raw_input`` is shown as-is when it is a string and as pretty JSON otherwise;
+    ``content`` takes content blocks (or text). Tools without a better card (search,
+    read, web) use this with the matching ``kind`` while the call is pending.
+    """
+
+    title: str
+    kind: ToolCallKind | None = attrs.field(default=None, kw_only=True)
+    raw_input: JsonValue = attrs.field(default=None, kw_only=True, converter=_freeze_json)
+    content: ContentBlocks | None = attrs.field(
+        default=None, kw_only=True, converter=_freeze_content
+    )
+    locations: tuple[FileLocation, ...] = attrs.field(default=(), kw_only=True, converter=tuple)
+
+
+@attrs.frozen
+class TerminalCallView:
+    """A shell command about to run: ``title`` is the command, ``cwd`` where it runs.
+
+    A relative ``cwd`` is resolved by the UI against the session workspace; absent means
+    the workspace itself.
+    """
+
+    title: str
+    description: str | None = attrs.field(default=None, kw_only=True)
+    cwd: str | None = attrs.field(default=None, kw_only=True)
+
+
+@attrs.frozen
+class DiffCallView:
+    """A file mutation about to happen, one :class:`FileDiff` per file, from the arguments."""
+
+    title: str
+    diffs: tuple[FileDiff, ...] = attrs.field(converter=tuple)
+    locations: tuple[FileLocation, ...] = attrs.field(default=(), kw_only=True, converter=tuple)
+
+
+ToolCallView: TypeAlias = GenericCallView | TerminalCallView | DiffCallView
+"""A pending-state card, tagged on ``card``: ``generic``, ``terminal`` or ``diff``."""
+
+
+# --- result views (completed state) ---------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class GenericResultView:
+    """Any result. Absent ``title`` keeps the pending title; absent ``content`` shows the
+    raw result content."""
+
+    title: str | None = None
+    content: ContentBlocks | None = attrs.field(default=None, converter=_freeze_content)
+
+
+@attrs.frozen(kw_only=True)
+class TerminalResultView:
+    """A finished process: its captured ``output`` and either ``exit_code`` (it exited) or
+    ``signal`` such as ``"SIGTERM"`` (it was killed), never both."""
+
+    title: str | None = None
+    output: str | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.exit_code is not None and self.signal is not None:
+            raise _Invalid(
+                "cannot be set together with exitCode: a process either exits or is killed",
+                where=".signal",
+                label="TerminalResultView.signal",
+            )
+
+
+@attrs.frozen(kw_only=True)
+class DiffResultView:
+    """A completed mutation: the applied hunks with context (see :func:`file_diffs`).
+
+    The completed view replaces the pending content, so mutation tools return it even
+    when it repeats the call-time diff; otherwise result text would clobber the diff.
+    """
+
+    title: str | None = None
+    diffs: tuple[FileDiff, ...] = attrs.field(default=(), converter=tuple, metadata=_always_emit())
+
+
+@attrs.frozen
+class SearchMatchesView:
+    """A content search: matching lines grouped by file in first-seen order.
+
+    ``total`` counts matches before capping; ``truncated`` says whether some were left out.
+    """
+
+    title: str | None = attrs.field(default=None, kw_only=True)
+    files: tuple[SearchFileMatches, ...] = attrs.field(converter=tuple)
+    truncated: bool = attrs.field(kw_only=True)
+    total: int = attrs.field(kw_only=True, validator=_count)
+
+    def __attrs_post_init__(self) -> None:
+        _check_total(sum(len(entry.matches) for entry in self.files), self)
+
+
+@attrs.frozen
+class SearchPathsView:
+    """A path search (glob, find): the paths found; ``total`` counts them before capping."""
+
+    title: str | None = attrs.field(default=None, kw_only=True)
+    paths: tuple[str, ...] = attrs.field(converter=tuple)
+    truncated: bool = attrs.field(kw_only=True)
+    total: int = attrs.field(kw_only=True, validator=_count)
+
+    def __attrs_post_init__(self) -> None:
+        _check_total(len(self.paths), self)
+
+
+@attrs.frozen
+class ReadResultView:
+    """Lines read from a file. ``offset`` is the first requested line (1-based, kept even
+    when ``lines`` is empty); ``lang`` hints highlighting; ``content`` is fallback text."""
+
+    title: str | None = attrs.field(default=None, kw_only=True)
+    path: str
+    offset: int = attrs.field(kw_only=True, validator=_one_based)
+    lines: tuple[ReadFileLine, ...] = attrs.field(kw_only=True, converter=tuple)
+    total_lines: int = attrs.field(kw_only=True, validator=_count)
+    lang: str | None = attrs.field(default=None, kw_only=True)
+    content: str | None = attrs.field(default=None, kw_only=True)
+
+
+@attrs.frozen
+class WebSearchView:
+    """A web search: the sources found and, when the engine gives one, an ``answer``."""
+
+    title: str | None = attrs.field(default=None, kw_only=True)
+    sources: tuple[WebSource, ...] = attrs.field(converter=tuple)
+    answer: str | None = attrs.field(default=None, kw_only=True)
+    truncated: bool = attrs.field(kw_only=True)
+
+
+@attrs.frozen
+class WebFetchView:
+    """A fetched page: final ``url`` after redirects and HTTP status; the body is not
+    repeated (a UI falls back to the raw result content)."""
+
+    title: str | None = attrs.field(default=None, kw_only=True)
+    url: str
+    status_code: int = attrs.field(kw_only=True)
+    truncated: bool = attrs.field(kw_only=True)
+
+
+ToolResultView: TypeAlias = (
+    GenericResultView
+    | TerminalResultView
+    | DiffResultView
+    | SearchMatchesView
+    | SearchPathsView
+    | ReadResultView
+    | WebSearchView
+    | WebFetchView
+)
+"""A completed-state card, tagged on ``card`` (plus ``shape`` for search, ``kind`` for web)."""
+
+
+# --- the private converter ------------------------------------------------------------
+
+_CALL_TAGS: dict[type[Any], dict[str, str]] = {
+    GenericCallView: {"card": "generic"},
+    TerminalCallView: {"card": "terminal"},
+    DiffCallView: {"card": "diff"},
+}
+_RESULT_TAGS: dict[type[Any], dict[str, str]] = {
+    GenericResultView: {"card": "generic"},
+    TerminalResultView: {"card": "terminal"},
+    DiffResultView: {"card": "diff"},
+    SearchMatchesView: {"card": "search", "shape": "matches"},
+    SearchPathsView: {"card": "search", "shape": "paths"},
+    ReadResultView: {"card": "read"},
+    WebSearchView: {"card": "web", "kind": "search"},
+    WebFetchView: {"card": "web", "kind": "fetch"},
+}
+_SUBTAG = {"search": "shape", "web": "kind"}
+"""Cards that come in several shapes, and the key that tells them apart."""
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, tuple) else "an object"
+
+
+def _structure_str(value: Any, _: Any) -> str:
+    if not isinstance(value, str):
+        raise _Invalid(f"expected a string, got {_json_type(value)}")
+    return value
+
+
+def _structure_bool(value: Any, _: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Invalid(f"expected a boolean, got {_json_type(value)}")
+    return value
+
+
+def _structure_int(value: Any, _: Any) -> int:
+    """Integers only; ``2.0`` counts (JSON does not tell them apart), ``True`` does not."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _Invalid(f"expected an integer, got {_json_type(value)}")
+    return value
+
+
+def _structure_kind(value: Any, _: Any) -> ToolCallKind:
+    if isinstance(value, str):
+        try:
+            return ToolCallKind(value)
+        except ValueError:
+            pass
+    choices = ", ".join(member.value for member in ToolCallKind)
+    raise _Invalid(f"expected one of {choices}, got {value!r}")
+
+
+def _is_tuple_type(kind: Any) -> bool:
+    args: tuple[Any, ...] = getattr(kind, "__args__", ())
+    return getattr(kind, "__origin__", None) is tuple and len(args) == 2 and args[1] is ...
+
+
+def _structure_tuple_factory(kind: Any) -> Callable[[Any, Any], tuple[Any, ...]]:
+    """cattrs' tuple hook, minus its leniency: it would iterate a string or an object."""
+    items = homogenous_tuple_structure_factory(kind, _converter)
+
+    def structure(value: Any, _: Any) -> tuple[Any, ...]:
+        if not isinstance(value, FrozenList):  # input is snapshotted before structuring
+            raise _Invalid(f"expected an array, got {_json_type(value)}")
+        result: tuple[Any, ...] = items(value, kind)
+        return result
+
+    return structure
+
+
+def _unstructure_tuple_factory(kind: Any) -> Callable[[tuple[Any, ...]], list[Any]]:
+    item_hook = _converter.get_unstructure_hook(kind.__args__[0])
+    return lambda value: [item_hook(item) for item in value]
+
+
+def _structure_content(value: Any, _: Any) -> ContentBlocks:
+    """Wire content is an array of block objects (Python callers may also pass text)."""
+    if not isinstance(value, FrozenList):
+        raise _Invalid(f"expected an array, got {_json_type(value)}")
+    blocks: list[FrozenDict] = []
+    for index, block in enumerate(value):
+        if not isinstance(block, FrozenDict):
+            problem = f"expected a content block object, got {_json_type(block)}"
+            raise _Invalid(problem, where=f"[{index}]")
+        blocks.append(block)
+    return _freeze_content(blocks) or ()
+
+
+def _structure_raw(value: Any, _: Any) -> Any:
+    return value  # already frozen: the whole card is snapshotted before structuring
+
+
+def _structure_record_factory(cls: type[Any]) -> Callable[[Any, Any], Any]:
+    overrides = {}
+    for field in attrs.fields(cls):
+        hook: Callable[[Any, Any], Any] | None = None
+        if field.converter is _freeze_json:
+            hook = _structure_raw
+        elif field.converter is _freeze_content:
+            hook = _structure_content
+        overrides[field.name] = override(rename=_wire(field.name), struct_hook=hook)
+    inner = make_dict_structure_fn(cls, _converter, **overrides)  # type: ignore[arg-type]
+
+    def structure(value: Any, _: Any) -> Any:
+        if not isinstance(value, dict):
+            raise _Invalid(f"expected an object, got {_json_type(value)}")
+        return inner(value, cls)
+
+    return structure
+
+
+def _holds_default(value: object, default: object) -> bool:
+    # ``is None`` rather than ``==``: a frozen JSON array must never be compared to None
+    return value is None if default is None else value == default
+
+
+def _unstructure_record_factory(cls: type[Any]) -> Callable[[Any], dict[str, Any]]:
+    """camelCase keys, tags first, and optional fields left out while at their default."""
+    overrides = {}
+    omissible = []
+    for field in attrs.fields(cls):
+        hook = thaw if field.converter in (_freeze_json, _freeze_content) else None
+        overrides[field.name] = override(rename=_wire(field.name), unstruct_hook=hook)
+        if field.default is not attrs.NOTHING and not field.metadata.get("always_emit"):
+            omissible.append((field.name, _wire(field.name), field.default))
+    inner = make_dict_unstructure_fn(cls, _converter, **overrides)  # type: ignore[arg-type]
+    tags = _CALL_TAGS.get(cls) or _RESULT_TAGS.get(cls) or {}
+
+    def unstructure(record: Any) -> dict[str, Any]:
+        data = {**tags, **inner(record)}
+        for name, key, default in omissible:
+            if _holds_default(getattr(record, name), default):
+                del data[key]
+        return data
+
+    return unstructure
+
+
+def _tagged_union(tags: Mapping[type[Any], Mapping[str, str]]) -> Callable[[Any, Any], Any]:
+    """A structure hook for a closed union of cards: read the tags, pick the class."""
+    by_tags = {tuple(tag.values()): cls for cls, tag in tags.items()}
+    cards = sorted({tag["card"] for tag in tags.values()})
+
+    def pick(value: Mapping[str, Any], key: str, choices: list[str]) -> str:
+        if key not in value:
+            raise _Invalid("required field missing", where=f".{key}")
+        tag = value[key]
+        if tag not in choices:
+            wanted = ", ".join(repr(choice) for choice in choices)
+            raise _Invalid(f"unknown {key} {tag!r}, expected one of {wanted}", where=f".{key}")
+        return str(tag)
+
+    def structure(value: Any, _: Any) -> Any:
+        if not isinstance(value, dict):
+            raise _Invalid(f"expected an object, got {_json_type(value)}")
+        card = pick(value, "card", cards)
+        chosen: tuple[str, ...] = (card,)
+        subtag = _SUBTAG.get(card)
+        if subtag is not None:
+            shapes = [key[1] for key in by_tags if key[0] == card]
+            chosen += (pick(value, subtag, shapes),)
+        body = {key: item for key, item in value.items() if key not in ("card", subtag)}
+        cls = by_tags[chosen]
+        return _converter.get_structure_hook(cls)(body, cls)
+
+    return structure
+
+
+_converter = Converter(forbid_extra_keys=True, detailed_validation=True)
+_converter.register_structure_hook(str, _structure_str)
+_converter.register_structure_hook(bool, _structure_bool)
+_converter.register_structure_hook(int, _structure_int)
+_converter.register_structure_hook(ToolCallKind, _structure_kind)
+_converter.register_unstructure_hook(ToolCallKind, lambda kind: kind.value)
+_converter.register_structure_hook_factory(_is_tuple_type, _structure_tuple_factory)
+_converter.register_unstructure_hook_factory(_is_tuple_type, _unstructure_tuple_factory)
+_converter.register_structure_hook_factory(attrs.has, _structure_record_factory)
+_converter.register_unstructure_hook_factory(attrs.has, _unstructure_record_factory)
+_converter.register_structure_hook(ToolCallView, _tagged_union(_CALL_TAGS))
+_converter.register_structure_hook(ToolResultView, _tagged_union(_RESULT_TAGS))
+
+
+def _problems(error: BaseException, path: str) -> Iterator[str]:
+    """Flatten cattrs' exception groups into one ``path: problem`` line per leaf.
+
+    cattrs' own ``transform_error`` names paths by Python attribute (``new_text``); the
+    wire says ``newText``, so this walker maps each attribute note to its wire key.
+    """
+    if isinstance(error, ClassValidationError):
+        with_notes, without = error.group_exceptions()
+        for inner, note in with_notes:
+            yield from _problems(inner, f"{path}.{_wire(note.name)}")
+        for inner in without:
+            yield from _problems(inner, path)
+    elif isinstance(error, IterableValidationError):
+        indexed, unindexed = error.group_exceptions()
+        for inner, index_note in indexed:
+            yield from _problems(inner, f"{path}[{index_note.index}]")
+        for inner in unindexed:
+            yield from _problems(inner, path)
+    elif isinstance(error, ForbiddenExtraKeysError):
+        for key in sorted(error.extra_fields):
+            yield f"{path}.{key}: unknown key"
+    elif isinstance(error, KeyError):
+        yield f"{path}: required field missing"
+    elif isinstance(error, _Invalid):
+        yield f"{path}{error.where}: {error.problem}"
+    else:
+        yield f"{path}: {error}"
+
+
+def _structure(data: object, union: Any, label: str) -> Any:
+    try:
+        frozen = snapshot(data, label)
+    except JsonValueError as error:
+        raise CardError(f"{error.path}: {error.problem}") from None
+    try:
+        return _converter.structure(frozen, union)
+    except (ClassValidationError, IterableValidationError, _Invalid, KeyError) as error:
+        raise CardError("; ".join(_problems(error, label))) from None
+
+
+def structure_call_view(data: object) -> ToolCallView:
+    """Read a pending-state card from JSON data; :class:`CardError` names each bad path."""
+    view: ToolCallView = _structure(data, ToolCallView, "call view")
+    return view
+
+
+def structure_result_view(data: object) -> ToolResultView:
+    """Read a completed-state card from JSON data; :class:`CardError` names each bad path."""
+    view: ToolResultView = _structure(data, ToolResultView, "result view")
+    return view
+
+
+def unstructure_view(view: ToolCallView | ToolResultView) -> dict[str, Any]:
+    """The card as plain JSON-ready data (camelCase keys, tags first, defaults omitted)."""
+    if type(view) not in _CALL_TAGS and type(view) not in _RESULT_TAGS:
+        raise CardError(f"not a card: {type(view).__qualname__}")
+    data: dict[str, Any] = _converter.unstructure(view)
+    return data
+
+
+# --- helpers for tools ----------------------------------------------------------------
+
+
+def file_diffs(
+    path: str, before: str | None, after: str, *, context: int = 3
+) -> tuple[FileDiff, ...]:
+    """The change from ``before`` to ``after`` as one :class:`FileDiff` per hunk.
+
+    Each hunk carries up to ``context`` unchanged lines on each side, so a UI can show
+    where it sits without the whole file; hunks closer than ``2 * context`` lines merge.
+    ``before=None`` (no before-image, e.g. a new file) gives one whole-file diff; equal
+    texts give ``()``.
+    """
+    if before is None:
+        return (FileDiff(path, None, after),)
+    if before == after:
+        return ()
+    old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    # autojunk off: its popularity heuristic would swallow blank lines in long files
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    hunks = []
+    for group in matcher.get_grouped_opcodes(context):
+        old_start, new_start = group[0][1], group[0][3]
+        old_end, new_end = group[-1][2], group[-1][4]
+        hunks.append(
+            FileDiff(path, "".join(old[old_start:old_end]), "".join(new[new_start:new_end]))
+        )
+    return tuple(hunks)
+
+
+def fallback_call_view(name: str, arguments: object) -> GenericCallView:
+    """The card shown when a tool has no presenter (or it returned nothing or failed)."""
+    return GenericCallView(name, raw_input=arguments)
