@@ -1,0 +1,271 @@
+"""Tool arguments: one compiled model per tool, from a DSL spec or an attrs class.
+
+An :class:`ArgumentsModel` holds the model-facing parameters JSON Schema and the compiled
+validator for it, so a call costs one validation and (for attrs classes) one cattrs
+structuring. Validation never coerces: ``"1"`` is not an integer, ``True`` is not a number,
+unknown keys of an attrs class are rejected. Only then does a private cattrs converter
+build the instance, so the tool body gets precise types with no casts::
+
+    @attrs.frozen
+    class ReadArgs:
+        path: str = attrs.field(metadata={"description": "Absolute path"})
+        limit: Annotated[int, "Max lines"] = 100
+
+Supported field types: ``str int float bool None``, ``list[T]``, ``tuple[T, ...]``,
+``dict[str, T]``, ``Literal[...]`` (values of one JSON type), ``enum.Enum`` subclasses with
+``str`` or ``int`` values, ``X | None`` and nested attrs classes. A field without a default
+is required. A description comes from ``metadata={"description": ...}`` or, failing that,
+from the first string in ``Annotated[T, ...]``. ``dict[str, T]`` is sent to the model as an
+open object (the enforced subset has no per-value schema) but each value is checked as ``T``.
+"""
+
+from __future__ import annotations
+
+import enum
+import types
+import typing
+from collections.abc import Callable
+from typing import Annotated, Any, Generic, Literal, TypeVar, Union, get_args, get_origin, overload
+
+import attrs
+import cattrs
+
+from .errors import DefinitionError, ToolArgsError
+from .json import FrozenDict, snapshot
+from .jsonschema import (
+    Check,
+    Validator,
+    Violation,
+    array_check,
+    assert_supported_json_schema,
+    compile_validator,
+    finish,
+    is_lossless,
+    map_check,
+    object_check,
+    scalar_check,
+)
+from .schema import schema_spec_to_json_schema
+
+__all__ = ["ArgumentsModel", "arguments_model", "raw_arguments_model"]
+
+A = TypeVar("A")
+
+
+def _is_literal(hint: Any) -> bool:
+    return get_origin(hint) is Literal
+
+
+def _structure_literal(value: object, hint: Any) -> object:
+    """Validation already matched the value; return the declared member (2.0 -> 2)."""
+    return next(member for member in get_args(hint) if member == value)
+
+
+_converter = cattrs.Converter(detailed_validation=False)
+_converter.register_structure_hook_func(_is_literal, _structure_literal)
+
+
+class ArgumentsModel(Generic[A]):
+    """The parameters schema of one tool and the compiled way to check and build its args."""
+
+    __slots__ = ("_build", "_check", "json_schema")
+
+    def __init__(
+        self, json_schema: FrozenDict, check: Validator, build: Callable[[object], A]
+    ) -> None:
+        self.json_schema = json_schema
+        self._check = check
+        self._build = build
+
+    def violations(self, arguments: object) -> list[str]:
+        """Every violation of ``arguments`` (``[]`` when valid); never raises."""
+        return self._check(arguments)
+
+    def parse(self, arguments: object) -> A:
+        """Validate ``arguments``, then return the typed value the tool body receives.
+
+        Raises :class:`~dsh_tools.errors.ToolArgsError` listing every violation.
+        """
+        found = self._check(arguments)
+        if found:
+            raise ToolArgsError(found)
+        return self._build(arguments)
+
+    def __repr__(self) -> str:
+        return f"ArgumentsModel({dict.__repr__(self.json_schema)})"
+
+
+def _trusted(arguments: object) -> list[str]:
+    return []
+
+
+def _frozen_arguments(arguments: object) -> Any:
+    return snapshot(arguments, "arguments")
+
+
+@overload
+def arguments_model(parameters: type[A]) -> ArgumentsModel[A]: ...
+@overload
+def arguments_model(parameters: object) -> ArgumentsModel[Any]: ...
+def arguments_model(parameters: object) -> ArgumentsModel[Any]:
+    """Compile a DSL parameter spec (args arrive as a ``FrozenDict``) or an attrs class.
+
+    Raises :class:`~dsh_tools.errors.JsonSchemaError` for a bad spec and
+    :class:`~dsh_tools.errors.DefinitionError` for a class that cannot be described.
+    """
+    if isinstance(parameters, type):
+        if not attrs.has(parameters):
+            raise DefinitionError(
+                f"parameters class {parameters.__qualname__} must be an attrs class "
+                "(decorate it with @attrs.define or @attrs.frozen)"
+            )
+        return _class_model(parameters)
+    schema = schema_spec_to_json_schema(parameters)
+    return ArgumentsModel(schema, compile_validator(schema, root=""), _frozen_arguments)
+
+
+def raw_arguments_model(schema: object) -> ArgumentsModel[Any]:
+    """A model for a trusted raw JSON Schema: no validation, args arrive snapshotted."""
+    frozen = snapshot(schema, "parameters")
+    if not isinstance(frozen, FrozenDict):
+        raise DefinitionError("raw parameters schema must be a JSON object")
+    return ArgumentsModel(frozen, _trusted, _frozen_arguments)
+
+
+# --------------------------------------------------------------------------- attrs classes
+
+_SCALAR_KINDS: dict[object, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+_NONE_TYPES = (None, type(None))
+
+
+class _Unsupported(Exception):
+    """Internal: a type with no JSON Schema in the subset; carries what was wrong."""
+
+
+def _literal_kind(values: tuple[object, ...]) -> str:
+    """The one JSON type shared by literal values (bool is never an integer)."""
+    kinds = {
+        "null" if value is None else _SCALAR_KINDS.get(type(value), "unsupported")
+        for value in values
+    }
+    if len(kinds) != 1 or "unsupported" in kinds or not values:
+        raise _Unsupported(f"literal values {list(values)!r} must all be str, int, bool or None")
+    return kinds.pop()
+
+
+class _Describer:
+    """Builds (schema, check) for a class; remembers the classes in progress (recursion)."""
+
+    def __init__(self) -> None:
+        self.active: set[type] = set()
+
+    def cls(self, cls: type, depth: int) -> tuple[dict[str, Any], Check]:
+        name = cls.__qualname__
+        if cls in self.active:
+            raise _Unsupported(f"{name} contains itself (recursive classes have no JSON Schema)")
+        try:
+            hints = typing.get_type_hints(cls, include_extras=True)
+        except Exception as error:
+            raise DefinitionError(
+                f"parameters class {name}: cannot resolve annotations ({error})"
+            ) from None
+        self.active.add(cls)
+        properties: dict[str, Any] = {}
+        checks: list[tuple[str, Check]] = []
+        required: list[str] = []
+        for field in attrs.fields(cls):
+            if not field.init:
+                continue
+            hint = hints.get(field.name, field.type)
+            try:
+                schema, check = self.hint(hint, depth + 1)
+            except _Unsupported as problem:
+                raise DefinitionError(
+                    f"parameters class {name}, field {field.name!r}: unsupported type "
+                    f"{hint!r}: {problem}"
+                ) from None
+            description = field.metadata.get("description", _annotated_description(hint))
+            if description is not None:
+                schema["description"] = description
+            if field.default is attrs.NOTHING:
+                required.append(field.name)
+            else:
+                default = field.default
+                if isinstance(default, enum.Enum):
+                    default = default.value
+                if is_lossless(default):
+                    schema["default"] = default
+            properties[field.name] = schema
+            checks.append((field.name, check))
+        self.active.discard(cls)
+        schema = {"type": "object", "properties": properties, "additionalProperties": False}
+        if required:
+            schema["required"] = required
+        return schema, object_check(required, checks, True, depth)
+
+    def hint(self, hint: Any, depth: int) -> tuple[dict[str, Any], Check]:
+        origin, args = get_origin(hint), get_args(hint)
+        if origin is Annotated:
+            return self.hint(args[0], depth)
+        if hint in _SCALAR_KINDS:
+            kind = _SCALAR_KINDS[hint]
+            return {"type": kind}, scalar_check(kind)
+        if hint in _NONE_TYPES:
+            return {"type": "null"}, scalar_check("null")
+        if origin is Literal:
+            kind = _literal_kind(args)
+            return {"type": kind, "enum": list(args)}, scalar_check(kind, args)
+        if isinstance(hint, type) and issubclass(hint, enum.Enum):
+            values = tuple(member.value for member in hint)
+            kind = _literal_kind(values)
+            return {"type": kind, "enum": list(values)}, scalar_check(kind, values)
+        if origin is list or (origin is tuple and len(args) == 2 and args[1] is Ellipsis):
+            items, check = self.hint(args[0], depth + 1)
+            return {"type": "array", "items": items}, array_check(check, depth)
+        if origin is dict and args and args[0] is str:
+            _, check = self.hint(args[1], depth + 1)
+            return {"type": "object", "additionalProperties": True}, map_check(check)
+        if origin is Union or origin is types.UnionType:
+            present = [arg for arg in args if arg not in _NONE_TYPES]
+            if len(present) == 1 and len(args) == 2:
+                schema, check = self.hint(present[0], depth)
+                return {"oneOf": [schema, {"type": "null"}]}, _or_null(check)
+            raise _Unsupported("only X | None unions are supported")
+        if isinstance(hint, type) and attrs.has(hint):
+            return self.cls(hint, depth)
+        raise _Unsupported(
+            "use str, int, float, bool, None, list, tuple, dict, Literal, Enum, "
+            "X | None or an attrs class"
+        )
+
+
+def _or_null(check: Check) -> Check:
+    """``oneOf [X, null]`` where X never accepts null: same verdict, X's precise messages."""
+
+    def nullable(value: object) -> list[Violation] | None:
+        return None if value is None else check(value)
+
+    return nullable
+
+
+def _annotated_description(hint: object) -> str | None:
+    if get_origin(hint) is Annotated:
+        return next((item for item in get_args(hint)[1:] if isinstance(item, str)), None)
+    return None
+
+
+def _class_model(cls: type[A]) -> ArgumentsModel[A]:
+    try:
+        schema, check = _Describer().cls(cls, 0)
+    except _Unsupported as problem:
+        raise DefinitionError(f"parameters class {cls.__qualname__}: {problem}") from None
+    assert_supported_json_schema(schema)
+    structure = _converter.get_structure_hook(cls)
+
+    def build(arguments: object) -> A:
+        try:
+            return structure(arguments, cls)  # type: ignore[no-any-return]
+        except Exception as error:  # the class's own validators refused the arguments
+            raise ToolArgsError([f'"arguments" rejected by {cls.__qualname__}: {error}']) from None
+
+    return ArgumentsModel(FrozenDict(schema), finish(check, ""), build)

@@ -1,0 +1,220 @@
+"""The typed schema DSL: per-property specs with ``required: True``, compiled to JSON Schema.
+
+Tool authors describe parameters as a mapping of property specs::
+
+    {"path": {"type": "string", "required": True, "description": "Absolute path"},
+     "limit": {"type": "integer", "default": 25}}
+
+which compiles to ``{"type": "object", "properties": {...}, "required": ["path"]}``. The
+vocabulary is JSON Schema's own words (so the spec reads like what the model sees) plus
+``required: True`` per property and the author-only type ``"json"`` (any JSON value).
+
+Author mistakes are reported one at a time with a DSL path (``parameters.tags.items.type
+...``): the first problem is usually the cause of the rest. The compiled schema then passes
+:func:`~dsh_tools.jsonschema.assert_supported_json_schema`, which reports everything left.
+An explicit nested ``{"type": "object"}`` is open unless it says ``additionalProperties:
+False`` (JSON Schema's default); the implicit parameter root is always open.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, NoReturn, TypeAlias, TypedDict
+
+from .errors import JsonSchemaError
+from .json import MAX_DEPTH, FrozenDict
+from .jsonschema import (
+    ANNOTATIONS,
+    MAX_NODE_DEPTH,
+    SCALAR_TYPES,
+    annotation_violations,
+    assert_supported_json_schema,
+    compile_validator,
+    is_record,
+)
+
+__all__ = [
+    "PropertySpec",
+    "Scalar",
+    "SchemaSpec",
+    "ValueSpec",
+    "ValueType",
+    "schema_spec_to_json_schema",
+    "validate_args",
+    "value_spec_to_json_schema",
+]
+
+Scalar: TypeAlias = "str | int | float | bool | None"
+"""A JSON scalar, the only kind of value ``enum`` and ``const`` may hold."""
+
+ValueType: TypeAlias = Literal[
+    "string", "number", "integer", "boolean", "null", "array", "object", "json"
+]
+"""The DSL's ``type`` words; ``json`` is author-only and means "any JSON value"."""
+
+
+class ValueSpec(TypedDict, total=False):
+    """One value: a ``type`` (or ``oneOf``) with the keywords that type allows."""
+
+    type: ValueType
+    oneOf: Sequence[ValueSpec]
+    enum: Sequence[Scalar]
+    const: Scalar
+    items: ValueSpec
+    properties: Mapping[str, PropertySpec]
+    additionalProperties: bool
+    description: str
+    title: str
+    default: object
+    examples: Sequence[object]
+
+
+class PropertySpec(ValueSpec, total=False):
+    """A property of an object: a value spec that may also say ``required: True``."""
+
+    required: Literal[True]
+
+
+SchemaSpec: TypeAlias = Mapping[str, PropertySpec]
+"""A tool's parameters: property name -> property spec (an implicit open object root)."""
+
+_TYPE_WORDS = ("string", "number", "integer", "boolean", "null", "array", "object", "json")
+_VOCABULARY: dict[str, frozenset[str]] = {
+    **{kind: frozenset({"type", "enum", "const"}) for kind in SCALAR_TYPES},
+    "array": frozenset({"type", "items"}),
+    "object": frozenset({"type", "properties", "additionalProperties"}),
+    "json": frozenset({"type"}),
+    "oneOf": frozenset({"oneOf"}),
+}
+
+
+def _fail(violation: str) -> NoReturn:
+    raise JsonSchemaError([violation])
+
+
+def _is_scalar(value: object) -> bool:
+    kind = type(value)
+    if kind is float:
+        return math.isfinite(value)  # type: ignore[arg-type]
+    return value is None or kind is str or kind is int or kind is bool
+
+
+class _Compiler:
+    """One compilation: tracks the specs being compiled so a cycle is named, not looped."""
+
+    def __init__(self) -> None:
+        self.active: set[int] = set()
+
+    def value(self, spec: object, path: str, depth: int, is_property: bool) -> dict[str, Any]:
+        if not is_record(spec):
+            _fail(f"{path} must be a value schema object")
+        assert isinstance(spec, dict)
+        if id(spec) in self.active:
+            _fail(f"{path} is circular")
+        if depth > MAX_NODE_DEPTH:
+            _fail(f"{path} nests deeper than {MAX_DEPTH} levels")
+        if "required" in spec:
+            if not is_property:
+                _fail(f"{path}.required is not supported by the value schema DSL")
+            if spec["required"] is not True:
+                _fail(f"{path}.required must be true when present")
+        if "oneOf" in spec:
+            if "type" in spec:
+                _fail(f"{path} cannot declare both type and oneOf")
+            kind = "oneOf"
+        else:
+            word = spec.get("type")
+            if not isinstance(word, str) or word not in _TYPE_WORDS:
+                _fail(f"{path}.type must be {'/'.join(_TYPE_WORDS)}, or use oneOf")
+            kind = word
+        allowed = _VOCABULARY[kind]
+        for key in spec:
+            if key not in allowed and key not in ANNOTATIONS and key != "required":
+                _fail(f"{path}.{key} is not supported by the value schema DSL")
+        for problem in annotation_violations(spec, path, depth):
+            _fail(problem)
+
+        self.active.add(id(spec))
+        out: dict[str, Any] = {}
+        required: list[str] = []
+        for key, item in spec.items():
+            if key == "required" or (key == "type" and kind == "json"):
+                continue
+            if key == "items":
+                out[key] = self.value(item, f"{path}.items", depth + 1, False)
+            elif key == "properties":
+                out[key] = self.properties(item, f"{path}.properties", depth + 1, required)
+            elif key == "oneOf":
+                if not isinstance(item, (list, tuple)) or len(item) < 2:
+                    _fail(f"{path}.oneOf must be an array of at least two value schemas")
+                out[key] = [
+                    self.value(branch, f"{path}.oneOf[{index}]", depth + 2, False)
+                    for index, branch in enumerate(item)
+                ]
+            elif key == "enum":
+                if (
+                    not isinstance(item, (list, tuple))
+                    or not item
+                    or not all(map(_is_scalar, item))
+                ):
+                    _fail(f"{path}.enum must be a non-empty array of scalar values")
+                out[key] = list(item)
+            elif key == "additionalProperties":
+                if type(item) is not bool:
+                    _fail(f"{path}.additionalProperties must be explicitly true or false")
+                out[key] = item
+            else:
+                out[key] = item
+        if required:
+            out["required"] = required
+        self.active.discard(id(spec))
+        return out
+
+    def properties(
+        self, specs: object, path: str, depth: int, required: list[str]
+    ) -> dict[str, Any]:
+        """Compile a property map; names marked ``required: True`` go to ``required``."""
+        if not is_record(specs):
+            _fail(f"{path} must be an object of value schemas")
+        assert isinstance(specs, dict)
+        out = {}
+        for name, spec in specs.items():
+            out[name] = self.value(spec, f"{path}.{name}", depth + 1, True)
+            if spec.get("required") is True:
+                required.append(name)
+        return out
+
+
+def _checked(schema: dict[str, Any]) -> FrozenDict:
+    assert_supported_json_schema(schema)
+    return FrozenDict(schema)
+
+
+def schema_spec_to_json_schema(spec: SchemaSpec | object) -> FrozenDict:
+    """Compile a parameter spec to the model-facing JSON Schema (an open object root).
+
+    Raises :class:`~dsh_tools.errors.JsonSchemaError` for a bad spec (paths start at
+    ``parameters``).
+    """
+    required: list[str] = []
+    properties = _Compiler().properties(spec, "parameters", 1, required)
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+    return _checked(schema)
+
+
+def value_spec_to_json_schema(spec: ValueSpec | object) -> FrozenDict:
+    """Compile one value spec to JSON Schema (paths in errors start at ``schema``)."""
+    return _checked(_Compiler().value(spec, "schema", 0, False))
+
+
+def validate_args(spec: SchemaSpec | object, args: object) -> list[str]:
+    """The violations of ``args`` against a parameter spec, ``[]`` when valid.
+
+    Never raises because of ``args``; raises :class:`~dsh_tools.errors.JsonSchemaError`
+    for a bad spec. Compiles on every call: for a hot path use
+    :func:`dsh_tools.arguments.arguments_model` once and call its ``violations``.
+    """
+    return compile_validator(schema_spec_to_json_schema(spec), root="")(args)
