@@ -1,0 +1,417 @@
+"""Find tools, guards and plugins that other distributions ship, and load them at startup.
+
+Three entry point groups, whose names are stable (they are the contract with plugin
+authors, so they are module constants and never change):
+
+``dsh_tools.tools`` (:data:`TOOLS_GROUP`)
+    names a :class:`~dsh_tools.ToolDefinition`, an iterable of them (a module-level list
+    or tuple), or a zero-argument callable returning one or an iterable of them.
+``dsh_tools.guards`` (:data:`GUARDS_GROUP`)
+    names a guard function ``fn(execution) -> str | None``, added with
+    ``registry.guard``.
+``dsh_tools.plugins`` (:data:`PLUGINS_GROUP`)
+    names a pluggy plugin implementing ``dsh_tools_*`` hooks: a module, an object, or a
+    class (instantiated once with no arguments, so its hookimpls can be ordinary methods).
+
+:func:`load_plugins` is the only place that discovers or imports them; importing
+``dsh_tools`` never does. We do not use pluggy's ``load_setuptools_entrypoints``: it stops
+at the first broken plugin with a bare ``ImportError`` that does not say which
+distribution shipped it. Here every entry point is tried, each failure is reported with
+its distribution, version, entry point and cause, and blocked entry points are never
+imported at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Final, Literal
+
+import attrs
+
+from .errors import PluginError
+from .models import ToolDefinition
+
+if TYPE_CHECKING:
+    from importlib_metadata import EntryPoint
+
+    from .registry import ToolRegistry
+
+__all__ = [
+    "BLOCK_ENV_VAR",
+    "GROUPS",
+    "GUARDS_GROUP",
+    "LoadReport",
+    "PLUGINS_GROUP",
+    "PluginFailure",
+    "PluginKind",
+    "PluginRecord",
+    "TOOLS_GROUP",
+    "load_plugins",
+]
+
+logger = logging.getLogger("dsh_tools")
+
+TOOLS_GROUP: Final = "dsh_tools.tools"
+"""Entry point group for tool definitions."""
+
+GUARDS_GROUP: Final = "dsh_tools.guards"
+"""Entry point group for guard functions."""
+
+PLUGINS_GROUP: Final = "dsh_tools.plugins"
+"""Entry point group for pluggy plugins implementing ``dsh_tools_*`` hooks."""
+
+BLOCK_ENV_VAR: Final = "DSH_TOOLS_BLOCK_PLUGINS"
+"""Comma-separated entry point names (or ``dist:<distribution>``) never to import."""
+
+PluginKind = Literal["tools", "guards", "plugins"]
+
+GROUPS: Final[Mapping[PluginKind, str]] = {
+    "tools": TOOLS_GROUP,
+    "guards": GUARDS_GROUP,
+    "plugins": PLUGINS_GROUP,
+}
+"""Each kind and its entry point group, in the order :func:`load_plugins` loads them."""
+
+_DIST_PREFIX = "dist:"
+_UNKNOWN = "unknown"
+
+Disposer = Callable[[], None]
+
+
+@attrs.frozen
+class PluginRecord:
+    """One entry point that loaded: where it came from and what it added."""
+
+    name: str
+    kind: PluginKind
+    distribution: str
+    version: str
+    entry_point: str
+    tools: tuple[str, ...] = ()
+    hooks: tuple[str, ...] = ()
+
+    @property
+    def group(self) -> str:
+        """The entry point group (``dsh_tools.<kind>``)."""
+        return GROUPS[self.kind]
+
+
+@attrs.frozen
+class PluginFailure:
+    """One entry point that could not be loaded, and why; nothing of it stays registered."""
+
+    name: str
+    kind: PluginKind
+    distribution: str
+    version: str
+    entry_point: str
+    error: str
+
+    @property
+    def group(self) -> str:
+        """The entry point group (``dsh_tools.<kind>``)."""
+        return GROUPS[self.kind]
+
+    @property
+    def message(self) -> str:
+        """One line naming distribution, version, entry point (as in entry_points.txt), cause."""
+        return (
+            f"{self.distribution} {self.version}: entry point "
+            f"[{self.group}] {self.name} = {self.entry_point}: {self.error}"
+        )
+
+
+@attrs.frozen
+class LoadReport:
+    """What one :func:`load_plugins` call found: loaded, failed and blocked entry points.
+
+    ``loaded`` also lists entry points an earlier call loaded into the same registry.
+    ``blocked`` holds the names of entry points skipped, unimported, because of ``block``
+    or :data:`BLOCK_ENV_VAR`.
+    """
+
+    loaded: tuple[PluginRecord, ...] = ()
+    failed: tuple[PluginFailure, ...] = ()
+    blocked: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """True when no entry point failed."""
+        return not self.failed
+
+    def format(self) -> str:
+        """A plain-text table, one row per entry point, then blocked names and a summary."""
+        header = ("STATUS", "KIND", "NAME", "DISTRIBUTION", "VERSION", "ENTRY POINT", "DETAILS")
+        rows = [
+            ("loaded", r.kind, r.name, r.distribution, r.version, r.entry_point, _provides(r))
+            for r in self.loaded
+        ]
+        rows += [
+            ("failed", f.kind, f.name, f.distribution, f.version, f.entry_point, f.error)
+            for f in self.failed
+        ]
+        lines = []
+        if rows:
+            widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+            for row in [header, *rows]:
+                cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
+                lines.append("  ".join(cells).rstrip())
+        else:
+            lines.append("no plugins loaded")
+        if self.blocked:
+            lines.append(f"blocked: {', '.join(self.blocked)}")
+        lines.append(
+            f"{len(self.loaded)} loaded, {len(self.failed)} failed, {len(self.blocked)} blocked"
+        )
+        return "\n".join(lines)
+
+
+def _provides(record: PluginRecord) -> str:
+    parts = []
+    if record.tools:
+        parts.append(f"tools: {', '.join(record.tools)}")
+    if record.hooks:
+        parts.append(f"hooks: {', '.join(record.hooks)}")
+    return "; ".join(parts) or "-"
+
+
+class _LoadFailure(Exception):
+    """Internal: why one entry point failed; becomes a :class:`PluginFailure`."""
+
+
+_Key = tuple[str, str, str, str]
+"""(group, entry point name, value, normalized distribution name)."""
+
+_LOADED: weakref.WeakKeyDictionary[ToolRegistry, dict[_Key, PluginRecord]] = (
+    weakref.WeakKeyDictionary()
+)
+"""What each registry already got from entry points, so loading twice is a no-op."""
+
+
+def load_plugins(
+    registry: ToolRegistry,
+    *,
+    block: Iterable[str] = (),
+    only: Iterable[str] | None = None,
+    strict: bool = False,
+) -> LoadReport:
+    """Discover the ``dsh_tools.*`` entry points and register them into ``registry``.
+
+    Entry point names in ``block`` (and in the comma-separated :data:`BLOCK_ENV_VAR`) are
+    skipped without being imported; ``dist:<distribution>`` blocks every entry point of a
+    distribution. ``only``, when given, restricts loading to the names (or ``dist:``
+    selectors) it lists. An entry point this registry already got from an earlier call
+    is not loaded again, so the call is idempotent.
+
+    Each entry point is all-or-nothing. A failing one is logged (logger ``dsh_tools``)
+    and listed in the report while the others still load. With ``strict=True`` a failure
+    instead undoes every registration this call made and raises one
+    :class:`~dsh_tools.PluginError` that lists every failure.
+    """
+    import importlib_metadata
+
+    blocked_selectors = _Selectors.parse([*block, *os.environ.get(BLOCK_ENV_VAR, "").split(",")])
+    wanted = None if only is None else _Selectors.parse(only)
+    known = _LOADED.setdefault(registry, {})
+    discovered = importlib_metadata.entry_points()
+
+    loaded: list[PluginRecord] = []
+    failed: list[PluginFailure] = []
+    blocked: list[str] = []
+    fresh: dict[_Key, PluginRecord] = {}
+    disposers: list[Disposer] = []
+    for kind, group in GROUPS.items():
+        for entry_point in discovered.select(group=group):
+            distribution, version = _origin(entry_point)
+            key = (group, entry_point.name, entry_point.value, _normalize(distribution))
+            if key in known:
+                loaded.append(known[key])
+            elif blocked_selectors.match(entry_point.name, distribution):
+                if entry_point.name not in blocked:
+                    blocked.append(entry_point.name)
+            elif wanted is None or wanted.match(entry_point.name, distribution):
+                try:
+                    tools, hooks, disposer = _LOADERS[kind](registry, entry_point)
+                except _LoadFailure as exc:
+                    failed.append(
+                        PluginFailure(
+                            entry_point.name,
+                            kind,
+                            distribution,
+                            version,
+                            entry_point.value,
+                            str(exc),
+                        )
+                    )
+                    continue
+                record = PluginRecord(
+                    entry_point.name,
+                    kind,
+                    distribution,
+                    version,
+                    entry_point.value,
+                    tools,
+                    hooks,
+                )
+                loaded.append(record)
+                fresh[key] = record
+                disposers.append(disposer)
+
+    if strict and failed:
+        _dispose_all(disposers)
+        lines = "\n".join(f"  - {failure.message}" for failure in failed)
+        raise PluginError(
+            f"{len(failed)} plugin entry point(s) failed to load; "
+            f"nothing was registered (strict mode):\n{lines}"
+        )
+    known.update(fresh)
+    for failure in failed:
+        logger.warning("plugin not loaded: %s", failure.message)
+    return LoadReport(tuple(loaded), tuple(failed), tuple(blocked))
+
+
+# --------------------------------------------------------------------------- selection
+
+
+def _normalize(distribution: str) -> str:
+    """PEP 503 normalization, so ``dist:My_Plugin`` matches ``my-plugin``."""
+    return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
+@attrs.frozen
+class _Selectors:
+    """Entry point names plus normalized ``dist:`` distribution names."""
+
+    names: frozenset[str]
+    distributions: frozenset[str]
+
+    @classmethod
+    def parse(cls, items: Iterable[str]) -> _Selectors:
+        names: set[str] = set()
+        distributions: set[str] = set()
+        for item in (raw.strip() for raw in items):
+            if item.startswith(_DIST_PREFIX):
+                distributions.add(_normalize(item[len(_DIST_PREFIX) :].strip()))
+            elif item:
+                names.add(item)
+        return cls(frozenset(names), frozenset(distributions))
+
+    def match(self, name: str, distribution: str) -> bool:
+        return name in self.names or _normalize(distribution) in self.distributions
+
+
+def _origin(entry_point: EntryPoint) -> tuple[str, str]:
+    dist = entry_point.dist
+    if dist is None:
+        return _UNKNOWN, _UNKNOWN
+    return dist.name, dist.version
+
+
+# --------------------------------------------------------------------------- loading
+
+_Loaded = tuple[tuple[str, ...], tuple[str, ...], Disposer]
+"""(tool names, hook names, disposer undoing every registration of the entry point)."""
+
+
+def _cause(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _import(entry_point: EntryPoint) -> object:
+    try:
+        return entry_point.load()
+    except Exception as exc:
+        raise _LoadFailure(f"import failed: {_cause(exc)}") from exc
+
+
+def _type_name(value: object) -> str:
+    return type(value).__qualname__
+
+
+def _dispose_all(disposers: list[Disposer]) -> None:
+    """Undo in reverse order, so each disposer sees the state it was made in."""
+    for dispose in reversed(disposers):
+        dispose()
+
+
+def _load_tools(registry: ToolRegistry, entry_point: EntryPoint) -> _Loaded:
+    definitions = _tool_definitions(_import(entry_point))
+    disposers: list[Disposer] = []
+    for definition in definitions:
+        try:
+            disposers.append(registry.register(definition))
+        except Exception as exc:
+            _dispose_all(disposers)
+            raise _LoadFailure(
+                f'registering tool "{definition.name}" failed: {_cause(exc)}'
+            ) from exc
+    return tuple(d.name for d in definitions), (), lambda: _dispose_all(disposers)
+
+
+def _tool_definitions(target: object) -> tuple[ToolDefinition[object], ...]:
+    produced = target
+    if callable(target) and not isinstance(target, ToolDefinition):
+        try:
+            produced = target()
+        except Exception as exc:
+            raise _LoadFailure(f"calling {_callable_name(target)}() raised {_cause(exc)}") from exc
+    if isinstance(produced, ToolDefinition):
+        return (produced,)
+    if isinstance(produced, (str, bytes, Mapping)) or not isinstance(produced, Iterable):
+        raise _LoadFailure(
+            "expected a ToolDefinition, an iterable of them, or a zero-argument callable "
+            f"returning them; got {_type_name(produced)}"
+        )
+    try:
+        items = tuple(produced)
+    except Exception as exc:
+        raise _LoadFailure(f"iterating the tools raised {_cause(exc)}") from exc
+    for index, item in enumerate(items):
+        if not isinstance(item, ToolDefinition):
+            raise _LoadFailure(f"item {index} is a {_type_name(item)}, not a ToolDefinition")
+    return items
+
+
+def _callable_name(target: object) -> str:
+    return str(getattr(target, "__qualname__", _type_name(target)))
+
+
+def _load_guard(registry: ToolRegistry, entry_point: EntryPoint) -> _Loaded:
+    guard = _import(entry_point)
+    if isinstance(guard, type) or not callable(guard):
+        raise _LoadFailure(
+            f"expected a guard function fn(execution) -> str | None, got {_type_name(guard)}"
+        )
+    try:
+        disposer = registry.guard(guard)
+    except Exception as exc:
+        raise _LoadFailure(f"registering the guard failed: {_cause(exc)}") from exc
+    return (), ("dsh_tools_guard",), disposer
+
+
+def _load_plugin(registry: ToolRegistry, entry_point: EntryPoint) -> _Loaded:
+    plugin = _import(entry_point)
+    if isinstance(plugin, type):
+        try:
+            plugin = plugin()
+        except Exception as exc:
+            raise _LoadFailure(
+                f"instantiating {_callable_name(plugin)}() raised {_cause(exc)}"
+            ) from exc
+    try:
+        disposer = registry.add_plugin(plugin, name=entry_point.name)
+    except Exception as exc:
+        raise _LoadFailure(f"registering the plugin failed: {_cause(exc)}") from exc
+    callers = registry.plugin_manager.get_hookcallers(plugin) or []
+    return (), tuple(sorted(caller.name for caller in callers)), disposer
+
+
+_LOADERS: Final[Mapping[PluginKind, Callable[[ToolRegistry, EntryPoint], _Loaded]]] = {
+    "tools": _load_tools,
+    "guards": _load_guard,
+    "plugins": _load_plugin,
+}
