@@ -1,0 +1,1 @@
+"""Bridges between the registry and the wire formats of model providers and protocols."""
