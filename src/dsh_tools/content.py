@@ -16,7 +16,14 @@ from typing import Any
 import attrs
 
 from .errors import JsonValueError
-from .json import FrozenDict, FrozenList, snapshot
+from .json import (
+    FrozenDict,
+    FrozenList,
+    JsonValue,
+    snapshot,
+    trusted_frozen_dict,
+    trusted_frozen_list,
+)
 
 __all__ = [
     "ContentLike",
@@ -35,7 +42,7 @@ class TextContent:
     text: str = attrs.field(validator=attrs.validators.instance_of(str))
 
     def to_json(self) -> FrozenDict:
-        return _block({"type": "text", "text": self.text})
+        return _text_block(self.text)
 
 
 def _check_base64(instance: ImageContent, attribute: attrs.Attribute[str], value: str) -> None:
@@ -60,28 +67,42 @@ ContentLike = TextContent | ImageContent | str | dict[str, Any] | FrozenDict
 """What authors may put where content is expected: typed blocks, raw block dicts, or text."""
 
 
+def _text_block(text: str) -> FrozenDict:
+    return trusted_frozen_dict({"type": "text", "text": str.__str__(text)})
+
+
+def _is_frozen_blocks(content: object) -> bool:
+    return type(content) is FrozenList and all(
+        type(block) is FrozenDict and type(block.get("type")) is str for block in content
+    )
+
+
 def _block(data: dict[str, Any]) -> FrozenDict:
     frozen = snapshot(data, "content")
     assert isinstance(frozen, FrozenDict)
     return frozen
 
 
-def content_blocks(content: str | Iterable[ContentLike], label: str = "content") -> FrozenList:
+def content_blocks(
+    content: str | Iterable[ContentLike] | FrozenList, label: str = "content"
+) -> FrozenList:
     """Frozen wire blocks from text, typed blocks or block dicts.
 
     A bare string is one text block. Dicts must be JSON objects with a string ``type``;
     their other keys are not checked, so provider-specific blocks pass through.
     """
+    if _is_frozen_blocks(content):
+        return content  # type: ignore[return-value]
     if isinstance(content, str):
-        content = [content]
+        return trusted_frozen_list([_text_block(content)])
     if isinstance(content, (dict, bytes)) or not isinstance(content, Iterable):
         raise JsonValueError(label, "must be a string or a list of content blocks")
-    blocks: list[FrozenDict] = []
+    blocks: list[JsonValue] = []
     for index, item in enumerate(content):
         if isinstance(item, (TextContent, ImageContent)):
             blocks.append(item.to_json())
         elif isinstance(item, str):
-            blocks.append(_block({"type": "text", "text": item}))
+            blocks.append(_text_block(item))
         elif isinstance(item, dict):
             frozen = snapshot(item, f"{label}[{index}]")
             assert isinstance(frozen, FrozenDict)
@@ -93,7 +114,7 @@ def content_blocks(content: str | Iterable[ContentLike], label: str = "content")
                 f"{label}[{index}]",
                 f"is of type {type(item).__qualname__}; expected a content block or text",
             )
-    return FrozenList(blocks)
+    return trusted_frozen_list(blocks)
 
 
 def content_text(blocks: Iterable[Any]) -> str:

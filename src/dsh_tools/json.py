@@ -105,6 +105,16 @@ _new_dict = dict.__new__
 _fill_dict = dict.update
 
 
+def trusted_frozen_dict(items: dict[str, JsonValue]) -> FrozenDict:
+    """Wrap items that are already frozen JSON; internal fast path, no checks."""
+    return _frozen_dict(items)
+
+
+def trusted_frozen_list(items: list[JsonValue]) -> FrozenList:
+    """Wrap items that are already frozen JSON; internal fast path, no checks."""
+    return _frozen_list(items)
+
+
 def _frozen_dict(items: dict[str, JsonValue]) -> FrozenDict:
     result = _new_dict(FrozenDict)
     _fill_dict(result, items)
@@ -237,11 +247,12 @@ def thaw(value: object) -> Any:
     return _thaw(snapshot(value))
 
 
+_ENCODER = _stdlib_json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def dumps(value: object) -> str:
     """Compact JSON text for a lossless JSON value (non-ASCII kept as is)."""
-    return _stdlib_json.dumps(
-        snapshot(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False
-    )
+    return _ENCODER.encode(snapshot(value))
 
 
 def _reject_constant(name: str) -> NoReturn:

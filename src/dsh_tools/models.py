@@ -198,7 +198,15 @@ class Ask:
 
 PreExecuteDecision = Allow | Deny | Ask
 
-_UNSET: Any = attrs.NOTHING
+
+class _Unset:
+    """Marks an ``Accept`` that does not replace the value (``None`` is a valid value)."""
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET: Any = _Unset()
 
 
 @attrs.frozen

@@ -1,0 +1,699 @@
+"""One call through the five stages. The only module that runs them.
+
+Order: materialize arguments → pre-execute (+ approval for ``Ask``) → guards →
+``dsh_tools_execute`` wrappers around the body → post-execute → ``finalize_content`` →
+result observers. Each outcome takes one of two paths afterwards:
+
+* the *post path* (successes, body failures, denials, cancellation before dispatch) still
+  passes post-execute;
+* the *final path* (non-JSON arguments, a pre-aborted call, a failing policy stage or
+  wrapper) skips it.
+
+Both end in ``finalize_content`` (once, when the tool was visible at entry) and the result
+observers (exactly once). Nothing a tool or plugin does escapes as an exception except the
+caller's own native task cancellation, which is re-raised after the observers ran.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import anyio
+import attrs
+
+from .cancel import NEVER_CANCELLED, CancelSignal, CancelSource, linked_source
+from .content import (
+    ContentLike,
+    ContextMessage,
+    ImageContent,
+    TextContent,
+    content_blocks,
+    content_text,
+)
+from .errors import DshToolsError, ErrorCode, JsonValueError, ToolOutputError
+from .hookspecs import Dispatch
+from .json import JsonValue, dumps, snapshot
+from .models import (
+    Accept,
+    Allow,
+    ApprovalOutcome,
+    ApprovalRequest,
+    ApprovalService,
+    Ask,
+    Block,
+    Deny,
+    ExecutionToken,
+    ToolDefinition,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    failure_result,
+)
+
+__all__ = ["Plan", "StageImpl", "ToolEntry", "ToolRunContext", "run_call"]
+
+logger = logging.getLogger("dsh_tools")
+
+Validator = Callable[[object], list[str]]
+
+_TIMEOUT = "timeout"
+
+
+@attrs.frozen
+class ToolEntry:
+    """A registered definition with what registration derived from it once."""
+
+    definition: ToolDefinition[Any]
+    output_validator: Validator | None
+    schema: Any = attrs.field(init=False)
+    synchronous: bool = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        definition = self.definition
+        object.__setattr__(self, "schema", definition.schema())
+        object.__setattr__(
+            self,
+            "synchronous",
+            not inspect.iscoroutinefunction(definition.execute) and definition.timeout_ms is None,
+        )
+
+
+@attrs.frozen
+class StageImpl:
+    """One implementation of a decision or observer stage, bound to positional args."""
+
+    function: Callable[..., Any]
+    label: str
+    is_async: bool
+
+
+@attrs.frozen
+class Plan:
+    """Everything a call by one agent needs, computed once until the registry changes."""
+
+    agent_path: tuple[str, ...]
+    tools: Mapping[str, ToolEntry]
+    pre: tuple[StageImpl, ...]
+    guards: tuple[StageImpl, ...]
+    post: tuple[StageImpl, ...]
+    result: tuple[StageImpl, ...]
+    execute_caller: Any
+    builtin: dict[ExecutionToken, Dispatch]
+    resolve: Callable[[str], ToolEntry | None]
+    approval: ApprovalService | None
+    approval_async: bool
+    default_timeout_ms: float | None
+    synchronous: bool = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        stages = (*self.pre, *self.post, *self.result)
+        synchronous = (
+            self.execute_caller is None
+            and not any(impl.is_async for impl in stages)
+            and not self.approval_async
+            and self.default_timeout_ms is None
+        )
+        object.__setattr__(self, "synchronous", synchronous)
+
+
+class ToolRunContext:
+    """What a tool body gets besides its arguments: the call, its signal, and two levers.
+
+    ``signal`` fires when the caller cancels (or a timeout or wrapper does); an ``async``
+    body is also interrupted at its next ``await``.
+    """
+
+    __slots__ = ("_concluded", "_contexts", "execution", "signal")
+
+    def __init__(self, execution: ToolExecution, signal: CancelSignal) -> None:
+        self.execution = execution
+        self.signal = signal
+        self._contexts: list[ContextMessage] = []
+        self._concluded = False
+
+    def defer_context(self, message: str | ContentLike | ContextMessage) -> None:
+        """Queue a user-role message for the next model turn (kept on the result)."""
+        if not isinstance(message, ContextMessage):
+            blocks = message if isinstance(message, str) else [message]
+            message = ContextMessage(
+                id=f"{self.execution.call_id}:context:{len(self._contexts) + 1}",
+                content=blocks,
+                source=self.execution.name,
+            )
+        self._contexts.append(message)
+
+    def conclude_turn(self) -> None:
+        """Ask the host to end the agent's turn after this call, if it succeeds."""
+        self._concluded = True
+
+
+class _StageFailed(Exception):
+    """Internal: a policy stage failed; carries the finished failure (final path)."""
+
+    def __init__(self, result: ToolExecutionFailure) -> None:
+        super().__init__(result.error.message)
+        self.result = result
+
+
+def _message(error: BaseException) -> str:
+    try:
+        text = error.message if isinstance(error, DshToolsError) else str(error)
+    except Exception:
+        return "<unprintable thrown value>"
+    return text or type(error).__name__
+
+
+def _from_exception(
+    error: BaseException,
+    default_code: ErrorCode,
+    prefix: str = "",
+    contexts: tuple[ContextMessage, ...] = (),
+) -> ToolExecutionFailure:
+    code = error.code if isinstance(error, DshToolsError) else default_code.value
+    return failure_result(
+        prefix + _message(error), code, name=type(error).__name__, contexts=contexts
+    )
+
+
+def _is_native_cancellation(error: BaseException) -> bool:
+    return not isinstance(error, (Exception, KeyboardInterrupt, SystemExit, GeneratorExit))
+
+
+class _Call:
+    """The state of one ``execute()``: read once at entry, shared by every stage."""
+
+    def __init__(self, plan: Plan, call: ToolExecutionInput, asynchronous: bool) -> None:
+        self.plan = plan
+        self.asynchronous = asynchronous
+        self.name = call.name
+        self.signal = call.signal
+        self.entry = plan.tools.get(call.name)
+        self.execution: ToolExecution
+        self.arguments_error: JsonValueError | None = None
+        try:
+            arguments = snapshot(call.arguments, "arguments")
+        except JsonValueError as error:
+            arguments, self.arguments_error = None, error
+        if arguments is not None and not isinstance(arguments, dict):
+            self.arguments_error = JsonValueError("arguments", "must be a JSON object")
+            arguments = None
+        self.execution = ToolExecution(
+            token=ExecutionToken(),
+            call_id=call.call_id,
+            name=call.name,
+            arguments=arguments,
+            agent=call.agent,
+            parent=call.parent,
+            root_call_id=call.root_call_id or call.call_id,
+            signal=call.signal,
+        )
+        self.body_started = False
+        self.concluded = False
+        self.contexts: tuple[ContextMessage, ...] = ()
+        self.produced: list[ToolExecutionResult] = []
+        self.parsed: Any = None
+
+    # -------------------------------------------------------------- helpers
+
+    async def settle(self, value: Any) -> Any:
+        if self.asynchronous and inspect.isawaitable(value):
+            return await value
+        return value
+
+    def cancelled(self) -> bool:
+        return self.signal is not None and self.signal.cancelled
+
+    def aborted(self) -> ToolExecutionFailure:
+        if self.body_started:
+            return failure_result("tool call aborted", ErrorCode.ABORTED, contexts=self.contexts)
+        return failure_result(
+            "tool call aborted before dispatch",
+            ErrorCode.ABORTED_BEFORE_DISPATCH,
+            contexts=self.contexts,
+        )
+
+    def denied(self, reason: str) -> ToolExecutionFailure:
+        return failure_result(reason, ErrorCode.DENIED)
+
+    # -------------------------------------------------------------- the run
+
+    async def run(self) -> ToolExecutionResult:
+        try:
+            result, post = await self.decide_and_dispatch()
+            if post:
+                result = await self.post_execute(result)
+        except _StageFailed as failed:
+            result = failed.result
+        except BaseException as error:
+            if not _is_native_cancellation(error):
+                raise
+            result = self.aborted()
+            with anyio.CancelScope(shield=True):
+                result = await self.finish(result)
+            raise
+        return await self.finish(result)
+
+    async def decide_and_dispatch(self) -> tuple[ToolExecutionResult, bool]:
+        if self.arguments_error is not None:
+            message = (
+                "tool execution arguments must be losslessly JSON-serializable: "
+                f"{self.arguments_error.message}"
+            )
+            return failure_result(message, ErrorCode.INVALID_JSON), False
+        if self.cancelled():
+            return self.aborted(), False
+        decision = await self.pre_execute()
+        if isinstance(decision, Ask):
+            answer = await self.ask(decision)
+            if answer is None:
+                return self.aborted(), True
+            decision = answer
+        if isinstance(decision, Deny):
+            return self.denied(decision.reason), True
+        reason = self.guards()
+        if reason is not None:
+            return self.denied(reason), True
+        if self.cancelled():
+            return self.aborted(), True
+        result = await self.dispatch()
+        if self.cancelled() and not result.is_error:
+            result = self.aborted()
+        return result, True
+
+    async def pre_execute(self) -> Allow | Deny | Ask:
+        for impl in self.plan.pre:
+            try:
+                decision = await self.settle(impl.function(self.execution))
+            except Exception as error:
+                raise _StageFailed(
+                    _from_exception(
+                        error, ErrorCode.POLICY_ERROR, f"pre-execute {impl.label} failed: "
+                    )
+                ) from None
+            if decision is None:
+                continue
+            if isinstance(decision, (Allow, Deny, Ask)):
+                return decision
+            raise _StageFailed(
+                failure_result(
+                    f"pre-execute {impl.label} returned {decision!r}; "
+                    "expected Allow(), Deny(reason), Ask(reason) or None",
+                    ErrorCode.POLICY_ERROR,
+                )
+            )
+        return Allow()
+
+    async def ask(self, ask: Ask) -> Allow | Deny | None:
+        """Route an ``Ask`` to the approval service; ``None`` means the caller cancelled."""
+        name = self.name
+        service = self.plan.approval
+        if service is None:
+            return Deny(
+                ask.reason
+                or f'tool "{name}" requires approval, but no approval service is configured'
+            )
+        if self.execution.agent is None:
+            return Deny(
+                f'tool "{name}" requires approval, but the call has no agent to route it through'
+            )
+        request = ApprovalRequest(
+            agent=self.execution.agent,
+            tool_name=name,
+            call_id=self.execution.call_id,
+            arguments=self.execution.arguments,  # type: ignore[arg-type]
+            reason=ask.reason,
+            signal=self.signal,
+        )
+        try:
+            outcome = await self.settle(service.request(request))
+        except Exception as error:
+            raise _StageFailed(
+                _from_exception(error, ErrorCode.POLICY_ERROR, "approval service failed: ")
+            ) from None
+        try:
+            outcome = ApprovalOutcome(outcome)
+        except ValueError:
+            raise _StageFailed(
+                failure_result(
+                    f"approval service returned {outcome!r}; expected one of "
+                    + ", ".join(repr(o.value) for o in ApprovalOutcome),
+                    ErrorCode.POLICY_ERROR,
+                )
+            ) from None
+        if outcome is ApprovalOutcome.ALLOWED_ONCE:
+            return None if self.cancelled() else Allow()
+        if outcome is ApprovalOutcome.REJECTED:
+            return Deny(f'the user rejected tool "{name}"')
+        if outcome is ApprovalOutcome.CANCELLED:
+            return None if self.cancelled() else Deny(f'approval for tool "{name}" was cancelled')
+        return Deny(f'tool "{name}" requires approval, but no approval channel is available')
+
+    def guards(self) -> str | None:
+        for impl in self.plan.guards:
+            try:
+                verdict = impl.function(self.execution)
+            except Exception as error:
+                raise _StageFailed(
+                    _from_exception(error, ErrorCode.DENIED, f"guard {impl.label} failed: ")
+                ) from None
+            if verdict is None:
+                continue
+            if isinstance(verdict, str):
+                return verdict
+            raise _StageFailed(
+                failure_result(
+                    f"guard {impl.label} returned {verdict!r}; guards return a reason or None",
+                    ErrorCode.DENIED,
+                )
+            )
+        return None
+
+    # -------------------------------------------------------------- dispatch
+
+    async def dispatch(self) -> ToolExecutionResult:
+        caller = self.plan.execute_caller
+        if caller is None:
+            return await self.body(None)
+        token = self.execution.token
+        self.plan.builtin[token] = self.body
+        try:
+            dispatch = caller(execution=self.execution)
+            result: object = await dispatch(None)
+        except Exception as error:
+            raise _StageFailed(
+                _from_exception(error, ErrorCode.POLICY_ERROR, "execute wrapper failed: ")
+            ) from None
+        finally:
+            self.plan.builtin.pop(token, None)
+        for produced in self.produced:
+            if result is produced:
+                return produced
+        return self.authored(result)
+
+    def authored(self, result: object) -> ToolExecutionResult:
+        """Normalize a result a wrapper made itself (not the one the body produced)."""
+        if isinstance(result, ToolExecutionFailure):
+            return result
+        if not isinstance(result, ToolExecutionSuccess):
+            raise _StageFailed(
+                failure_result(
+                    f"execute wrapper returned {type(result).__qualname__}; "
+                    "expected ToolExecutionSuccess or ToolExecutionFailure",
+                    ErrorCode.POLICY_ERROR,
+                )
+            )
+        entry = self.plan.resolve(self.name)
+        if entry is None:
+            raise _StageFailed(
+                failure_result(f'unknown tool "{self.name}"', ErrorCode.UNKNOWN_TOOL)
+            )
+        try:
+            if self.parsed is None:
+                self.parsed = entry.definition.arguments.parse(self.execution.arguments)
+            rendered = self.render(entry, result.value)
+        except Exception as error:
+            raise _StageFailed(_from_exception(error, ErrorCode.INVALID_TOOL_OUTPUT)) from None
+        return attrs.evolve(rendered, additional_contexts=result.additional_contexts)
+
+    async def body(self, replacement: CancelSignal | None) -> ToolExecutionResult:
+        """The innermost dispatch: resolve the tool now, validate, run, render."""
+        if replacement is not None and not isinstance(replacement, CancelSignal):
+            raise TypeError(f"dispatch() takes a CancelSignal or None, got {replacement!r}")
+        parents = [s for s in (self.signal, replacement) if s is not None]
+        if any(parent.cancelled for parent in parents):
+            return self.keep(self.aborted())
+        entry = self.plan.resolve(self.name)
+        if entry is None:
+            return self.keep(failure_result(f'unknown tool "{self.name}"', ErrorCode.UNKNOWN_TOOL))
+        definition = entry.definition
+        timeout_ms = definition.timeout_ms or self.plan.default_timeout_ms
+        source: CancelSource | None = None
+        unlink: Callable[[], None] | None = None
+        if self.asynchronous and (parents or timeout_ms):
+            source, unlink = linked_source(*parents)
+            signal: CancelSignal = source.signal
+        else:
+            signal = parents[0] if parents else NEVER_CANCELLED
+        context = ToolRunContext(self.execution, signal)
+        timed_out = False
+        try:
+            self.parsed = definition.arguments.parse(self.execution.arguments)
+            self.body_started = True
+            if source is None:
+                raw = await self.invoke(definition, context)
+                cancelled = signal.cancelled
+            else:
+                with anyio.CancelScope() as scope:
+                    remove = source.signal.add_callback(scope.cancel)
+                    try:
+                        if timeout_ms:
+                            raw = await self.invoke_with_timeout(
+                                definition, context, source, timeout_ms
+                            )
+                        else:
+                            raw = await self.invoke(definition, context)
+                    finally:
+                        remove()
+                cancelled = scope.cancelled_caught or source.cancelled
+                timed_out = source.signal.reason is _TIMEOUT
+            self.contexts = tuple(context._contexts)
+            self.concluded = context._concluded
+            if timed_out:
+                result: ToolExecutionResult = self.timeout(timeout_ms)
+            elif cancelled:
+                result = self.aborted()
+            else:
+                result = self.render(entry, raw)
+        except Exception as error:
+            self.contexts = tuple(context._contexts)
+            if source is not None and source.signal.reason is _TIMEOUT:
+                result = self.timeout(timeout_ms)
+            else:
+                result = _from_exception(error, ErrorCode.TOOL_ERROR, contexts=self.contexts)
+        finally:
+            if unlink is not None:
+                unlink()
+        return self.keep(result)
+
+    def timeout(self, timeout_ms: float | None) -> ToolExecutionFailure:
+        return failure_result(
+            f'tool "{self.name}" timed out after {timeout_ms:g} ms',
+            ErrorCode.TOOL_TIMEOUT,
+            contexts=self.contexts,
+        )
+
+    def keep(self, result: ToolExecutionResult) -> ToolExecutionResult:
+        self.produced.append(result)
+        return result
+
+    async def invoke(self, definition: ToolDefinition[Any], context: ToolRunContext) -> Any:
+        if not self.asynchronous:
+            return definition.execute(self.parsed, context)
+        if definition.blocking:
+            return await anyio.to_thread.run_sync(
+                functools.partial(definition.execute, self.parsed, context),
+                abandon_on_cancel=False,
+            )
+        raw = definition.execute(self.parsed, context)
+        if inspect.isawaitable(raw):
+            raw = await raw
+        return raw
+
+    async def invoke_with_timeout(
+        self,
+        definition: ToolDefinition[Any],
+        context: ToolRunContext,
+        source: CancelSource,
+        timeout_ms: float,
+    ) -> Any:
+        async def watchdog() -> None:
+            await anyio.sleep(timeout_ms / 1000)
+            source.cancel(_TIMEOUT)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(watchdog)
+            try:
+                return await self.invoke(definition, context)
+            finally:
+                group.cancel_scope.cancel()
+
+    # -------------------------------------------------------------- output
+
+    def render(self, entry: ToolEntry, raw: object) -> ToolExecutionSuccess:
+        """Turn a body's (or a replacement) value into a success, by the output contract."""
+        definition = entry.definition
+        output = definition.output
+        name = definition.name
+        meta: JsonValue = None
+        if output is None and _is_typed_content(raw):
+            content = content_blocks(raw)  # type: ignore[arg-type]
+            value: JsonValue = content
+        else:
+            try:
+                value = snapshot(raw)
+            except JsonValueError as error:
+                raise ToolOutputError(
+                    name, [f"value is not lossless JSON: {error.message}"]
+                ) from None
+            if output is None:
+                content = content_blocks(value if isinstance(value, str) else dumps(value))
+            else:
+                assert entry.output_validator is not None
+                violations = entry.output_validator(value)
+                if violations:
+                    raise ToolOutputError(name, violations)
+                content = _call_output(name, "render", output.render, self.parsed, value)
+                if output.presentation_meta is not None and self.execution.parent is None:
+                    meta = _call_output(
+                        name,
+                        "presentation_meta",
+                        output.presentation_meta,
+                        self.parsed,
+                        value,
+                        True,
+                    )
+        return ToolExecutionSuccess(
+            value=value,
+            content=content,
+            meta=meta,
+            additional_contexts=self.contexts,
+            concludes_turn=self.concluded,
+        )
+
+    # -------------------------------------------------------------- post
+
+    async def post_execute(self, result: ToolExecutionResult) -> ToolExecutionResult:
+        for impl in self.plan.post:
+            try:
+                decision = await self.settle(impl.function(self.execution, result))
+                if decision is None:
+                    continue
+                if isinstance(decision, Accept):
+                    result = self.accept(result, decision)
+                elif isinstance(decision, Block):
+                    message = content_text(decision.feedback) or (
+                        "tool result blocked by post-execute policy"
+                    )
+                    result = ToolExecutionFailure(
+                        error=failure_result(message, ErrorCode.BLOCKED).error,
+                        content=decision.feedback,
+                        additional_contexts=decision.additional_contexts,
+                    )
+                else:
+                    raise TypeError(
+                        f"returned {decision!r}; expected Accept(...), Block(feedback) or None"
+                    )
+            except _StageFailed:
+                raise
+            except Exception as error:
+                raise _StageFailed(
+                    _from_exception(
+                        error, ErrorCode.POLICY_ERROR, f"post-execute {impl.label} failed: "
+                    )
+                ) from None
+        if self.cancelled() and not result.is_error:
+            result = self.aborted()
+        return result
+
+    def accept(self, result: ToolExecutionResult, decision: Accept) -> ToolExecutionResult:
+        contexts = result.additional_contexts + decision.additional_contexts
+        if decision.replaces_value:
+            if isinstance(result, ToolExecutionFailure):
+                raise ValueError("cannot replace the value of a failed result")
+            entry = self.plan.resolve(self.name)
+            if entry is None:
+                raise _StageFailed(
+                    failure_result(f'unknown tool "{self.name}"', ErrorCode.UNKNOWN_TOOL)
+                )
+            try:
+                replaced = self.render(entry, decision.value)
+            except ToolOutputError as error:
+                raise _StageFailed(_from_exception(error, ErrorCode.INVALID_TOOL_OUTPUT)) from None
+            return attrs.evolve(replaced, additional_contexts=contexts)
+        if decision.content is not None:
+            return attrs.evolve(result, content=decision.content, additional_contexts=contexts)
+        return attrs.evolve(result, additional_contexts=contexts) if contexts else result
+
+    # -------------------------------------------------------------- final
+
+    async def finish(self, result: ToolExecutionResult) -> ToolExecutionResult:
+        if (
+            isinstance(result, ToolExecutionSuccess)
+            and not self.concluded
+            and result.concludes_turn
+        ):
+            result = attrs.evolve(result, concludes_turn=False)
+        finalize = self.entry.definition.finalize_content if self.entry else None
+        if finalize is not None:
+            result = self.finalize(finalize, result)
+        for impl in self.plan.result:
+            try:
+                await self.settle(impl.function(self.execution, result))
+            except Exception as error:
+                logger.warning(
+                    'tool "%s" (%s): result observer %s failed: %s',
+                    self.name,
+                    self.execution.call_id,
+                    impl.label,
+                    _message(error),
+                )
+        return result
+
+    def finalize(
+        self, finalize: Callable[..., Any], result: ToolExecutionResult
+    ) -> ToolExecutionResult:
+        try:
+            content = finalize(self.execution, result)
+        except Exception as error:
+            return _from_exception(error, ErrorCode.TOOL_ERROR, "finalize_content failed: ")
+        if content is None:
+            return result
+        try:
+            return attrs.evolve(result, content=content_blocks(content))
+        except JsonValueError as error:
+            return failure_result(
+                f"tool result must be losslessly JSON-serializable: {error.message}",
+                ErrorCode.INVALID_JSON,
+            )
+
+
+def _is_typed_content(raw: object) -> bool:
+    """True for a typed block or a non-empty list of them (content, not a JSON value)."""
+    if isinstance(raw, (TextContent, ImageContent)):
+        return True
+    return (
+        isinstance(raw, (list, tuple))
+        and bool(raw)
+        and all(isinstance(block, (TextContent, ImageContent)) for block in raw)
+    )
+
+
+def _call_output(
+    tool: str,
+    label: str,
+    function: Callable[[Any, JsonValue], Any],
+    arguments: Any,
+    value: JsonValue,
+    as_json: bool = False,
+) -> Any:
+    try:
+        produced = function(arguments, value)
+    except Exception as error:
+        raise ToolOutputError(tool, [f"output.{label} failed: {_message(error)}"]) from None
+    try:
+        return snapshot(produced) if as_json else content_blocks(produced)
+    except JsonValueError as error:
+        raise ToolOutputError(
+            tool, [f"output.{label} returned non-lossless JSON: {error.message}"]
+        ) from None
+
+
+async def run_call(plan: Plan, call: ToolExecutionInput, asynchronous: bool) -> ToolExecutionResult:
+    """Run ``call`` through every stage of ``plan``; see the module docstring."""
+    return await _Call(plan, call, asynchronous).run()

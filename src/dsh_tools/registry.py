@@ -1,0 +1,603 @@
+"""The tool registry: layers of tools, guards, restrictions and plugins, one per scope.
+
+A :class:`ToolRegistry` is the global layer; ``registry.scope("agent")`` returns a
+:class:`ToolScope` with a layer of its own, and scopes nest. What a call can see and
+which plugins run for it are computed per agent path into a :class:`_Plan` that is cached
+until anything changes, so the per-call cost does not grow with the number of tools.
+The five stages themselves run in :mod:`dsh_tools.pipeline`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .errors import DefinitionError, RegistrationError
+from .hookspecs import PROJECT_NAME, Dispatch
+from .jsonschema import assert_supported_json_schema, compile_validator
+from .models import (
+    ApprovalService,
+    ExecutionToken,
+    ToolDefinition,
+    ToolExecution,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    ToolSchema,
+)
+from .pipeline import Plan, StageImpl, ToolEntry, run_call
+
+__all__ = ["Disposer", "Guard", "ToolRegistry", "ToolScope"]
+
+Disposer = Callable[[], None]
+"""Undoes one registration; calling it again does nothing."""
+
+Guard = Callable[[ToolExecution], "str | None"]
+"""A final pre-dispatch check: return a reason string to deny, ``None`` to abstain."""
+
+_STAGE_HOOKS = (
+    "dsh_tools_pre_execute",
+    "dsh_tools_guard",
+    "dsh_tools_post_execute",
+    "dsh_tools_result",
+)
+_WRAPPER_HOOK = "dsh_tools_execute"
+_SEPARATOR = "/"
+
+
+class _PluginManager(pluggy.PluginManager):
+    """Also picks up unmarked ``dsh_tools_*`` functions, so a forgotten marker or a
+    misspelled hook name is reported instead of silently ignored."""
+
+    def parse_hookimpl_opts(self, plugin: object, name: str) -> pluggy.HookimplOpts | None:
+        opts = super().parse_hookimpl_opts(plugin, name)
+        if opts is None and name.startswith(f"{PROJECT_NAME}_"):
+            candidate = getattr(plugin, name, None)
+            if inspect.isroutine(candidate):
+                return {
+                    "wrapper": False,
+                    "hookwrapper": False,
+                    "optionalhook": False,
+                    "tryfirst": False,
+                    "trylast": False,
+                    "specname": None,
+                }
+        return opts
+
+
+class _Layer:
+    """What one scope (or the global layer) registered itself."""
+
+    __slots__ = ("guards", "path", "restrictions", "tools")
+
+    def __init__(self, path: tuple[str, ...]) -> None:
+        self.path = path
+        self.tools: dict[str, ToolEntry] = {}
+        self.guards: list[tuple[Guard, str]] = []
+        self.restrictions: list[tuple[frozenset[str] | None, frozenset[str]]] = []
+
+
+class _BuiltinDispatch:
+    """The innermost ``dsh_tools_execute`` implementation: hands out the body dispatch."""
+
+    def __init__(self) -> None:
+        self.pending: dict[ExecutionToken, Dispatch] = {}
+
+    @hookspecs.hookimpl(trylast=True)
+    def dsh_tools_execute(self, execution: ToolExecution) -> Dispatch:
+        return self.pending[execution.token]
+
+
+class _ViewBase:
+    """Operations shared by the registry (global layer) and its scopes."""
+
+    _registry: ToolRegistry
+    _path: tuple[str, ...]
+
+    @property
+    def agent(self) -> str | None:
+        """The agent id calls through this view carry (``None`` for the global layer)."""
+        return _SEPARATOR.join(self._path) if self._path else None
+
+    def register(self, definition: ToolDefinition[Any]) -> Disposer:
+        """Add a tool to this layer; returns a disposer that removes exactly this entry."""
+        return self._registry._register(self._path, definition)
+
+    def guard(self, fn: Guard) -> Disposer:
+        """Add a guard that applies to calls of this layer's agent and its descendants."""
+        return self._registry._add_guard(self._path, fn)
+
+    def add_plugin(self, plugin: object, name: str | None = None) -> Disposer:
+        """Add a pluggy plugin whose ``dsh_tools_*`` hooks see this layer's calls."""
+        return self._registry._add_plugin(self._path, plugin, name)
+
+    def get(self, name: str) -> ToolDefinition[Any] | None:
+        """The definition a call by this view's agent would run, or ``None``."""
+        entry = self._registry._plan(self._path).tools.get(name)
+        return entry.definition if entry is not None else None
+
+    def names(self) -> list[str]:
+        """Names of the visible tools, in :meth:`schemas` order."""
+        return list(self._registry._plan(self._path).tools)
+
+    def schemas(self) -> list[ToolSchema]:
+        """The model-facing schemas of every visible tool: name, description, parameters.
+
+        An explicit allowlist: callbacks, output declarations and timeouts never appear.
+        ``parameters`` are deep-frozen, so a caller cannot change what the registry holds.
+        """
+        return [entry.schema for entry in self._registry._plan(self._path).tools.values()]
+
+    def scope(self, key: str) -> ToolScope:
+        """The child scope ``key`` (created on first use); scopes nest."""
+        if not isinstance(key, str) or not key or _SEPARATOR in key:
+            raise RegistrationError(
+                f"scope key must be a non-empty string without {_SEPARATOR!r}, got {key!r}"
+            )
+        return ToolScope(self._registry, (*self._path, key))
+
+    def execution_mode(self, call: ToolExecutionInput) -> str:
+        """``"parallel"`` only when the tool's ``is_concurrency_safe`` returns exactly
+        ``True`` for these arguments; ``"exclusive"`` otherwise, failures included."""
+        return self._registry._execution_mode(self._route(call))
+
+    async def execute(self, call: ToolExecutionInput) -> ToolExecutionResult:
+        """Run one call through the five stages; always returns a frozen result."""
+        routed = self._route(call)
+        return await run_call(self._registry._plan(_path_of(routed.agent)), routed, True)
+
+    def execute_sync(self, call: ToolExecutionInput) -> ToolExecutionResult:
+        """:meth:`execute` for synchronous hosts.
+
+        When every stage, the approval service and the body are synchronous, the call is
+        driven directly with no event loop and no thread; otherwise one event loop runs
+        for the call. Raises :class:`RuntimeError` inside a running event loop.
+        """
+        _refuse_inside_event_loop()
+        routed = self._route(call)
+        plan = self._registry._plan(_path_of(routed.agent))
+        entry = plan.tools.get(routed.name)
+        if plan.synchronous and (entry is None or entry.synchronous):
+            return _drive(run_call(plan, routed, False))
+        import anyio
+
+        return anyio.run(run_call, plan, routed, True)
+
+    def _route(self, call: ToolExecutionInput) -> ToolExecutionInput:
+        if not isinstance(call, ToolExecutionInput):
+            raise TypeError(
+                f"execute() expects a ToolExecutionInput, got {type(call).__qualname__}"
+            )
+        if not self._path:
+            return call
+        if call.agent is None:
+            return _with_agent(call, self.agent)
+        if call.agent != self.agent:
+            raise RegistrationError(
+                f"call {call.call_id!r} names agent {call.agent!r} but was executed through "
+                f"scope {self.agent!r}; execute it through the registry or that agent's scope"
+            )
+        return call
+
+
+class ToolRegistry(_ViewBase):
+    """Holds tools, guards and plugins, and runs calls through the guarded pipeline.
+
+    :param approval: answers ``Ask`` decisions; without one, ``Ask`` denies.
+    :param default_timeout_ms: timeout for tools that declare none (``None``: no limit).
+    """
+
+    def __init__(
+        self,
+        *,
+        approval: ApprovalService | None = None,
+        default_timeout_ms: float | None = None,
+    ) -> None:
+        if default_timeout_ms is not None and not (
+            isinstance(default_timeout_ms, (int, float))
+            and not isinstance(default_timeout_ms, bool)
+            and 0 < default_timeout_ms < float("inf")
+        ):
+            raise DefinitionError(
+                f"default_timeout_ms must be a positive finite number, got {default_timeout_ms!r}"
+            )
+        self._registry = self
+        self._path = ()
+        self.approval = approval
+        self.default_timeout_ms = default_timeout_ms
+        self._layers: dict[tuple[str, ...], _Layer] = {(): _Layer(())}
+        self._plugin_paths: dict[str, tuple[str, ...]] = {}
+        self._plans: dict[tuple[str, ...], Plan] = {}
+        self._pm = _PluginManager(PROJECT_NAME)
+        self._pm.add_hookspecs(hookspecs)
+        self._builtin = _BuiltinDispatch()
+        self._pm.register(self._builtin, name="dsh_tools.builtin_dispatch")
+
+    @property
+    def plugin_manager(self) -> pluggy.PluginManager:
+        """The pluggy manager of this registry (one per registry, never global)."""
+        return self._pm
+
+    # ------------------------------------------------------------------ mutation
+
+    def _changed(self) -> None:
+        self._plans.clear()
+
+    def _layer(self, path: tuple[str, ...]) -> _Layer:
+        layer = self._layers.get(path)
+        if layer is None:
+            layer = self._layers[path] = _Layer(path)
+        return layer
+
+    def _register(self, path: tuple[str, ...], definition: ToolDefinition[Any]) -> Disposer:
+        if not isinstance(definition, ToolDefinition):
+            raise DefinitionError(
+                f"register() expects a ToolDefinition, got {type(definition).__qualname__}"
+            )
+        name = definition.name
+        if not name:
+            raise DefinitionError("a tool name must be a non-empty string")
+        output_validator = None
+        if definition.output is not None:
+            assert_supported_json_schema(definition.output.schema)
+            output_validator = compile_validator(definition.output.schema, root="value")
+        layer = self._layer(path)
+        if name in layer.tools:
+            where = f"in scope {_SEPARATOR.join(path)!r}" if path else "globally"
+            hint = "" if path else " (register a per-agent variant through registry.scope(agent))"
+            raise RegistrationError(f'tool "{name}" is already registered {where}{hint}')
+        entry = ToolEntry(definition, output_validator)
+        layer.tools[name] = entry
+        self._changed()
+
+        def dispose() -> None:
+            if layer.tools.get(name) is entry:
+                del layer.tools[name]
+                self._changed()
+
+        return dispose
+
+    def _add_guard(self, path: tuple[str, ...], fn: Guard) -> Disposer:
+        if not callable(fn):
+            raise RegistrationError(f"guard() expects a callable, got {type(fn).__qualname__}")
+        if inspect.iscoroutinefunction(fn):
+            raise RegistrationError(
+                f"guard {_label(fn)} is async; guards are synchronous final checks "
+                "(put asynchronous policy in dsh_tools_pre_execute)"
+            )
+        layer = self._layer(path)
+        record = (fn, _label(fn))
+        layer.guards.append(record)
+        self._changed()
+
+        def dispose() -> None:
+            for index, existing in enumerate(layer.guards):
+                if existing is record:
+                    del layer.guards[index]
+                    self._changed()
+                    return
+
+        return dispose
+
+    def _add_plugin(self, path: tuple[str, ...], plugin: object, name: str | None) -> Disposer:
+        try:
+            registered_name = self._pm.register(plugin, name=name)
+        except pluggy.PluginValidationError as error:
+            raise RegistrationError(f"plugin {_label(plugin, name)} is invalid: {error}") from None
+        except ValueError as error:
+            raise RegistrationError(
+                f"plugin {_label(plugin, name)} was not added: {error}"
+            ) from None
+        if registered_name is None:
+            raise RegistrationError(f"plugin {_label(plugin, name)} is blocked in this registry")
+        problem = self._hookimpl_problem(plugin)
+        if problem:
+            self._pm.unregister(plugin)
+            raise RegistrationError(f"plugin {registered_name!r} is invalid: {problem}")
+        self._plugin_paths[registered_name] = path
+        self._changed()
+
+        def dispose() -> None:
+            if self._pm.get_plugin(registered_name) is plugin:
+                self._pm.unregister(plugin)
+                self._plugin_paths.pop(registered_name, None)
+                self._changed()
+
+        return dispose
+
+    def _hookimpl_problem(self, plugin: object) -> str | None:
+        callers = self._pm.get_hookcallers(plugin) or []
+        if not callers:
+            return "it implements no dsh_tools_* hook"
+        for caller in callers:
+            if not caller.has_spec():
+                known = ", ".join(sorted((*_STAGE_HOOKS, _WRAPPER_HOOK)))
+                return f"{caller.name} is not a dsh_tools hook (known hooks: {known})"
+            for impl in caller.get_hookimpls():
+                if impl.plugin is not plugin:
+                    continue
+                if impl.hookwrapper:
+                    return f"{caller.name} uses hookwrapper=True; use @hookimpl(wrapper=True)"
+                if caller.name == _WRAPPER_HOOK and not impl.wrapper:
+                    return (
+                        f"{caller.name} must be a @hookimpl(wrapper=True) generator "
+                        "(dispatch = yield; return your dispatch)"
+                    )
+                if caller.name != _WRAPPER_HOOK and impl.wrapper:
+                    return (
+                        f"{caller.name} cannot be a wrapper: only dsh_tools_execute wraps; "
+                        "decision hooks return decisions"
+                    )
+                if caller.name == "dsh_tools_guard" and inspect.iscoroutinefunction(impl.function):
+                    return "dsh_tools_guard is async; guards are synchronous final checks"
+        return None
+
+    # ------------------------------------------------------------------ resolution
+
+    def _chain(self, path: tuple[str, ...]) -> Iterator[_Layer]:
+        for depth in range(len(path) + 1):
+            layer = self._layers.get(path[:depth])
+            if layer is not None:
+                yield layer
+
+    def _plan(self, path: tuple[str, ...]) -> Plan:
+        plan = self._plans.get(path)
+        if plan is None:
+            plan = self._plans[path] = self._build_plan(path)
+        return plan
+
+    def _build_plan(self, path: tuple[str, ...]) -> Plan:
+        visible: dict[str, ToolEntry] = {}
+        guards: list[StageImpl] = []
+        for layer in self._chain(path):
+            for allow, deny in layer.restrictions:
+                visible = {
+                    name: entry
+                    for name, entry in visible.items()
+                    if (allow is None or name in allow) and name not in deny
+                }
+            visible.update(layer.tools)
+            guards.extend(StageImpl(fn, label, False) for fn, label in layer.guards)
+        hook = self._pm.hook
+        pre = self._stage_impls(hook.dsh_tools_pre_execute, path)
+        guards.extend(self._stage_impls(hook.dsh_tools_guard, path))
+        post = self._stage_impls(hook.dsh_tools_post_execute, path)
+        result = self._stage_impls(hook.dsh_tools_result, path)
+        wrappers = [
+            impl
+            for impl in hook.dsh_tools_execute.get_hookimpls()
+            if impl.wrapper and self._applies(impl.plugin_name, path)
+        ]
+        execute_caller = None
+        if wrappers:
+            outside = [
+                self._pm.get_plugin(name)
+                for name, plugin_path in self._plugin_paths.items()
+                if not _is_prefix(plugin_path, path)
+            ]
+            execute_caller = self._pm.subset_hook_caller(_WRAPPER_HOOK, outside)
+        approval_async = self.approval is not None and inspect.iscoroutinefunction(
+            getattr(self.approval, "request", None)
+        )
+        return Plan(
+            agent_path=path,
+            tools=visible,
+            pre=pre,
+            guards=tuple(guards),
+            post=post,
+            result=result,
+            execute_caller=execute_caller,
+            builtin=self._builtin.pending,
+            resolve=lambda name: self._plan(path).tools.get(name),
+            approval=self.approval,
+            approval_async=approval_async,
+            default_timeout_ms=self.default_timeout_ms,
+        )
+
+    def _applies(self, plugin_name: str, path: tuple[str, ...]) -> bool:
+        return _is_prefix(self._plugin_paths.get(plugin_name, ()), path)
+
+    def _stage_impls(
+        self, caller: pluggy.HookCaller, path: tuple[str, ...]
+    ) -> tuple[StageImpl, ...]:
+        # get_hookimpls() lists in call order reversed (last is called first).
+        impls = [
+            impl
+            for impl in reversed(caller.get_hookimpls())
+            if self._applies(impl.plugin_name, path)
+        ]
+        return tuple(
+            StageImpl(
+                _bind(impl.function, impl.argnames),
+                f"plugin {impl.plugin_name!r}",
+                inspect.iscoroutinefunction(impl.function),
+            )
+            for impl in impls
+        )
+
+    def _execution_mode(self, call: ToolExecutionInput) -> str:
+        entry = self._plan(_path_of(call.agent)).tools.get(call.name)
+        if entry is None or entry.definition.is_concurrency_safe is None:
+            return "exclusive"
+        try:
+            arguments = entry.definition.arguments.parse(call.arguments)
+            verdict = entry.definition.is_concurrency_safe(arguments)
+        except Exception:
+            return "exclusive"
+        return "parallel" if verdict is True else "exclusive"
+
+    def _restrict(self, path: tuple[str, ...], allow: object, deny: object) -> Disposer:
+        if allow is None and deny is None:
+            raise RegistrationError(
+                "restrict() needs allow and/or deny (an empty filter is almost always a "
+                "configuration that was meant to list tools)"
+            )
+        allow_names = _names("allow", allow) if allow is not None else None
+        deny_names = _names("deny", deny) if deny is not None else frozenset()
+        inherited: set[str] = set()
+        for layer in self._chain(path[:-1]):
+            inherited.update(layer.tools)
+        listed = [*(allow_names or ()), *deny_names]
+        unknown = sorted({name for name in listed if name not in inherited})
+        if unknown:
+            quoted = ", ".join(f'"{name}"' for name in unknown)
+            plural = "s" if len(unknown) > 1 else ""
+            known = ", ".join(sorted(inherited)) or "(none)"
+            raise RegistrationError(
+                f"restrict() names unknown inherited tool{plural} {quoted}; "
+                f"tools this scope inherits: {known}"
+            )
+        layer = self._layer(path)
+        record = (allow_names, deny_names)
+        layer.restrictions.append(record)
+        self._changed()
+
+        def dispose() -> None:
+            for index, existing in enumerate(layer.restrictions):
+                if existing is record:
+                    del layer.restrictions[index]
+                    self._changed()
+                    return
+
+        return dispose
+
+    def _close(self, path: tuple[str, ...]) -> None:
+        for layer_path in [p for p in self._layers if p[: len(path)] == path]:
+            del self._layers[layer_path]
+        for name, plugin_path in list(self._plugin_paths.items()):
+            if plugin_path[: len(path)] == path:
+                plugin = self._pm.get_plugin(name)
+                if plugin is not None:
+                    self._pm.unregister(plugin)
+                del self._plugin_paths[name]
+        self._changed()
+
+
+class ToolScope(_ViewBase):
+    """One agent's view of a registry: its own tools, guards, plugins and restrictions.
+
+    Calls executed through a scope carry its agent id (``"parent/child"`` for nested
+    scopes). Scoped tools shadow inherited ones of the same name.
+    """
+
+    def __init__(self, registry: ToolRegistry, path: tuple[str, ...]) -> None:
+        self._registry = registry
+        self._path = path
+
+    def restrict(self, allow: object = None, deny: object = None) -> Disposer:
+        """Hide inherited tools from this scope and its descendants.
+
+        ``allow`` keeps only the listed inherited tools (later inherited tools stay hidden);
+        ``deny`` hides the listed ones (later unlisted tools stay visible). Restrictions
+        intersect; the scope's own tools are never filtered. Every name must be a tool this
+        scope currently inherits.
+        """
+        return self._registry._restrict(self._path, allow, deny)
+
+    def close(self) -> None:
+        """Remove this scope's tools, guards, restrictions and plugins, and its children's."""
+        self._registry._close(self._path)
+
+    def __repr__(self) -> str:
+        return f"<ToolScope {self.agent!r}>"
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _names(label: str, value: object) -> frozenset[str]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
+        raise RegistrationError(
+            f"restrict({label}=...) must be a list of tool names, got {value!r}"
+        )
+    names = frozenset(value)
+    bad = [name for name in names if not isinstance(name, str)]
+    if bad:
+        raise RegistrationError(
+            f"restrict({label}=...) must list tool names (strings), got {bad!r}"
+        )
+    return names
+
+
+def _is_prefix(prefix: tuple[str, ...], path: tuple[str, ...]) -> bool:
+    return path[: len(prefix)] == prefix
+
+
+def _path_of(agent: str | None) -> tuple[str, ...]:
+    return tuple(agent.split(_SEPARATOR)) if agent else ()
+
+
+def _with_agent(call: ToolExecutionInput, agent: str | None) -> ToolExecutionInput:
+    import attrs
+
+    return attrs.evolve(call, agent=agent)
+
+
+def _label(thing: object, name: str | None = None) -> str:
+    if name:
+        return repr(name)
+    return repr(
+        getattr(thing, "__qualname__", None)
+        or getattr(thing, "__name__", None)
+        or type(thing).__qualname__
+    )
+
+
+def _bind(function: Callable[..., Any], argnames: tuple[str, ...]) -> Callable[..., Any]:
+    """Adapt a hookimpl taking any subset of (execution, result) to a positional call."""
+    if argnames == ("execution",):
+        return lambda execution, result=None: function(execution)
+    if argnames == ("execution", "result"):
+        return function
+    if argnames == ():
+        return lambda execution, result=None: function()
+
+    def call(execution: ToolExecution, result: ToolExecutionResult | None = None) -> Any:
+        values = {"execution": execution, "result": result}
+        return function(*[values[name] for name in argnames])
+
+    return call
+
+
+def _running_event_loop() -> str | None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        return "asyncio"
+    trio = sys.modules.get("trio")
+    if trio is not None:
+        try:
+            trio.lowlevel.current_trio_token()
+        except RuntimeError:
+            return None
+        return "trio"
+    return None
+
+
+def _refuse_inside_event_loop() -> None:
+    library = _running_event_loop()
+    if library is not None:
+        raise RuntimeError(
+            f"execute_sync() was called inside a running {library} event loop; "
+            "use `await registry.execute(call)` there"
+        )
+
+
+def _drive(coroutine: Any) -> ToolExecutionResult:
+    """Run a coroutine that never suspends to completion, without an event loop."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        result: ToolExecutionResult = done.value
+        return result
+    coroutine.close()
+    raise RuntimeError(  # pragma: no cover - the plan said every part was synchronous
+        "a synchronous call suspended; use `await registry.execute(call)`"
+    )
