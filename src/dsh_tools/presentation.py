@@ -161,6 +161,41 @@ def _check_total(shown: int, instance: SearchMatchesView | SearchPathsView) -> N
         )
 
 
+# Typed tuple converters: records take any iterable (a list is natural to write) and keep
+# a tuple. One named function per element type, because mypy's attrs plugin cannot bind a
+# generic converter's type variable.
+
+
+def _locations(items: Iterable[FileLocation]) -> tuple[FileLocation, ...]:
+    return tuple(items)
+
+
+def _diffs(items: Iterable[FileDiff]) -> tuple[FileDiff, ...]:
+    return tuple(items)
+
+
+def _matches(items: Iterable[SearchMatch]) -> tuple[SearchMatch, ...]:
+    return tuple(items)
+
+
+def _search_files(items: Iterable[SearchFileMatches]) -> tuple[SearchFileMatches, ...]:
+    return tuple(items)
+
+
+def _read_lines(items: Iterable[ReadFileLine]) -> tuple[ReadFileLine, ...]:
+    return tuple(items)
+
+
+def _sources(items: Iterable[WebSource]) -> tuple[WebSource, ...]:
+    return tuple(items)
+
+
+def _paths(items: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(items, str):  # a str is iterable too, but one path is not a list of them
+        raise _Invalid("expected a list of paths, got a string", label="paths")
+    return tuple(items)
+
+
 def _always_emit() -> dict[str, bool]:
     """Field metadata: write this field even while it holds its default."""
     return {"always_emit": True}
@@ -220,7 +255,7 @@ class SearchFileMatches:
     """The matches found in one file, in the order the search reported them."""
 
     path: str
-    matches: tuple[SearchMatch, ...] = attrs.field(converter=tuple)
+    matches: tuple[SearchMatch, ...] = attrs.field(converter=_matches)
 
 
 @attrs.frozen
@@ -251,7 +286,9 @@ class GenericCallView:
     content: ContentBlocks | None = attrs.field(
         default=None, kw_only=True, converter=_freeze_content
     )
-    locations: tuple[FileLocation, ...] = attrs.field(default=(), kw_only=True, converter=tuple)
+    locations: tuple[FileLocation, ...] = attrs.field(
+        default=(), kw_only=True, converter=_locations
+    )
 
 
 @attrs.frozen
@@ -272,8 +309,10 @@ class DiffCallView:
     """A file mutation about to happen, one :class:`FileDiff` per file, from the arguments."""
 
     title: str
-    diffs: tuple[FileDiff, ...] = attrs.field(converter=tuple)
-    locations: tuple[FileLocation, ...] = attrs.field(default=(), kw_only=True, converter=tuple)
+    diffs: tuple[FileDiff, ...] = attrs.field(converter=_diffs)
+    locations: tuple[FileLocation, ...] = attrs.field(
+        default=(), kw_only=True, converter=_locations
+    )
 
 
 ToolCallView: TypeAlias = GenericCallView | TerminalCallView | DiffCallView
@@ -320,7 +359,7 @@ class DiffResultView:
     """
 
     title: str | None = None
-    diffs: tuple[FileDiff, ...] = attrs.field(default=(), converter=tuple, metadata=_always_emit())
+    diffs: tuple[FileDiff, ...] = attrs.field(default=(), converter=_diffs, metadata=_always_emit())
 
 
 @attrs.frozen
@@ -331,7 +370,7 @@ class SearchMatchesView:
     """
 
     title: str | None = attrs.field(default=None, kw_only=True)
-    files: tuple[SearchFileMatches, ...] = attrs.field(converter=tuple)
+    files: tuple[SearchFileMatches, ...] = attrs.field(converter=_search_files)
     truncated: bool = attrs.field(kw_only=True)
     total: int = attrs.field(kw_only=True, validator=_count)
 
@@ -344,7 +383,7 @@ class SearchPathsView:
     """A path search (glob, find): the paths found; ``total`` counts them before capping."""
 
     title: str | None = attrs.field(default=None, kw_only=True)
-    paths: tuple[str, ...] = attrs.field(converter=tuple)
+    paths: tuple[str, ...] = attrs.field(converter=_paths)
     truncated: bool = attrs.field(kw_only=True)
     total: int = attrs.field(kw_only=True, validator=_count)
 
@@ -360,7 +399,7 @@ class ReadResultView:
     title: str | None = attrs.field(default=None, kw_only=True)
     path: str
     offset: int = attrs.field(kw_only=True, validator=_one_based)
-    lines: tuple[ReadFileLine, ...] = attrs.field(kw_only=True, converter=tuple)
+    lines: tuple[ReadFileLine, ...] = attrs.field(kw_only=True, converter=_read_lines)
     total_lines: int = attrs.field(kw_only=True, validator=_count)
     lang: str | None = attrs.field(default=None, kw_only=True)
     content: str | None = attrs.field(default=None, kw_only=True)
@@ -371,7 +410,7 @@ class WebSearchView:
     """A web search: the sources found and, when the engine gives one, an ``answer``."""
 
     title: str | None = attrs.field(default=None, kw_only=True)
-    sources: tuple[WebSource, ...] = attrs.field(converter=tuple)
+    sources: tuple[WebSource, ...] = attrs.field(converter=_sources)
     answer: str | None = attrs.field(default=None, kw_only=True)
     truncated: bool = attrs.field(kw_only=True)
 
