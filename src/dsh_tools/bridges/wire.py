@@ -239,7 +239,7 @@ def _kind(value: object) -> str:
 
 def _object(provider: str, value: object, path: str) -> Mapping[str, Any]:
     if value is None:
-        raise WireFormatError(provider, path, "is missing")
+        raise WireFormatError(provider, path, "is missing or null")
     if not isinstance(value, Mapping):
         raise WireFormatError(provider, path, f"must be a JSON object, got {_kind(value)}")
     return value
@@ -274,7 +274,7 @@ def _arguments(provider: str, value: object, path: str) -> object:
         try:
             parsed = loads(value, path)
         except JsonValueError as error:
-            raise WireFormatError(provider, error.path, error.problem) from None
+            raise WireFormatError(provider, path, error.problem) from None
         if not isinstance(parsed, dict):
             raise WireFormatError(provider, path, f"must encode a JSON object, got {_kind(parsed)}")
         return parsed

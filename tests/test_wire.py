@@ -1,0 +1,495 @@
+"""Provider wire formats: recorded payloads parse, declarations and results match exactly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dsh_tools.bridges.wire import (
+    CALL_FORMATS,
+    DECLARATION_FORMATS,
+    WireFormatError,
+    declarations,
+    parse_anthropic_tool_use,
+    parse_gemini_function_call,
+    parse_openai_chat_tool_calls,
+    parse_openai_responses_function_call,
+    parse_tool_call,
+    to_anthropic_tool_result,
+    to_anthropic_tools,
+    to_gemini_function_response,
+    to_gemini_tools,
+    to_mcp_call_result,
+    to_mcp_tools,
+    to_openai_chat_tool_message,
+    to_openai_chat_tools,
+    to_openai_responses_output,
+    to_openai_responses_tools,
+)
+from dsh_tools.content import ImageContent
+from dsh_tools.errors import DshToolsError, ErrorCode
+from dsh_tools.json import FrozenDict, thaw
+from dsh_tools.models import ToolExecutionInput, ToolExecutionSuccess, ToolSchema, failure_result
+
+FIXTURES = Path(__file__).parent / "fixtures" / "wire"
+PNG = "iVBORw0KGgo="
+
+
+def fixture(name: str) -> Any:
+    return json.loads((FIXTURES / name).read_text(encoding="utf-8"))
+
+
+def schemas() -> list[ToolSchema]:
+    return [
+        ToolSchema(item["name"], item["description"], FrozenDict(item["parameters"]))
+        for item in fixture("schemas.json")
+    ]
+
+
+def assert_plain(value: object) -> None:
+    """Only plain dict/list/scalars, nothing frozen, so callers may mutate and dump it."""
+    assert type(value) in (dict, list, str, int, float, bool, type(None))
+    if isinstance(value, dict):
+        for item in value.values():
+            assert_plain(item)
+    elif isinstance(value, list):
+        for item in value:
+            assert_plain(item)
+
+
+# --------------------------------------------------------------------------- declarations
+
+
+def test_json_schema_providers_get_the_parameters_unchanged() -> None:
+    raw = fixture("schemas.json")
+    found = schemas()
+
+    assert declarations(found, "raw") == raw
+    assert to_openai_chat_tools(found) == [{"type": "function", "function": r} for r in raw]
+    assert to_openai_responses_tools(found) == [
+        {"type": "function", **r, "strict": False} for r in raw
+    ]
+    assert to_anthropic_tools(found) == [
+        {"name": r["name"], "description": r["description"], "input_schema": r["parameters"]}
+        for r in raw
+    ]
+    assert to_mcp_tools(found) == [
+        {"name": r["name"], "description": r["description"], "inputSchema": r["parameters"]}
+        for r in raw
+    ]
+
+
+def test_gemini_declarations_use_the_openapi_dialect() -> None:
+    assert to_gemini_tools(schemas()) == fixture("gemini_tools_expected.json")
+
+
+def test_gemini_json_schema_mode_sends_the_schema_untranslated() -> None:
+    raw = fixture("schemas.json")
+
+    tools = to_gemini_tools(schemas(), json_schema=True)
+
+    assert tools == [
+        {
+            "functionDeclarations": [
+                {
+                    "name": r["name"],
+                    "description": r["description"],
+                    "parametersJsonSchema": r["parameters"],
+                }
+                for r in raw
+            ]
+        }
+    ]
+
+
+def test_gemini_union_with_null_and_several_branches_marks_each_nullable() -> None:
+    parameters = FrozenDict(
+        {
+            "type": "object",
+            "properties": {
+                "v": {"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]}
+            },
+        }
+    )
+
+    [tool] = to_gemini_tools([ToolSchema("t", "d", parameters)])
+
+    assert tool["functionDeclarations"][0]["parameters"]["properties"]["v"] == {
+        "anyOf": [{"type": "STRING", "nullable": True}, {"type": "INTEGER", "nullable": True}]
+    }
+
+
+def test_gemini_without_tools_declares_nothing() -> None:
+    assert to_gemini_tools([]) == []
+
+
+@pytest.mark.parametrize("format", DECLARATION_FORMATS)
+def test_declarations_are_plain_json(format: str) -> None:
+    tools = declarations(schemas(), format)
+
+    assert_plain(tools)
+    assert json.loads(json.dumps(tools)) == tools
+
+
+def test_declarations_dispatch_to_each_provider() -> None:
+    found = schemas()
+
+    assert declarations(found, "openai") == to_openai_chat_tools(found)
+    assert declarations(found, "openai-responses") == to_openai_responses_tools(found)
+    assert declarations(found, "anthropic") == to_anthropic_tools(found)
+    assert declarations(found, "gemini") == to_gemini_tools(found)
+    assert declarations(found, "mcp") == to_mcp_tools(found)
+
+
+def test_unknown_declaration_format_lists_the_known_ones() -> None:
+    with pytest.raises(WireFormatError) as caught:
+        declarations(schemas(), "cohere")
+
+    assert str(caught.value) == (
+        'declarations: "format" must be one of raw, openai, openai-responses, anthropic, '
+        "gemini, mcp; got 'cohere'"
+    )
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def test_openai_chat_completion_tool_calls_parse() -> None:
+    message = fixture("openai_chat_completion.json")["choices"][0]["message"]
+
+    calls = parse_openai_chat_tool_calls(message, agent="coder")
+
+    assert calls == [
+        ToolExecutionInput(
+            call_id="call_8c2QmZ1kRr0y7Vq3Lx5Tn4Ab",
+            name="read_file",
+            arguments={"path": "src/app.py", "range": {"start": 10, "end": 42}},
+            agent="coder",
+        ),
+        ToolExecutionInput(
+            call_id="call_Yd7fP2sWq9LmK4xN1bVc8ZtE",
+            name="search",
+            arguments={"query": ["café", "naïve"], "limit": None, "level": 2, "ratio": 1e-7},
+            agent="coder",
+        ),
+    ]
+    assert parse_openai_chat_tool_calls(message["tool_calls"], agent="coder") == calls
+    assert parse_tool_call(message["tool_calls"][1], "openai", agent="coder") == calls[1]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "assistant", "content": "Hi"},
+        {"role": "assistant", "content": "Hi", "tool_calls": None},
+        [],
+    ],
+)
+def test_openai_chat_reply_without_tool_calls_parses_to_nothing(message: object) -> None:
+    assert parse_openai_chat_tool_calls(message) == []
+
+
+def test_openai_responses_function_call_parses_with_call_id() -> None:
+    [item] = fixture("openai_responses.json")["output"]
+
+    call = parse_openai_responses_function_call(item)
+
+    assert call == ToolExecutionInput(
+        call_id="call_Qw3rTy8uIo0pAs2dFg4hJk6L", name="read_file", arguments={"path": "README.md"}
+    )
+    assert parse_tool_call(item, "openai-responses") == call
+
+
+def test_anthropic_tool_use_parses_and_keeps_the_input_object() -> None:
+    block = fixture("anthropic_message.json")["content"][1]
+
+    call = parse_anthropic_tool_use(block, agent="reviewer")
+
+    assert call == ToolExecutionInput(
+        call_id="toolu_01T1x1fJ34qAmk2tNTrN7Up6",
+        name="read_file",
+        arguments={"path": "src/app.py", "range": {"start": 1, "end": 5}},
+        agent="reviewer",
+    )
+    assert call.arguments is block["input"]
+    assert parse_tool_call(block, "anthropic", agent="reviewer") == call
+
+
+def test_gemini_function_calls_parse_and_mint_stable_ids() -> None:
+    minted, explicit = fixture("gemini_generate_content.json")["candidates"][0]["content"]["parts"]
+
+    first = parse_gemini_function_call(minted)
+
+    assert first.name == "search"
+    assert first.arguments == {"query": "weather in Paris", "level": 1}
+    assert first.call_id.startswith("gemini-")
+    assert len(first.call_id) == len("gemini-") + 24
+    reordered = {
+        "functionCall": {"name": "search", "args": {"level": 1, "query": "weather in Paris"}}
+    }
+    assert parse_gemini_function_call(reordered).call_id == first.call_id
+    other = {"functionCall": {"name": "search", "args": {"query": "weather in Rome", "level": 1}}}
+    assert parse_gemini_function_call(other).call_id != first.call_id
+    assert parse_gemini_function_call(explicit) == ToolExecutionInput(
+        call_id="fc-7d1e0b42", name="ping", arguments={}
+    )
+    assert parse_tool_call(minted, "gemini") == first
+
+
+def test_blank_openai_arguments_mean_no_arguments() -> None:
+    call = {"id": "call_1", "type": "function", "function": {"name": "ping", "arguments": " "}}
+
+    assert parse_tool_call(call, "openai").arguments == {}
+
+
+def _chat(arguments: object) -> dict[str, Any]:
+    return {"id": "call_1", "type": "function", "function": {"name": "t", "arguments": arguments}}
+
+
+@pytest.mark.parametrize(
+    ("payload", "format", "message"),
+    [
+        (_chat('{"a": NaN}'), "openai", '"tool_call.function.arguments" is not valid JSON text'),
+        (_chat('{"a": 1'), "openai", '"tool_call.function.arguments" is not valid JSON text'),
+        (_chat("[1, 2]"), "openai", "must encode a JSON object, got an array"),
+        (_chat("[" * 300 + "]" * 300), "openai", "nests deeper than 200 levels"),
+        (_chat(7), "openai", "must be a JSON object or JSON text encoding one, got a number"),
+        (_chat(None), "openai", '"tool_call.function.arguments" is missing'),
+        (
+            {"type": "function", "function": {"name": "t", "arguments": "{}"}},
+            "openai",
+            '"tool_call.id" is missing',
+        ),
+        ({"id": "c", "type": "function"}, "openai", '"tool_call.function" is missing'),
+        (
+            {"id": "c", "function": {"name": "", "arguments": "{}"}},
+            "openai",
+            "must be a non-empty string, got an empty string",
+        ),
+        (
+            {"id": "c", "type": "custom", "custom": {"name": "t", "input": "x"}},
+            "openai",
+            '"tool_call.type" must be "function"',
+        ),
+        ("call", "openai", '"tool_call" must be a JSON object, got a string'),
+        (
+            {"type": "function_call", "name": "t", "arguments": "{}", "id": "fc_1"},
+            "openai-responses",
+            '"function_call.call_id" is missing',
+        ),
+        (
+            {"type": "message", "role": "assistant", "content": []},
+            "openai-responses",
+            '"function_call.type" must be "function_call"',
+        ),
+        (
+            {"type": "tool_use", "id": "toolu_1", "input": {}},
+            "anthropic",
+            '"tool_use.name" is missing',
+        ),
+        (
+            {"type": "tool_use", "id": "toolu_1", "name": "t", "input": ["a"]},
+            "anthropic",
+            "got an array",
+        ),
+        (
+            {"type": "tool_use", "id": 5, "name": "t", "input": {}},
+            "anthropic",
+            '"tool_use.id" must be a non-empty string, got a number',
+        ),
+        ([], "anthropic", '"tool_use" must be a JSON object, got an array'),
+        ({"text": "hi"}, "gemini", '"part.functionCall" is missing'),
+        ({"functionCall": {"args": {}}}, "gemini", '"part.functionCall.name" is missing'),
+        (
+            {"functionCall": {"name": "t", "args": "x"}},
+            "gemini",
+            '"part.functionCall.args" is not valid JSON text',
+        ),
+        (
+            {"functionCall": {"name": "t", "args": {"x": float("nan")}}},
+            "gemini",
+            '"part.functionCall.args.x" is NaN',
+        ),
+    ],
+)
+def test_bad_payloads_raise_wire_format_errors(payload: object, format: str, message: str) -> None:
+    with pytest.raises(WireFormatError) as caught:
+        parse_tool_call(payload, format)
+
+    assert message in str(caught.value)
+    assert str(caught.value).startswith(f"{format}: ")
+
+
+def test_bad_chat_message_shapes_are_refused() -> None:
+    with pytest.raises(WireFormatError, match=r'"message" must be an assistant message'):
+        parse_openai_chat_tool_calls(_chat("{}"))
+    with pytest.raises(WireFormatError, match=r'"tool_calls" must be an array, got a string'):
+        parse_openai_chat_tool_calls("call")
+    with pytest.raises(WireFormatError, match=r'"tool_calls\[1\]" is missing or null'):
+        parse_openai_chat_tool_calls({"role": "assistant", "tool_calls": [_chat("{}"), None]})
+
+
+def test_unknown_call_format_lists_the_known_ones() -> None:
+    with pytest.raises(
+        WireFormatError,
+        match="must be one of openai, openai-responses, anthropic, gemini; got 'mcp'",
+    ):
+        parse_tool_call({}, "mcp")
+    assert CALL_FORMATS == ("openai", "openai-responses", "anthropic", "gemini")
+
+
+def test_wire_format_error_is_a_coded_value_error() -> None:
+    with pytest.raises(WireFormatError) as caught:
+        parse_tool_call(_chat("{"), "openai")
+
+    error = caught.value
+    assert isinstance(error, DshToolsError)
+    assert isinstance(error, ValueError)
+    assert error.code == ErrorCode.INVALID_JSON.value
+    assert (error.provider, error.path) == ("openai", "tool_call.function.arguments")
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(arguments=st.dictionaries(st.text(), json_values, max_size=5), ascii_only=st.booleans())
+def test_openai_json_text_arguments_round_trip(arguments: dict[str, Any], ascii_only: bool) -> None:
+    payload = json.loads(json.dumps(_chat(json.dumps(arguments, ensure_ascii=ascii_only))))
+
+    call = parse_tool_call(payload, "openai")
+
+    assert thaw(call.arguments) == arguments
+
+
+# --------------------------------------------------------------------------- results
+
+
+def success() -> ToolExecutionSuccess:
+    return ToolExecutionSuccess(
+        value={"lines": 2},
+        content=["two lines", ImageContent(PNG, "image/png")],
+    )
+
+
+def failure() -> Any:
+    return failure_result("path escapes the workspace", ErrorCode.DENIED)
+
+
+def test_openai_chat_tool_messages_carry_text() -> None:
+    assert to_openai_chat_tool_message("call_1", success()) == {
+        "role": "tool",
+        "tool_call_id": "call_1",
+        "content": "two lines\n[image content]",
+    }
+    assert to_openai_chat_tool_message("call_2", failure()) == {
+        "role": "tool",
+        "tool_call_id": "call_2",
+        "content": "Error: path escapes the workspace",
+    }
+
+
+def test_openai_responses_output_is_text_or_parts_with_images() -> None:
+    assert to_openai_responses_output("call_1", success()) == {
+        "type": "function_call_output",
+        "call_id": "call_1",
+        "output": [
+            {"type": "input_text", "text": "two lines"},
+            {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}", "detail": "auto"},
+        ],
+    }
+    assert to_openai_responses_output("call_2", failure()) == {
+        "type": "function_call_output",
+        "call_id": "call_2",
+        "output": "Error: path escapes the workspace",
+    }
+
+
+def test_anthropic_tool_results_map_text_and_images() -> None:
+    assert to_anthropic_tool_result("toolu_1", success()) == {
+        "type": "tool_result",
+        "tool_use_id": "toolu_1",
+        "content": [
+            {"type": "text", "text": "two lines"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
+        ],
+        "is_error": False,
+    }
+    assert to_anthropic_tool_result("toolu_2", failure()) == {
+        "type": "tool_result",
+        "tool_use_id": "toolu_2",
+        "content": [{"type": "text", "text": "Error: path escapes the workspace"}],
+        "is_error": True,
+    }
+
+
+def test_anthropic_tool_results_drop_empty_text_and_name_other_blocks() -> None:
+    result = ToolExecutionSuccess(value=None, content=["", {"type": "resource_link", "uri": "x"}])
+
+    assert to_anthropic_tool_result("toolu_1", result)["content"] == [
+        {"type": "text", "text": "[resource_link content]"}
+    ]
+
+
+def test_gemini_function_responses_use_output_and_error_keys() -> None:
+    assert to_gemini_function_response("read_file", success()) == {
+        "functionResponse": {"name": "read_file", "response": {"output": {"lines": 2}}}
+    }
+    assert to_gemini_function_response("read_file", failure(), call_id="fc-1") == {
+        "functionResponse": {
+            "name": "read_file",
+            "response": {
+                "error": {"code": "DENIED", "message": "Error: path escapes the workspace"}
+            },
+            "id": "fc-1",
+        }
+    }
+    text_only = ToolExecutionSuccess(value=None, content=["done"])
+    assert to_gemini_function_response("ping", text_only) == {
+        "functionResponse": {"name": "ping", "response": {"output": "done"}}
+    }
+
+
+def test_mcp_call_results_pass_blocks_and_structured_objects() -> None:
+    assert to_mcp_call_result(success()) == {
+        "content": [
+            {"type": "text", "text": "two lines"},
+            {"type": "image", "data": PNG, "mimeType": "image/png"},
+        ],
+        "isError": False,
+        "structuredContent": {"lines": 2},
+    }
+    assert to_mcp_call_result(ToolExecutionSuccess(value=[1], content=["[1]"])) == {
+        "content": [{"type": "text", "text": "[1]"}],
+        "isError": False,
+    }
+    assert to_mcp_call_result(failure()) == {
+        "content": [{"type": "text", "text": "Error: path escapes the workspace"}],
+        "isError": True,
+    }
+
+
+def test_result_messages_are_plain_json() -> None:
+    for result in (success(), failure()):
+        for message in (
+            to_openai_chat_tool_message("c", result),
+            to_openai_responses_output("c", result),
+            to_anthropic_tool_result("c", result),
+            to_gemini_function_response("t", result),
+            to_mcp_call_result(result),
+        ):
+            assert_plain(message)
