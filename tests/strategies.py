@@ -1,0 +1,156 @@
+"""Hypothesis strategies shared by the test-suite.
+
+JSON values and non-JSON values (what validators must survive), random DSL value and
+parameter specs (always valid, so they must compile), and random raw subset schemas (which
+``assert_supported_json_schema`` must accept). Add new strategies below this group.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from typing import Any
+
+from hypothesis import strategies as st
+
+JSON_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8)
+)
+
+KEYS = st.sampled_from(["a", "b", "c", "path", "host", "x y", "é", "__proto__", ""])
+
+
+def json_values(max_leaves: int = 12) -> st.SearchStrategy[Any]:
+    """Plain JSON data: dict/list trees of JSON scalars (tuples stand in for some lists)."""
+    return st.recursive(
+        JSON_SCALARS,
+        lambda inner: (
+            st.lists(inner, max_size=4)
+            | st.lists(inner, max_size=3).map(tuple)
+            | st.dictionaries(KEYS, inner, max_size=4)
+        ),
+        max_leaves=max_leaves,
+    )
+
+
+class _Color(enum.IntEnum):
+    RED = 1
+
+
+class _Opaque:
+    """An arbitrary object that is not JSON."""
+
+
+NON_JSON_SCALARS = st.sampled_from(
+    [
+        math.nan,
+        math.inf,
+        -math.inf,
+        b"bytes",
+        bytearray(b"x"),
+        {1, 2},
+        frozenset(),
+        object(),
+        _Opaque(),
+        _Color.RED,
+        len,
+        complex(1, 2),
+        {1: "int key"},
+        {("t",): 1},
+    ]
+)
+
+
+def any_values(max_leaves: int = 12) -> st.SearchStrategy[Any]:
+    """JSON-like trees that may hide non-JSON leaves anywhere."""
+    return st.recursive(
+        JSON_SCALARS | NON_JSON_SCALARS,
+        lambda inner: (
+            st.lists(inner, max_size=4)
+            | st.lists(inner, max_size=3).map(tuple)
+            | st.dictionaries(KEYS, inner, max_size=4)
+        ),
+        max_leaves=max_leaves,
+    )
+
+
+_SCALAR_VALUES = {
+    "string": st.text(max_size=4),
+    "number": st.integers(-5, 5) | st.floats(-5, 5, allow_nan=False),
+    "integer": st.integers(-5, 5),
+    "boolean": st.booleans(),
+    "null": st.none(),
+}
+
+
+@st.composite
+def _scalar_spec(draw: st.DrawFn) -> dict[str, Any]:
+    kind = draw(st.sampled_from(sorted(_SCALAR_VALUES)))
+    spec: dict[str, Any] = {"type": kind}
+    values = _SCALAR_VALUES[kind]
+    if draw(st.booleans()):
+        spec["enum"] = draw(st.lists(values, min_size=1, max_size=3))
+        if draw(st.booleans()):
+            spec["const"] = draw(st.sampled_from(spec["enum"]))
+    elif draw(st.booleans()):
+        spec["const"] = draw(values)
+    return spec
+
+
+def _annotated(spec: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[dict[str, Any]]:
+    annotations = st.fixed_dictionaries(
+        {},
+        optional={
+            "description": st.text(max_size=5),
+            "title": st.text(max_size=5),
+            "default": json_values(4),
+            "examples": st.lists(json_values(3), max_size=2),
+        },
+    )
+    return st.tuples(spec, annotations).map(lambda pair: {**pair[0], **pair[1]})
+
+
+def _property_map(inner: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[dict[str, Any]]:
+    prop = st.tuples(inner, st.booleans()).map(
+        lambda pair: {**pair[0], "required": True} if pair[1] else pair[0]
+    )
+    return st.dictionaries(KEYS, prop, max_size=3)
+
+
+def dsl_value_specs() -> st.SearchStrategy[dict[str, Any]]:
+    """Valid DSL value specs of every node kind (scalars, json, array, object, oneOf)."""
+
+    def extend(inner: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[dict[str, Any]]:
+        array = st.one_of(
+            st.just({"type": "array"}),
+            inner.map(lambda items: {"type": "array", "items": items}),
+        )
+        obj = st.fixed_dictionaries(
+            {"type": st.just("object")},
+            optional={
+                "properties": _property_map(inner),
+                "additionalProperties": st.booleans(),
+            },
+        )
+        one_of = st.lists(inner, min_size=2, max_size=3).map(lambda branches: {"oneOf": branches})
+        return _annotated(array | obj | one_of)
+
+    leaves = _annotated(_scalar_spec() | st.just({"type": "json"}))
+    return st.recursive(leaves, extend, max_leaves=8)
+
+
+def dsl_parameter_specs() -> st.SearchStrategy[dict[str, Any]]:
+    """Valid DSL parameter maps (``name -> property spec``)."""
+    return _property_map(dsl_value_specs())
+
+
+def raw_schemas() -> st.SearchStrategy[dict[str, Any]]:
+    """Raw schemas of the enforced subset (compiled from random DSL specs, plus ``{}``)."""
+    from dsh_tools.json import thaw
+    from dsh_tools.schema import value_spec_to_json_schema
+
+    return dsl_value_specs().map(lambda spec: thaw(value_spec_to_json_schema(spec)))

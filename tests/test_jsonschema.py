@@ -1,0 +1,540 @@
+"""The raw JSON Schema subset (behaviors §19, E6) and value validation (§18, E5)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dsh_tools.errors import DshToolsError, JsonSchemaError, OutputSchemaError
+from dsh_tools.json import MAX_DEPTH, FrozenDict, snapshot
+from dsh_tools.jsonschema import (
+    assert_supported_json_schema,
+    assert_supported_output_schema,
+    compile_validator,
+    validate_json_schema_value,
+    validate_structured_value,
+)
+from strategies import any_values, json_values, raw_schemas
+
+SUBSET = "type/oneOf/properties/required/additionalProperties/items/enum/const + annotations"
+
+
+def violations_of(schema: object) -> list[str]:
+    with pytest.raises(JsonSchemaError) as caught:
+        assert_supported_json_schema(schema)
+    assert caught.value.code == "UNSUPPORTED_SCHEMA"
+    assert str(caught.value) == "unsupported JSON schema: " + "; ".join(caught.value.violations)
+    return list(caught.value.violations)
+
+
+# --------------------------------------------------------------------------- subset: accepted
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {},
+        {"type": "string"},
+        {"type": "array"},
+        {"type": "array", "items": {"type": "integer", "enum": [1, 2.0]}},
+        {"oneOf": [{"type": "string"}, {"type": "null"}], "description": "d"},
+        {"type": "null", "enum": [None], "const": None},
+        {"type": "boolean", "const": True},
+        {
+            "type": "object",
+            "properties": {"a": {}, "toString": {"type": "number", "const": 1.5}},
+            "required": ["a", "toString"],
+            "additionalProperties": False,
+            "title": "t",
+            "default": {"a": [1]},
+            "examples": [{"a": 1}],
+        },
+        FrozenDict({"type": "object", "properties": {"a": {"type": "string"}}}),
+    ],
+)
+def test_supported_schemas_pass(schema: dict[str, Any]) -> None:
+    assert_supported_json_schema(schema)
+
+
+def test_a_reused_leaf_is_not_circular() -> None:
+    leaf = {"type": "string"}
+    assert_supported_json_schema({"type": "object", "properties": {"a": leaf, "b": leaf}})
+
+
+# --------------------------------------------------------------------------- subset: E6
+
+
+def test_every_violation_is_collected_in_walk_order() -> None:
+    schema = {
+        "type": "object",
+        "pattern": "x",
+        "properties": {"a": {"type": "weird"}, "b": {"type": "string", "minimum": 1}},
+    }
+    assert violations_of(schema) == [
+        f"schema.pattern is not a supported keyword (subset: {SUBSET})",
+        "schema.properties.a.type must be one of object/array/string/number/integer/boolean/null",
+        f"schema.properties.b.minimum is not a supported keyword (subset: {SUBSET})",
+    ]
+
+
+@pytest.mark.parametrize("keyword", ["anyOf", "allOf", "not", "pattern", "maxLength", "$ref"])
+def test_unknown_keywords(keyword: str) -> None:
+    assert violations_of({"type": "string", keyword: 1}) == [
+        f"schema.{keyword} is not a supported keyword (subset: {SUBSET})"
+    ]
+
+
+@pytest.mark.parametrize(
+    "node",
+    [None, [], "object", 1, {1: "x"}, (("type", "string"),)],
+)
+def test_nodes_must_be_schema_objects(node: object) -> None:
+    assert violations_of(node) == ["schema must be a schema object"]
+    assert violations_of({"type": "object", "properties": {"a": node}}) == [
+        "schema.properties.a must be a schema object"
+    ]
+
+
+def test_circular_nodes() -> None:
+    node: dict[str, Any] = {"type": "object", "properties": {}}
+    node["properties"]["self"] = node
+    assert violations_of(node) == ["schema.properties.self is circular"]
+
+
+def test_annotation_rules() -> None:
+    assert violations_of(
+        {"description": 1, "title": None, "default": math.nan, "examples": [{1, 2}]}
+    ) == [
+        "schema.description must be a string",
+        "schema.title must be a string",
+        "schema.default annotation must be lossless JSON data",
+        "schema.examples annotation must be lossless JSON data",
+    ]
+
+
+def test_type_and_one_of_together() -> None:
+    schema = {"type": "string", "oneOf": [1], "enum": [1], "bogus": 1}
+    assert violations_of(schema) == [
+        f"schema.bogus is not a supported keyword (subset: {SUBSET})",
+        "schema cannot declare both type and oneOf",
+    ]
+
+
+def test_constraints_without_type_or_one_of() -> None:
+    schema = {"const": 1, "items": {}, "enum": [1], "required": [], "properties": {}}
+    schema["additionalProperties"] = True
+    assert violations_of(schema) == [
+        f"schema.{kw} requires type or oneOf"
+        for kw in ["properties", "required", "additionalProperties", "items", "enum", "const"]
+    ]
+
+
+@pytest.mark.parametrize("branches", [[], [{}], "x", None, {"a": {}}])
+def test_one_of_needs_two_branches(branches: object) -> None:
+    assert violations_of({"oneOf": branches}) == [
+        "schema.oneOf must be an array of at least two schemas"
+    ]
+
+
+def test_one_of_branches_then_beside_keywords() -> None:
+    schema = {"oneOf": [{"type": "x"}, {}], "items": {}, "const": 1}
+    assert violations_of(schema) == [
+        "schema.oneOf[0].type must be one of object/array/string/number/integer/boolean/null",
+        "schema.items is not supported beside oneOf",
+        "schema.const is not supported beside oneOf",
+    ]
+
+
+def test_type_values() -> None:
+    assert violations_of({"type": ["string", "null"]}) == [
+        "schema.type must be a single type string (type arrays are not supported)"
+    ]
+    assert violations_of({"type": 3}) == [
+        "schema.type must be one of object/array/string/number/integer/boolean/null"
+    ]
+
+
+def test_misplaced_keywords() -> None:
+    assert violations_of({"type": "object", "items": {}, "enum": [1]}) == [
+        'schema.items is not supported on type "object"',
+        'schema.enum is not supported on type "object"',
+    ]
+    assert violations_of(
+        {"type": "array", "const": [], "properties": {}, "required": [], "additionalProperties": 1}
+    ) == [
+        'schema.properties is not supported on type "array"',
+        'schema.required is not supported on type "array"',
+        'schema.additionalProperties is not supported on type "array"',
+        'schema.const is not supported on type "array"',
+    ]
+    assert violations_of({"type": "string", "items": {}}) == [
+        'schema.items is not supported on type "string"'
+    ]
+
+
+def test_object_rules_come_after_children() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "bad"}},
+        "required": ["a", "toString", "b"],
+        "additionalProperties": "no",
+    }
+    assert violations_of(schema) == [
+        "schema.properties.a.type must be one of object/array/string/number/integer/boolean/null",
+        'schema.required names "toString" which is not in properties',
+        'schema.required names "b" which is not in properties',
+        "schema.additionalProperties must be a boolean",
+    ]
+
+
+@pytest.mark.parametrize("properties", [[], None, "x", {1: {}}])
+def test_properties_must_be_a_record(properties: object) -> None:
+    assert violations_of({"type": "object", "properties": properties, "required": ["a"]}) == [
+        "schema.properties must be an object of schemas",
+        'schema.required names "a" which is not in properties',
+    ]
+
+
+@pytest.mark.parametrize("required", ["a", [1], None, {"a": 1}])
+def test_required_must_be_strings(required: object) -> None:
+    assert violations_of({"type": "object", "required": required}) == [
+        "schema.required must be an array of strings"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kind", "enum"),
+    [
+        ("number", []),
+        ("number", ["1"]),
+        ("number", [True]),
+        ("integer", [1.5]),
+        ("number", [math.nan]),
+        ("string", "ab"),
+        ("boolean", [0]),
+        ("null", [0]),
+    ],
+)
+def test_enum_must_match_the_type(kind: str, enum: object) -> None:
+    assert violations_of({"type": kind, "enum": enum}) == [
+        f"schema.enum must be a non-empty array of {kind} values"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kind", "const"),
+    [("integer", 1.5), ("number", math.inf), ("string", 1), ("boolean", 1), ("null", False)],
+)
+def test_const_must_match_the_type(kind: str, const: object) -> None:
+    assert violations_of({"type": kind, "const": const}) == [f"schema.const must be a {kind} value"]
+
+
+def test_const_must_be_in_enum() -> None:
+    assert violations_of({"type": "string", "enum": ["a"], "const": "b"}) == [
+        "schema.const must be one of schema.enum when both are declared"
+    ]
+
+
+def test_too_deep_schemas_fail_cleanly() -> None:
+    schema: dict[str, Any] = {}
+    for _ in range(100_000):
+        schema = {"type": "array", "items": schema}
+    found = violations_of(schema)
+    assert found == [
+        "schema" + ".items" * (MAX_DEPTH - 1) + f" nests deeper than {MAX_DEPTH} levels"
+    ]
+
+
+def test_deepest_accepted_schema_can_be_snapshotted() -> None:
+    schema: dict[str, Any] = {"type": "string", "enum": ["a"]}
+    for _ in range(MAX_DEPTH - 2):
+        schema = {"type": "array", "items": schema}
+    assert_supported_json_schema(schema)
+    snapshot(schema)
+    with pytest.raises(JsonSchemaError):
+        assert_supported_json_schema({"type": "array", "items": schema})
+
+
+# --------------------------------------------------------------------------- object-rooted
+
+
+@pytest.mark.parametrize(
+    "schema", [{}, {"type": "string"}, {"type": "array"}, {"oneOf": [{}, {"type": "null"}]}]
+)
+def test_structured_output_must_be_object_rooted(schema: dict[str, Any]) -> None:
+    with pytest.raises(OutputSchemaError) as caught:
+        assert_supported_output_schema(schema)
+    assert caught.value.violations == (
+        'schema.type must be "object" (structured output is object-rooted)',
+    )
+
+
+def test_structured_output_reports_real_problems_first() -> None:
+    with pytest.raises(OutputSchemaError) as caught:
+        assert_supported_output_schema({"type": "string", "minimum": 1})
+    assert caught.value.violations == (
+        f"schema.minimum is not a supported keyword (subset: {SUBSET})",
+    )
+    with pytest.raises(OutputSchemaError):
+        assert_supported_output_schema(None)
+
+
+def test_validate_structured_value() -> None:
+    schema = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+    assert_supported_output_schema(schema)
+    assert validate_structured_value(schema, {"text": "hi"}) == []
+    assert validate_structured_value(schema, {}) == ['missing required property "value.text"']
+    with pytest.raises(OutputSchemaError):
+        validate_structured_value({"type": "string"}, "x")
+
+
+# --------------------------------------------------------------------------- values: E5
+
+OBJ = {
+    "type": "object",
+    "properties": {
+        "file": {"type": "string"},
+        "nested": {
+            "type": "object",
+            "properties": {"line": {"type": "integer"}},
+            "required": ["line"],
+        },
+    },
+}
+
+
+def check(schema: dict[str, Any], value: object, root: str = "value") -> list[str]:
+    """Both public entry points must agree."""
+    found = compile_validator(schema, root=root)(value)
+    assert validate_json_schema_value(schema, value, root) == found
+    return found
+
+
+def test_walk_order_example() -> None:
+    assert check(OBJ, {"file": 1, "nested": {}}) == [
+        '"value.file" must be a string',
+        'missing required property "value.nested.line"',
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "message"),
+    [
+        ("string", 1, "must be a string"),
+        ("number", "1", "must be a number"),
+        ("number", True, "must be a number"),
+        ("number", math.nan, "must be a finite JSON number"),
+        ("number", math.inf, "must be a finite JSON number"),
+        ("integer", 1.5, "must be an integer"),
+        ("integer", True, "must be an integer"),
+        ("integer", math.inf, "must be an integer"),
+        ("integer", "2", "must be an integer"),
+        ("boolean", 0, "must be a boolean"),
+        ("null", 0, "must be null"),
+        ("array", {"a": 1}, "must be an array"),
+        ("array", {1, 2}, "must be an array"),
+        ("object", [1], "must be an object"),
+        ("object", None, "must be an object"),
+    ],
+)
+def test_type_messages(kind: str, value: object, message: str) -> None:
+    assert check({"type": kind}, value) == [f'"value" {message}']
+
+
+@pytest.mark.parametrize(
+    ("kind", "value"),
+    [("integer", 2), ("integer", 2.0), ("integer", -0.0), ("number", 2**80), ("number", -0.0)],
+)
+def test_integral_numbers(kind: str, value: object) -> None:
+    assert check({"type": kind}, value) == []
+
+
+def test_enum_and_const_messages() -> None:
+    assert check({"type": "string", "enum": ["red", "grün"]}, "x") == [
+        '"value" must be one of ["red","grün"]'
+    ]
+    assert check({"type": "integer", "enum": [1, 2]}, 3) == ['"value" must be one of [1,2]']
+    assert check({"type": "integer", "enum": [1, 2]}, 2.0) == []
+    assert check({"type": "string", "const": "a"}, "b") == ['"value" must be "a"']
+    assert check({"type": "number", "const": 1}, 2) == ['"value" must be 1']
+    assert check({"type": "null", "const": None}, None) == []
+    assert check({"type": "boolean", "enum": [True], "const": True}, False) == [
+        '"value" must be one of [true]'
+    ]
+    assert check({"type": "string", "enum": ["a", "b"], "const": "a"}, "b") == [
+        '"value" must be "a"'
+    ]
+
+
+def test_missing_required_and_null_is_present() -> None:
+    schema = {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]}
+    assert check(schema, {}) == ['missing required property "value.x"']
+    assert check(schema, {"x": None}) == ['"value.x" must be a string']
+
+
+def test_closed_and_open_objects() -> None:
+    closed = {"type": "object", "properties": {"a": {}}, "additionalProperties": False}
+    assert check(closed, {"a": 1, "extra": 2, "toString": 3}) == [
+        '"value.extra" is not a declared property (additionalProperties: false)',
+        '"value.toString" is not a declared property (additionalProperties: false)',
+    ]
+    assert check({"type": "object", "additionalProperties": False}, {}) == []
+    assert check({"type": "object", "additionalProperties": True}, {"z": [1]}) == []
+    assert check({"type": "object"}, {"z": {"deep": [None]}}) == []
+
+
+def test_one_of_counts_every_branch() -> None:
+    schema = {"oneOf": [{"type": "number"}, {"type": "integer"}]}
+    assert check(schema, 1) == ['"value" must match exactly one oneOf branch (matched 2)']
+    assert check(schema, 1.5) == []
+    assert check(schema, "x") == ['"value" must match exactly one oneOf branch (matched 0)']
+
+
+def test_array_items_by_index() -> None:
+    schema = {"type": "array", "items": {"type": "string"}}
+    assert check(schema, ["a", 1, "b", None]) == [
+        '"value[1]" must be a string',
+        '"value[3]" must be a string',
+    ]
+    assert check(schema, ("a", "b")) == []
+
+
+def test_lossless_messages() -> None:
+    assert check({}, math.nan) == ['"value" must be a lossless JSON value']
+    assert check({}, {1: 2}) == ['"value" must be a lossless JSON value']
+    assert check({"type": "object"}, {"x": {1, 2}}) == ['"value" must be a lossless JSON object']
+    assert check({"type": "object"}, {1: "x"}) == ['"value" must be a lossless JSON object']
+    closed = {"type": "object", "additionalProperties": False}
+    assert check(closed, {1: "x"}) == ['"value" must be a lossless JSON object']
+    assert check({"type": "array"}, [1, b"x"]) == ['"value" must be a dense lossless JSON array']
+    # lossless checks only run once the structure is valid
+    typed = {"type": "object", "properties": {"a": {"type": "string"}}}
+    assert check(typed, {"a": 1, "b": math.nan}) == ['"value.a" must be a string']
+
+
+def test_root_labels() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "servers": {
+                "type": "array",
+                "items": {"type": "object", "properties": {"host": {}}, "required": ["host"]},
+            }
+        },
+    }
+    assert check(schema, {"servers": [{"host": 1}, {}]}, root="") == [
+        'missing required property "servers[1].host"'
+    ]
+    assert check(schema, "x", root="") == ['"arguments" must be an object']
+    assert check(schema, "x", root="result") == ['"result" must be an object']
+
+
+def test_hostile_values_never_raise() -> None:
+    class Exploding(dict[str, Any]):
+        def __iter__(self) -> Any:
+            raise RuntimeError("boom")
+
+    class BadList(list[Any]):
+        def __iter__(self) -> Any:
+            raise RuntimeError("boom")
+
+    assert check({"type": "object"}, Exploding(a=1)) == []
+    assert check({"type": "array", "items": {}}, BadList([1])) == [
+        '"value" must be a lossless JSON value'
+    ]
+
+
+def test_deep_values_fail_cleanly() -> None:
+    value: Any = []
+    for _ in range(100_000):
+        value = [value]
+    assert check({}, value) == ['"value" must be a lossless JSON value']
+    assert check({"type": "array", "items": {"type": "array"}}, value) == [
+        '"value[0]" must be a dense lossless JSON array'
+    ]
+    cyclic: list[Any] = []
+    cyclic.append(cyclic)
+    assert check({"type": "array"}, cyclic) == ['"value" must be a dense lossless JSON array']
+
+
+def test_compile_rejects_unsupported_schemas() -> None:
+    with pytest.raises(JsonSchemaError):
+        compile_validator({"type": "string", "format": "uri"})
+    with pytest.raises(JsonSchemaError):
+        validate_json_schema_value(FrozenDict({"type": "nope"}), 1)
+
+
+def test_frozen_schemas_are_compiled_once() -> None:
+    schema = FrozenDict({"type": "string"})
+    assert validate_json_schema_value(schema, 1) == ['"value" must be a string']
+    assert validate_json_schema_value(schema, "x") == []
+
+
+# --------------------------------------------------------------------------- properties
+
+
+@given(raw_schemas(), any_values())
+def test_validators_never_raise(schema: dict[str, Any], value: object) -> None:
+    found = compile_validator(schema)(value)
+    assert all(isinstance(message, str) for message in found)
+
+
+@given(raw_schemas(), json_values())
+def test_one_implementation_for_both_entry_points(schema: dict[str, Any], value: object) -> None:
+    assert compile_validator(schema)(value) == validate_json_schema_value(schema, value)
+
+
+@given(raw_schemas())
+def test_accepted_schemas_are_lossless_json(schema: dict[str, Any]) -> None:
+    assert_supported_json_schema(schema)
+    assert snapshot(schema) == schema
+
+
+@given(any_values())
+def test_assertion_never_raises_anything_else(schema: object) -> None:
+    try:
+        assert_supported_json_schema(schema)
+    except JsonSchemaError as error:
+        assert error.violations
+    except DshToolsError as error:  # pragma: no cover - would be a bug
+        pytest.fail(f"unexpected {error!r}")
+
+
+@given(st.sampled_from(["string", "number", "integer", "boolean", "null"]), json_values())
+def test_scalar_validation_matches_python_types(kind: str, value: object) -> None:
+    ok = {
+        "string": isinstance(value, str),
+        "number": type(value) in (int, float),
+        "integer": type(value) is int or (type(value) is float and value.is_integer()),  # type: ignore[union-attr]
+        "boolean": type(value) is bool,
+        "null": value is None,
+    }[kind]
+    assert (check({"type": kind}, value) == []) == ok
+
+
+class _Hostile:
+    """Comparing or hashing it raises: validators must still answer."""
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("no comparing me")
+
+    def __hash__(self) -> int:
+        raise RuntimeError("no hashing me")
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {},
+        {"type": "string", "enum": ["a"]},
+        {"type": "object", "properties": {"a": {}}, "additionalProperties": False},
+        {"oneOf": [{"type": "null"}, {"type": "array"}]},
+    ],
+)
+def test_hostile_leaves_never_raise(schema: dict[str, Any]) -> None:
+    assert compile_validator(schema)(_Hostile()) != []
+    assert compile_validator(schema)({"a": _Hostile()}) != []
