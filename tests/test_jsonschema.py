@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dsh_tools.errors import DshToolsError, JsonSchemaError, OutputSchemaError
+from dsh_tools.errors import JsonSchemaError, OutputSchemaError
 from dsh_tools.json import MAX_DEPTH, FrozenDict, snapshot
 from dsh_tools.jsonschema import (
     assert_supported_json_schema,
@@ -495,13 +496,9 @@ def test_accepted_schemas_are_lossless_json(schema: dict[str, Any]) -> None:
 
 
 @given(any_values())
-def test_assertion_never_raises_anything_else(schema: object) -> None:
-    try:
+def test_assertion_raises_nothing_but_schema_errors(schema: object) -> None:
+    with contextlib.suppress(JsonSchemaError):
         assert_supported_json_schema(schema)
-    except JsonSchemaError as error:
-        assert error.violations
-    except DshToolsError as error:  # pragma: no cover - would be a bug
-        pytest.fail(f"unexpected {error!r}")
 
 
 @given(st.sampled_from(["string", "number", "integer", "boolean", "null"]), json_values())

@@ -19,6 +19,8 @@ from dsh_tools.schema import (
 )
 from strategies import any_values, dsl_parameter_specs, dsl_value_specs, json_values
 
+TYPE_WORDS = "string/number/integer/boolean/null/array/object/json"
+
 
 def dsl_error(compile_it: Any, spec: object) -> list[str]:
     with pytest.raises(JsonSchemaError) as caught:
@@ -177,15 +179,15 @@ def test_reused_sub_specs_are_not_circular() -> None:
         ),
         (
             {},
-            "schema.type must be string/number/integer/boolean/null/array/object/json, or use oneOf",
+            f"schema.type must be {TYPE_WORDS}, or use oneOf",
         ),
         (
             {"type": "weird"},
-            "schema.type must be string/number/integer/boolean/null/array/object/json, or use oneOf",
+            f"schema.type must be {TYPE_WORDS}, or use oneOf",
         ),
         (
             {"type": ["string"]},
-            "schema.type must be string/number/integer/boolean/null/array/object/json, or use oneOf",
+            f"schema.type must be {TYPE_WORDS}, or use oneOf",
         ),
         ({"type": "array", "items": 42}, "schema.items must be a value schema object"),
         ({"type": "array", "items": None}, "schema.items must be a value schema object"),
@@ -267,7 +269,7 @@ def test_parameter_spec_errors(spec: object, violation: str) -> None:
 def test_only_the_first_author_problem_is_reported() -> None:
     spec = {"a": {"type": "weird"}, "b": {"type": "string", "extra": 1}}
     assert dsl_error(schema_spec_to_json_schema, spec) == [
-        "parameters.a.type must be string/number/integer/boolean/null/array/object/json, or use oneOf"
+        f"parameters.a.type must be {TYPE_WORDS}, or use oneOf"
     ]
 
 
@@ -305,9 +307,8 @@ def test_deep_specs_fail_cleanly() -> None:
     for _ in range(100_000):
         nested = {"type": "object", "properties": {"a": nested}}
     (message,) = dsl_error(schema_spec_to_json_schema, {"a": nested})
-    assert message.startswith("parameters.a.properties.a.") and message.endswith(
-        f"nests deeper than {MAX_DEPTH} levels"
-    )
+    assert message.startswith("parameters.a.properties.a.")
+    assert message.endswith(f"nests deeper than {MAX_DEPTH} levels")
 
 
 # --------------------------------------------------------------------------- validate_args
