@@ -54,6 +54,7 @@ from .json import FrozenDict, FrozenList, JsonValue, snapshot, thaw
 
 __all__ = [
     "CardError",
+    "ContentBlocks",
     "DiffCallView",
     "DiffResultView",
     "FileDiff",
@@ -83,7 +84,10 @@ __all__ = [
 
 
 class CardError(DshToolsError, ValueError):
-    """A card is malformed: bad JSON on the way in, or a broken rule on construction."""
+    """A card is malformed: bad JSON on the way in, or a broken rule on construction.
+
+    The message lists every problem as ``path: problem``, separated by ``; ``.
+    """
 
     default_code = ErrorCode.INVALID_JSON.value
 
