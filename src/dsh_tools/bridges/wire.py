@@ -97,9 +97,9 @@ def to_openai_chat_tools(schemas: Sequence[ToolSchema]) -> list[Json]:
 def to_openai_responses_tools(schemas: Sequence[ToolSchema]) -> list[Json]:
     """Responses API ``tools``: flat function tools, with ``strict`` turned off.
 
-    The Responses API defaults ``strict`` to true, which requires every property to be
-    required and every object closed and has no ``oneOf``; our schemas allow all three, so
-    a strict declaration would be refused. The registry validates arguments regardless.
+    The Responses API defaults ``strict`` to true, which demands that every property be
+    required and every object closed, and allows no ``oneOf``; our schemas may use all
+    three, so a strict declaration would be refused. The registry validates arguments.
     """
     return [
         {"type": "function", **_declaration(schema, "parameters"), "strict": False}
@@ -121,7 +121,7 @@ def to_gemini_tools(schemas: Sequence[ToolSchema], *, json_schema: bool = False)
     """Gemini ``tools``: one ``{"functionDeclarations": [...]}`` entry (none for no tools).
 
     By default each schema is translated into Gemini's OpenAPI-subset ``parameters``
-    dialect (see :func:`_gemini_schema`); a tool without properties gets no ``parameters``
+    dialect (rules in ``docs/wire.md``); a tool without properties gets no ``parameters``
     at all, because Gemini refuses an ``OBJECT`` with empty ``properties``. With
     ``json_schema=True`` the schema is sent untranslated as ``parametersJsonSchema``,
     which newer Gemini models accept as full JSON Schema.
