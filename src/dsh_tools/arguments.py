@@ -63,6 +63,7 @@ def _structure_literal(value: object, hint: Any) -> object:
 
 _converter = cattrs.Converter(detailed_validation=False)
 _converter.register_structure_hook_func(_is_literal, _structure_literal)
+_converter.register_structure_hook(type(None), lambda value, _: None)
 
 
 class ArgumentsModel(Generic[A]):
@@ -260,7 +261,10 @@ def _class_model(cls: type[A]) -> ArgumentsModel[A]:
     except _Unsupported as problem:
         raise DefinitionError(f"parameters class {cls.__qualname__}: {problem}") from None
     assert_supported_json_schema(schema)
-    structure = _converter.get_structure_hook(cls)
+    try:
+        structure = _converter.get_structure_hook(cls)
+    except Exception as error:  # pragma: no cover - every described type is structurable
+        raise DefinitionError(f"parameters class {cls.__qualname__}: {error}") from None
 
     def build(arguments: object) -> A:
         try:

@@ -1,0 +1,29 @@
+"""Type-checked only (``mypy --strict``), never run: an attrs args class parses to itself."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import attrs
+from typing_extensions import assert_type
+
+from dsh_tools.arguments import ArgumentsModel, arguments_model
+
+
+@attrs.frozen
+class ReadArgs:
+    path: str = attrs.field(metadata={"description": "Absolute path"})
+    limit: Annotated[int, "Max lines"] = 100
+    tags: tuple[str, ...] = ()
+
+
+def read(raw: object) -> str:
+    model = arguments_model(ReadArgs)
+    assert_type(model, ArgumentsModel[ReadArgs])
+    args = assert_type(model.parse(raw), ReadArgs)
+    first: str | None = args.tags[0] if args.tags else None
+    return f"{args.path}:{args.limit + 1}:{first}"
+
+
+def untyped(raw: object) -> object:
+    return arguments_model({"path": {"type": "string", "required": True}}).parse(raw)
