@@ -28,6 +28,7 @@ from .models import (
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
+    ToolOutput,
     ToolSchema,
 )
 from .pipeline import Plan, StageImpl, ToolEntry, run_call
@@ -80,6 +81,16 @@ class _Layer:
         self.tools: dict[str, ToolEntry] = {}
         self.guards: list[tuple[Guard, str]] = []
         self.restrictions: list[tuple[frozenset[str] | None, frozenset[str]]] = []
+
+
+class _PluginRecord:
+    """One ``add_plugin`` call: where the plugin applies. Compared by identity, so a
+    disposer only ever undoes its own registration."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: tuple[str, ...]) -> None:
+        self.path = path
 
 
 class _BuiltinDispatch:
@@ -211,7 +222,7 @@ class ToolRegistry(_ViewBase):
         self.approval = approval
         self.default_timeout_ms = default_timeout_ms
         self._layers: dict[tuple[str, ...], _Layer] = {(): _Layer(())}
-        self._plugin_paths: dict[str, tuple[str, ...]] = {}
+        self._plugins: dict[str, _PluginRecord] = {}
         self._plans: dict[tuple[str, ...], Plan] = {}
         self._pm = _PluginManager(PROJECT_NAME)
         self._pm.add_hookspecs(hookspecs)
@@ -242,10 +253,20 @@ class ToolRegistry(_ViewBase):
         name = definition.name
         if not name:
             raise DefinitionError("a tool name must be a non-empty string")
+        if not callable(definition.execute):
+            raise DefinitionError(f'tool "{name}" execute must be callable')
+        output = definition.output
         output_validator = None
-        if definition.output is not None:
-            assert_supported_json_schema(definition.output.schema)
-            output_validator = compile_validator(definition.output.schema, root="value")
+        if output is not None:
+            if not isinstance(output, ToolOutput) or not callable(output.render):
+                raise DefinitionError(
+                    f'tool "{name}" output must be a ToolOutput(schema, render, '
+                    f"presentation_meta=None) with a callable render, got {output!r}"
+                )
+            if output.presentation_meta is not None and not callable(output.presentation_meta):
+                raise DefinitionError(f'tool "{name}" output.presentation_meta must be callable')
+            assert_supported_json_schema(output.schema)
+            output_validator = compile_validator(output.schema, root="value")
         layer = self._layer(path)
         if name in layer.tools:
             where = f"in scope {_SEPARATOR.join(path)!r}" if path else "globally"
@@ -285,6 +306,17 @@ class ToolRegistry(_ViewBase):
         return dispose
 
     def _add_plugin(self, path: tuple[str, ...], plugin: object, name: str | None) -> Disposer:
+        if self._pm.is_registered(plugin):
+            raise RegistrationError(
+                f"plugin {_label(plugin, name)} is already registered in this registry"
+            )
+        if path and getattr(type(plugin), "__hash__", None) is None:
+            # Calls outside the scope leave the plugin out through a pluggy subset caller,
+            # which needs a hashable plugin.
+            raise RegistrationError(
+                f"plugin {_label(plugin, name)} is unhashable and cannot be scoped "
+                "(a @dataclass plugin needs eq=False)"
+            )
         try:
             registered_name = self._pm.register(plugin, name=name)
         except pluggy.PluginValidationError as error:
@@ -298,14 +330,15 @@ class ToolRegistry(_ViewBase):
         problem = self._hookimpl_problem(plugin)
         if problem:
             self._pm.unregister(plugin)
-            raise RegistrationError(f"plugin {registered_name!r} is invalid: {problem}")
-        self._plugin_paths[registered_name] = path
+            raise RegistrationError(f"plugin {_label(plugin, name)} is invalid: {problem}")
+        record = self._plugins[registered_name] = _PluginRecord(path)
         self._changed()
 
         def dispose() -> None:
-            if self._pm.get_plugin(registered_name) is plugin:
-                self._pm.unregister(plugin)
-                self._plugin_paths.pop(registered_name, None)
+            if self._plugins.get(registered_name) is record:
+                del self._plugins[registered_name]
+                if self._pm.get_plugin(registered_name) is plugin:
+                    self._pm.unregister(plugin)
                 self._changed()
 
         return dispose
@@ -377,8 +410,8 @@ class ToolRegistry(_ViewBase):
         if wrappers:
             outside = [
                 self._pm.get_plugin(name)
-                for name, plugin_path in self._plugin_paths.items()
-                if not _is_prefix(plugin_path, path)
+                for name, record in self._plugins.items()
+                if not _is_prefix(record.path, path)
             ]
             execute_caller = self._pm.subset_hook_caller(_WRAPPER_HOOK, outside)
         approval_async = self.approval is not None and inspect.iscoroutinefunction(
@@ -400,7 +433,8 @@ class ToolRegistry(_ViewBase):
         )
 
     def _applies(self, plugin_name: str, path: tuple[str, ...]) -> bool:
-        return _is_prefix(self._plugin_paths.get(plugin_name, ()), path)
+        record = self._plugins.get(plugin_name)
+        return record is None or _is_prefix(record.path, path)
 
     def _stage_impls(
         self, caller: pluggy.HookCaller, path: tuple[str, ...]
@@ -469,12 +503,12 @@ class ToolRegistry(_ViewBase):
     def _close(self, path: tuple[str, ...]) -> None:
         for layer_path in [p for p in self._layers if p[: len(path)] == path]:
             del self._layers[layer_path]
-        for name, plugin_path in list(self._plugin_paths.items()):
-            if plugin_path[: len(path)] == path:
+        for name, record in list(self._plugins.items()):
+            if _is_prefix(path, record.path):
                 plugin = self._pm.get_plugin(name)
                 if plugin is not None:
                     self._pm.unregister(plugin)
-                del self._plugin_paths[name]
+                del self._plugins[name]
         self._changed()
 
 
