@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import anyio
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import anyio
 
 __all__ = ["NEVER_CANCELLED", "CancelSignal", "CancelSource", "linked_source"]
 
@@ -60,6 +63,8 @@ class CancelSignal:
         if self._cancelled:
             return
         if self._event is None:
+            import anyio
+
             self._event = anyio.Event()
         await self._event.wait()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .arguments import arguments_model
 from .content import ContentLike
@@ -25,8 +25,10 @@ from .models import (
     ToolOutput,
 )
 from .pipeline import ToolRunContext
-from .presentation import ToolCallView, ToolResultView
 from .schema import PropertySpec
+
+if TYPE_CHECKING:
+    from .presentation import ToolCallView, ToolResultView
 
 __all__ = ["define_tool"]
 

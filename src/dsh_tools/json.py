@@ -87,10 +87,13 @@ class FrozenList(tuple[JsonValue, ...]):
     def __eq__(self, other: object) -> bool:
         if isinstance(other, list):
             return tuple.__eq__(self, tuple(other))
-        return tuple.__eq__(self, other)
+        if isinstance(other, tuple):
+            return tuple.__eq__(self, other)
+        return NotImplemented
 
     def __ne__(self, other: object) -> bool:
-        return not self.__eq__(other)
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
 
     __hash__ = tuple.__hash__
 

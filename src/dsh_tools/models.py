@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 import attrs
 
 from .cancel import CancelSignal
-from .content import ContentLike, ContextMessage, content_blocks
+from .content import ContentLike, ContextMessage, content_blocks, content_text
 from .errors import DefinitionError, ErrorCode
-from .json import FrozenDict, FrozenList, JsonValue, snapshot
+from .json import FrozenDict, FrozenList, JsonValue, snapshot, thaw
 
 if TYPE_CHECKING:
     from .arguments import ArgumentsModel
@@ -47,6 +47,7 @@ __all__ = [
     "ToolOutput",
     "ToolSchema",
     "failure_result",
+    "result_to_json",
 ]
 
 A = TypeVar("A")
@@ -152,6 +153,11 @@ class ToolExecutionSuccess:
     concludes_turn: bool = False
     is_error: Literal[False] = attrs.field(default=False, init=False)
 
+    @property
+    def text(self) -> str:
+        """The content's text blocks joined by newlines (other blocks as placeholders)."""
+        return content_text(self.content)
+
 
 @attrs.frozen
 class ToolExecutionFailure:
@@ -164,12 +170,41 @@ class ToolExecutionFailure:
     is_error: Literal[True] = attrs.field(default=True, init=False)
 
     @property
+    def text(self) -> str:
+        """The content's text blocks joined by newlines (other blocks as placeholders)."""
+        return content_text(self.content)
+
+    @property
     def code(self) -> str:
         """Shortcut for ``error.info.code``."""
         return self.error.info.code
 
 
 ToolExecutionResult = ToolExecutionSuccess | ToolExecutionFailure
+
+
+def result_to_json(result: ToolExecutionResult) -> dict[str, Any]:
+    """The result as plain JSON data in the wire style of MCP and the upstream design.
+
+    ``{"isError", "content", "value" | "error", "meta"?, "additionalContexts"?,
+    "concludesTurn"?}``: optional keys are omitted, never ``null``.
+    """
+    data: dict[str, Any] = {"isError": result.is_error, "content": thaw(result.content)}
+    if isinstance(result, ToolExecutionSuccess):
+        data["value"] = thaw(result.value)
+    else:
+        info = result.error.info
+        data["error"] = {
+            "message": result.error.message,
+            "info": {"name": info.name, "code": info.code},
+        }
+    if result.meta is not None:
+        data["meta"] = thaw(result.meta)
+    if result.additional_contexts:
+        data["additionalContexts"] = [thaw(c.to_json()) for c in result.additional_contexts]
+    if isinstance(result, ToolExecutionSuccess) and result.concludes_turn:
+        data["concludesTurn"] = True
+    return data
 
 
 # --------------------------------------------------------------------------- decisions
@@ -288,6 +323,14 @@ class ToolSchema:
     name: str
     description: str
     parameters: FrozenDict
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON data ``{"name", "description", "parameters"}`` (a mutable copy)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": thaw(self.parameters),
+        }
 
 
 @attrs.frozen
