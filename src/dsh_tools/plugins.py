@@ -228,12 +228,14 @@ def load_plugins(
         for entry_point in discovered.select(group=group):
             distribution, version = _origin(entry_point)
             key = (group, entry_point.name, entry_point.value, _normalize(distribution))
+            if wanted is not None and not wanted.match(entry_point.name, distribution):
+                continue
             if key in known:
                 loaded.append(known[key])
             elif blocked_selectors.match(entry_point.name, distribution):
                 if entry_point.name not in blocked:
                     blocked.append(entry_point.name)
-            elif wanted is None or wanted.match(entry_point.name, distribution):
+            else:
                 try:
                     tools, hooks, disposer = _LOADERS[kind](registry, entry_point)
                 except _LoadFailure as exc:
@@ -318,7 +320,8 @@ _Loaded = tuple[tuple[str, ...], tuple[str, ...], Disposer]
 
 
 def _cause(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    """``Type: message`` on one line (pluggy's messages span several), for tables and logs."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
 
 def _import(entry_point: EntryPoint) -> object:
