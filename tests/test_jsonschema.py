@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -535,3 +536,8 @@ class _Hostile:
 def test_hostile_leaves_never_raise(schema: dict[str, Any]) -> None:
     assert compile_validator(schema)(_Hostile()) != []
     assert compile_validator(schema)({"a": _Hostile()}) != []
+
+
+def test_mappings_that_are_not_dicts_are_not_objects() -> None:
+    assert check({"type": "object"}, MappingProxyType({"a": 1})) == ['"value" must be an object']
+    assert check({}, MappingProxyType({"a": 1})) == ['"value" must be a lossless JSON value']
