@@ -51,6 +51,7 @@ def define_tool(
     present_result: Callable[[A, PresentableResult], ToolResultView | None] | None = None,
     finalize_content: Finalizer | None = None,
     blocking: bool = False,
+    metadata: Mapping[str, Any] | None = None,
 ) -> ToolDefinition[A]: ...
 
 
@@ -68,6 +69,7 @@ def define_tool(
     present_result: Callable[[FrozenDict, PresentableResult], ToolResultView | None] | None = None,
     finalize_content: Finalizer | None = None,
     blocking: bool = False,
+    metadata: Mapping[str, Any] | None = None,
 ) -> ToolDefinition[FrozenDict]: ...
 
 
@@ -84,6 +86,7 @@ def define_tool(
     present_result: Callable[[Any, PresentableResult], ToolResultView | None] | None = None,
     finalize_content: Finalizer | None = None,
     blocking: bool = False,
+    metadata: Mapping[str, Any] | None = None,
 ) -> ToolDefinition[Any]:
     """Define a tool whose arguments are validated against ``parameters`` before ``execute``.
 
@@ -121,5 +124,6 @@ def define_tool(
         present_result=present_result,
         finalize_content=finalize_content,
         blocking=blocking,
+        metadata=dict(metadata or {}),
         arguments=model,
     )

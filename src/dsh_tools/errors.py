@@ -46,6 +46,11 @@ class ErrorCode(str, enum.Enum):
     TOOL_ERROR = "TOOL_ERROR"
     """The tool body (or its finalizer) raised an exception that carries no code of its own."""
 
+    TRANSIENT = "TRANSIENT"
+    """A failure worth retrying (a network blip, a busy resource); raise
+    ``ToolError(message, code=ErrorCode.TRANSIENT)`` so the retry policy may retry an
+    idempotent tool."""
+
     TOOL_TIMEOUT = "TOOL_TIMEOUT"
     """The call ran past its timeout; produced by the timeout wrapper, never by the body."""
 

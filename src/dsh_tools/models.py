@@ -382,6 +382,10 @@ class ToolDefinition(Generic[A]):
     Build one with :func:`~dsh_tools.define_tool`, which validates arguments for you.
     Constructed directly it is a *raw* definition (for bridged tools such as MCP's): the
     parameters schema is trusted and the body gets the frozen arguments unvalidated.
+
+    ``metadata`` is for hosts and plugins, never sent to models: for example
+    ``{"idempotent": True}`` lets the retry policy retry the tool, ``{"read_only": True}``
+    tells permission rules it changes nothing.
     """
 
     name: str = attrs.field(validator=attrs.validators.instance_of(str))
@@ -397,6 +401,7 @@ class ToolDefinition(Generic[A]):
         Callable[[ToolExecution, ToolExecutionResult], Sequence[ContentLike] | None] | None
     ) = None
     blocking: bool = False
+    metadata: FrozenDict = attrs.field(factory=dict, converter=_frozen_object)
     arguments: ArgumentsModel[A] = attrs.field(
         default=attrs.Factory(_raw_arguments, takes_self=True), repr=False
     )
