@@ -401,7 +401,7 @@ class ToolDefinition(Generic[A]):
         Callable[[ToolExecution, ToolExecutionResult], Sequence[ContentLike] | None] | None
     ) = None
     blocking: bool = False
-    metadata: FrozenDict = attrs.field(factory=dict, converter=_frozen_object)
+    metadata: FrozenDict = attrs.field(factory=FrozenDict, converter=_frozen_object)
     arguments: ArgumentsModel[A] = attrs.field(
         default=attrs.Factory(_raw_arguments, takes_self=True), repr=False
     )
