@@ -592,10 +592,15 @@ def test_only_restricts_by_name_and_block_wins(site: Site, tripwires: dict[str, 
     assert load_plugins(ToolRegistry(), only=[]).loaded == ()
 
 
-def test_a_tripwire_that_is_not_blocked_is_reported(site: Site, tripwires: dict[str, Path]) -> None:
+def test_a_tripwire_that_is_not_blocked_is_reported_with_its_traceback(
+    site: Site, tripwires: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
     report = load_plugins(ToolRegistry(), block=["trip-b"], only=TRIPWIRE_DISTS)
     (failure,) = report.failed
     assert failure.error == "import failed: RuntimeError: must not be imported"
+    (logged,) = [record for record in caplog.records if record.name == "dsh_tools"]
+    assert logged.exc_info is not None
+    assert "must not be imported" in str(logged.exc_info[1])
     assert tripwires["trip-a"].exists()
     assert not tripwires["trip-b"].exists()
 

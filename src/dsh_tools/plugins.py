@@ -207,10 +207,10 @@ def load_plugins(
     selectors) it lists. An entry point this registry already got from an earlier call
     is not loaded again, so the call is idempotent.
 
-    Each entry point is all-or-nothing. A failing one is logged (logger ``dsh_tools``)
-    and listed in the report while the others still load. With ``strict=True`` a failure
-    instead undoes every registration this call made and raises one
-    :class:`~dsh_tools.PluginError` that lists every failure.
+    Each entry point is all-or-nothing. A failing one is logged with the traceback of
+    its cause (logger ``dsh_tools``) and listed in the report while the others still
+    load. With ``strict=True`` a failure instead undoes every registration this call
+    made and raises one :class:`~dsh_tools.PluginError` that lists every failure.
     """
     import importlib_metadata
 
@@ -221,6 +221,7 @@ def load_plugins(
 
     loaded: list[PluginRecord] = []
     failed: list[PluginFailure] = []
+    causes: list[BaseException | None] = []
     blocked: list[str] = []
     fresh: dict[_Key, PluginRecord] = {}
     disposers: list[Disposer] = []
@@ -249,6 +250,7 @@ def load_plugins(
                             str(exc),
                         )
                     )
+                    causes.append(exc.__cause__)
                     continue
                 record = PluginRecord(
                     entry_point.name,
@@ -271,8 +273,8 @@ def load_plugins(
             f"nothing was registered (strict mode):\n{lines}"
         )
     known.update(fresh)
-    for failure in failed:
-        logger.warning("plugin not loaded: %s", failure.message)
+    for failure, cause in zip(failed, causes, strict=True):
+        logger.warning("plugin not loaded: %s", failure.message, exc_info=cause)
     return LoadReport(tuple(loaded), tuple(failed), tuple(blocked))
 
 
