@@ -519,7 +519,10 @@ def test_strict_raises_one_error_listing_every_failure_and_undoes_the_call(site:
 
     message = str(caught.value)
     assert caught.value.code == "PLUGIN_ERROR"
-    assert message.startswith("2 plugin entry point(s) failed to load; nothing was registered")
+    assert message.startswith(
+        "2 plugin entry point(s) failed to load "
+        "(strict mode: every registration of this call was undone):\n  - "
+    )
     assert_names_origin(
         message, "bad-dist", "0.0.1", TOOLS_GROUP, "missing", "dsh_fake_missing_module:TOOL"
     )

@@ -269,8 +269,8 @@ def load_plugins(
         _dispose_all(disposers)
         lines = "\n".join(f"  - {failure.message}" for failure in failed)
         raise PluginError(
-            f"{len(failed)} plugin entry point(s) failed to load; "
-            f"nothing was registered (strict mode):\n{lines}"
+            f"{len(failed)} plugin entry point(s) failed to load "
+            f"(strict mode: every registration of this call was undone):\n{lines}"
         )
     known.update(fresh)
     for failure, cause in zip(failed, causes, strict=True):
