@@ -5,6 +5,7 @@ the DSL, ``dsh_tools.presentation`` for UI cards, ``dsh_tools.json`` for frozen 
 """
 
 from ._version import __version__
+from .arguments import ArgumentsModel, arguments_model
 from .cancel import CancelSignal, CancelSource
 from .content import ContextMessage, ImageContent, TextContent
 from .define import define_tool
@@ -28,6 +29,7 @@ from .jsonschema import (
     StructuredOutputSchema,
     assert_supported_json_schema,
     assert_supported_output_schema,
+    compile_validator,
     validate_json_schema_value,
     validate_structured_value,
 )
@@ -57,7 +59,14 @@ from .models import (
 )
 from .pipeline import ToolRunContext
 from .registry import ToolRegistry, ToolScope
-from .schema import PropertySpec, SchemaSpec, schema_spec_to_json_schema, validate_args
+from .schema import (
+    PropertySpec,
+    SchemaSpec,
+    ValueSpec,
+    schema_spec_to_json_schema,
+    validate_args,
+    value_spec_to_json_schema,
+)
 
 __all__ = [
     "Accept",
@@ -65,6 +74,7 @@ __all__ = [
     "ApprovalOutcome",
     "ApprovalRequest",
     "ApprovalService",
+    "ArgumentsModel",
     "Ask",
     "Block",
     "CancelSignal",
@@ -106,9 +116,12 @@ __all__ = [
     "ToolRunContext",
     "ToolSchema",
     "ToolScope",
+    "ValueSpec",
     "__version__",
+    "arguments_model",
     "assert_supported_json_schema",
     "assert_supported_output_schema",
+    "compile_validator",
     "define_tool",
     "failure_result",
     "hookimpl",
@@ -117,4 +130,5 @@ __all__ = [
     "validate_args",
     "validate_json_schema_value",
     "validate_structured_value",
+    "value_spec_to_json_schema",
 ]
