@@ -308,7 +308,8 @@ class ToolRegistry(_ViewBase):
     def _add_plugin(self, path: tuple[str, ...], plugin: object, name: str | None) -> Disposer:
         if self._pm.is_registered(plugin):
             raise RegistrationError(
-                f"plugin {_label(plugin, name)} is already registered in this registry"
+                f"plugin {_label(plugin)} is already registered in this registry "
+                f"(as {self._pm.get_name(plugin)!r}); dispose of it first"
             )
         if path and getattr(type(plugin), "__hash__", None) is None:
             # Calls outside the scope leave the plugin out through a pluggy subset caller,
