@@ -2,81 +2,185 @@
 
 The names below are the public API; submodules hold the details (``dsh_tools.schema`` for
 the DSL, ``dsh_tools.presentation`` for UI cards, ``dsh_tools.json`` for frozen JSON).
+Names are imported on first use (PEP 562), so ``import dsh_tools`` (and the pytest plugin,
+which every pytest run in an environment with dsh-tools loads) stays cheap.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._version import __version__
-from .arguments import ArgumentsModel, arguments_model
-from .cancel import CancelSignal, CancelSource
-from .content import ContextMessage, ImageContent, TextContent
-from .define import define_tool
-from .errors import (
-    DefinitionError,
-    DshToolsError,
-    ErrorCode,
-    JsonSchemaError,
-    JsonValueError,
-    OutputSchemaError,
-    PluginError,
-    RegistrationError,
-    ToolArgsError,
-    ToolError,
-    ToolNotFoundError,
-    ToolOutputError,
-)
-from .hookspecs import hookimpl
-from .json import FrozenDict, FrozenList, JsonValue
-from .jsonschema import (
-    StructuredOutputSchema,
-    assert_supported_json_schema,
-    assert_supported_output_schema,
-    compile_validator,
-    validate_json_schema_value,
-    validate_structured_value,
-)
-from .models import (
-    Accept,
-    Allow,
-    ApprovalOutcome,
-    ApprovalRequest,
-    ApprovalService,
-    Ask,
-    Block,
-    Deny,
-    ExecutionToken,
-    PresentableResult,
-    ToolDefinition,
-    ToolErrorInfo,
-    ToolExecution,
-    ToolExecutionFailure,
-    ToolExecutionInput,
-    ToolExecutionResult,
-    ToolExecutionSuccess,
-    ToolFailure,
-    ToolOutput,
-    ToolSchema,
-    failure_result,
-    result_to_json,
-)
-from .pipeline import ToolRunContext
-from .plugins import (
-    BLOCK_ENV_VAR,
-    GUARDS_GROUP,
-    PLUGINS_GROUP,
-    TOOLS_GROUP,
-    LoadReport,
-    PluginFailure,
-    PluginRecord,
-    load_plugins,
-)
-from .registry import ToolRegistry, ToolScope
-from .schema import (
-    PropertySpec,
-    SchemaSpec,
-    ValueSpec,
-    schema_spec_to_json_schema,
-    validate_args,
-    value_spec_to_json_schema,
-)
+
+if TYPE_CHECKING:
+    from .arguments import (
+        ArgumentsModel,
+        arguments_model,
+    )
+    from .cancel import (
+        CancelSignal,
+        CancelSource,
+    )
+    from .content import (
+        ContextMessage,
+        ImageContent,
+        TextContent,
+    )
+    from .define import (
+        define_tool,
+    )
+    from .errors import (
+        DefinitionError,
+        DshToolsError,
+        ErrorCode,
+        JsonSchemaError,
+        JsonValueError,
+        OutputSchemaError,
+        PluginError,
+        RegistrationError,
+        ToolArgsError,
+        ToolError,
+        ToolNotFoundError,
+        ToolOutputError,
+    )
+    from .hookspecs import (
+        hookimpl,
+    )
+    from .json import (
+        FrozenDict,
+        FrozenList,
+        JsonValue,
+    )
+    from .jsonschema import (
+        StructuredOutputSchema,
+        assert_supported_json_schema,
+        assert_supported_output_schema,
+        compile_validator,
+        validate_json_schema_value,
+        validate_structured_value,
+    )
+    from .models import (
+        Accept,
+        Allow,
+        ApprovalOutcome,
+        ApprovalRequest,
+        ApprovalService,
+        Ask,
+        Block,
+        Deny,
+        ExecutionToken,
+        PresentableResult,
+        ToolDefinition,
+        ToolErrorInfo,
+        ToolExecution,
+        ToolExecutionFailure,
+        ToolExecutionInput,
+        ToolExecutionResult,
+        ToolExecutionSuccess,
+        ToolFailure,
+        ToolOutput,
+        ToolSchema,
+        failure_result,
+        result_to_json,
+    )
+    from .pipeline import (
+        ToolRunContext,
+    )
+    from .plugins import (
+        BLOCK_ENV_VAR,
+        GUARDS_GROUP,
+        PLUGINS_GROUP,
+        TOOLS_GROUP,
+        LoadReport,
+        PluginFailure,
+        PluginRecord,
+        load_plugins,
+    )
+    from .registry import (
+        ToolRegistry,
+        ToolScope,
+    )
+    from .schema import (
+        PropertySpec,
+        SchemaSpec,
+        ValueSpec,
+        schema_spec_to_json_schema,
+        validate_args,
+        value_spec_to_json_schema,
+    )
+
+_LOCATIONS: dict[str, str] = {
+    "Accept": "models",
+    "Allow": "models",
+    "ApprovalOutcome": "models",
+    "ApprovalRequest": "models",
+    "ApprovalService": "models",
+    "ArgumentsModel": "arguments",
+    "Ask": "models",
+    "BLOCK_ENV_VAR": "plugins",
+    "Block": "models",
+    "CancelSignal": "cancel",
+    "CancelSource": "cancel",
+    "ContextMessage": "content",
+    "DefinitionError": "errors",
+    "Deny": "models",
+    "DshToolsError": "errors",
+    "ErrorCode": "errors",
+    "ExecutionToken": "models",
+    "FrozenDict": "json",
+    "FrozenList": "json",
+    "GUARDS_GROUP": "plugins",
+    "ImageContent": "content",
+    "JsonSchemaError": "errors",
+    "JsonValue": "json",
+    "JsonValueError": "errors",
+    "LoadReport": "plugins",
+    "OutputSchemaError": "errors",
+    "PLUGINS_GROUP": "plugins",
+    "PluginError": "errors",
+    "PluginFailure": "plugins",
+    "PluginRecord": "plugins",
+    "PresentableResult": "models",
+    "PropertySpec": "schema",
+    "RegistrationError": "errors",
+    "SchemaSpec": "schema",
+    "StructuredOutputSchema": "jsonschema",
+    "TOOLS_GROUP": "plugins",
+    "TextContent": "content",
+    "ToolArgsError": "errors",
+    "ToolDefinition": "models",
+    "ToolError": "errors",
+    "ToolErrorInfo": "models",
+    "ToolExecution": "models",
+    "ToolExecutionFailure": "models",
+    "ToolExecutionInput": "models",
+    "ToolExecutionResult": "models",
+    "ToolExecutionSuccess": "models",
+    "ToolFailure": "models",
+    "ToolNotFoundError": "errors",
+    "ToolOutput": "models",
+    "ToolOutputError": "errors",
+    "ToolRegistry": "registry",
+    "ToolRunContext": "pipeline",
+    "ToolSchema": "models",
+    "ToolScope": "registry",
+    "ValueSpec": "schema",
+    "arguments_model": "arguments",
+    "assert_supported_json_schema": "jsonschema",
+    "assert_supported_output_schema": "jsonschema",
+    "compile_validator": "jsonschema",
+    "define_tool": "define",
+    "failure_result": "models",
+    "hookimpl": "hookspecs",
+    "load_plugins": "plugins",
+    "result_to_json": "models",
+    "schema_spec_to_json_schema": "schema",
+    "validate_args": "schema",
+    "validate_json_schema_value": "jsonschema",
+    "validate_structured_value": "jsonschema",
+    "value_spec_to_json_schema": "schema",
+}
 
 __all__ = [
     "Accept",
@@ -150,3 +254,16 @@ __all__ = [
     "validate_structured_value",
     "value_spec_to_json_schema",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LOCATIONS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dsh_tools' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
