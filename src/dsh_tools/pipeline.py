@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import attrs
 
 from .cancel import NEVER_CANCELLED, CancelSignal, CancelSource, linked_source
@@ -229,13 +230,15 @@ class _Call:
     def cancelled(self) -> bool:
         return self.signal is not None and self.signal.cancelled
 
-    def aborted(self) -> ToolExecutionFailure:
+    def aborted(self, contexts: tuple[ContextMessage, ...] | None = None) -> ToolExecutionFailure:
+        """The cancellation failure; it keeps ``contexts`` (default: the body's deferred)."""
+        kept = self.contexts if contexts is None else contexts
         if self.body_started:
-            return failure_result("tool call aborted", ErrorCode.ABORTED, contexts=self.contexts)
+            return failure_result("tool call aborted", ErrorCode.ABORTED, contexts=kept)
         return failure_result(
             "tool call aborted before dispatch",
             ErrorCode.ABORTED_BEFORE_DISPATCH,
-            contexts=self.contexts,
+            contexts=kept,
         )
 
     def denied(self, reason: str) -> ToolExecutionFailure:
@@ -283,7 +286,7 @@ class _Call:
             return self.aborted(), True
         result = await self.dispatch()
         if self.cancelled() and not result.is_error:
-            result = self.aborted()
+            result = self.aborted(result.additional_contexts)
         return result, True
 
     async def pre_execute(self) -> Allow | Deny | Ask:
@@ -435,36 +438,37 @@ class _Call:
         timeout_ms = definition.timeout_ms or self.plan.default_timeout_ms
         source: CancelSource | None = None
         unlink: Callable[[], None] | None = None
-        if self.asynchronous and (parents or timeout_ms):
+        if self.asynchronous and (len(parents) > 1 or timeout_ms):
+            # Fuse the caller's and the wrapper's signals (and the timer) for the body;
+            # with one signal and no timer the body sees that very signal.
             source, unlink = linked_source(*parents)
             signal: CancelSignal = source.signal
         else:
             signal = parents[0] if parents else NEVER_CANCELLED
         context = ToolRunContext(self.execution, signal)
-        timed_out = False
+        expired: list[bool] = []
         try:
             self.parsed = definition.arguments.parse(self.execution.arguments)
             self.body_started = True
-            if source is None:
+            if not self.asynchronous or signal is NEVER_CANCELLED:
                 raw = await self.invoke(definition, context)
                 cancelled = signal.cancelled
             else:
                 with anyio.CancelScope() as scope:
-                    remove = source.signal.add_callback(scope.cancel)
+                    remove = signal.add_callback(scope.cancel)
                     try:
-                        if timeout_ms:
+                        if source is not None and timeout_ms:
                             raw = await self.invoke_with_timeout(
-                                definition, context, source, timeout_ms
+                                definition, context, source, timeout_ms, expired
                             )
                         else:
                             raw = await self.invoke(definition, context)
                     finally:
                         remove()
-                cancelled = scope.cancelled_caught or source.cancelled
-                timed_out = source.signal.reason is _TIMEOUT
+                cancelled = scope.cancelled_caught or signal.cancelled
             self.contexts = tuple(context._contexts)
             self.concluded = context._concluded
-            if timed_out:
+            if expired:
                 result: ToolExecutionResult = self.timeout(timeout_ms)
             elif cancelled:
                 result = self.aborted()
@@ -472,7 +476,7 @@ class _Call:
                 result = self.render(entry, raw)
         except Exception as error:
             self.contexts = tuple(context._contexts)
-            if source is not None and source.signal.reason is _TIMEOUT:
+            if expired:
                 result = self.timeout(timeout_ms)
             else:
                 result = _from_exception(error, ErrorCode.TOOL_ERROR, contexts=self.contexts)
@@ -496,10 +500,14 @@ class _Call:
         if not self.asynchronous:
             return definition.execute(self.parsed, context)
         if definition.blocking:
-            return await anyio.to_thread.run_sync(
+            raw = await anyio.to_thread.run_sync(
                 functools.partial(definition.execute, self.parsed, context),
                 abandon_on_cancel=False,
             )
+            # The thread is never abandoned, so a cancellation that arrived meanwhile
+            # was deferred: deliver it now instead of after the rest of the pipeline.
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            return raw
         raw = definition.execute(self.parsed, context)
         if inspect.isawaitable(raw):
             raw = await raw
@@ -511,17 +519,27 @@ class _Call:
         context: ToolRunContext,
         source: CancelSource,
         timeout_ms: float,
+        expired: list[bool],
     ) -> Any:
+        """Run the body with a timer that cancels ``source`` (appending to ``expired``)."""
+
         async def watchdog() -> None:
             await anyio.sleep(timeout_ms / 1000)
-            source.cancel(_TIMEOUT)
+            if not source.cancelled:
+                expired.append(True)
+                source.cancel(_TIMEOUT)
 
+        error: Exception
         async with anyio.create_task_group() as group:
             group.start_soon(watchdog)
             try:
                 return await self.invoke(definition, context)
+            except Exception as raised:
+                # Re-raised outside the task group, so it is not wrapped in an ExceptionGroup.
+                error = raised
             finally:
                 group.cancel_scope.cancel()
+        raise error
 
     # -------------------------------------------------------------- output
 
@@ -598,7 +616,7 @@ class _Call:
                     )
                 ) from None
         if self.cancelled() and not result.is_error:
-            result = self.aborted()
+            result = self.aborted(result.additional_contexts)
         return result
 
     def accept(self, result: ToolExecutionResult, decision: Accept) -> ToolExecutionResult:
