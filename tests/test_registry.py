@@ -1283,3 +1283,84 @@ def test_a_global_dataclass_plugin_is_accepted_but_a_scoped_one_is_refused(
 
     registry.add_plugin(Policy("global no"))
     assert text(registry.scope("a").execute_sync(call("x"))) == "Error: global no"
+
+
+# =========================================================================== execute_sync parity
+
+SYNC_DRIVE_BUG = (
+    "pipeline bug: when execute_sync drives a call without an event loop (_Call.asynchronous "
+    "is False), settle() and invoke() return awaitables unawaited, so an awaitable from a "
+    "plain callable (allowed by the hookspec, ApprovalService and body types) fails the call "
+    "although execute() runs it; ToolEntry.synchronous only checks iscoroutinefunction"
+)
+
+
+def _without_unawaited_warnings(run: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
+    """Run ``run`` with the expected 'never awaited' RuntimeWarning of the bug silenced, and
+    collect the orphaned coroutine here rather than in a later test."""
+    import gc
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = run()
+        gc.collect()
+    return result
+
+
+class AsyncCallableBody:
+    async def __call__(self, arguments: Any, context: ToolRunContext) -> str:
+        return "async callable"
+
+
+@pytest.mark.anyio
+async def test_execute_awaits_a_body_whose_call_is_async(registry: ToolRegistry) -> None:
+    registry.register(tool("x", execute=AsyncCallableBody()))
+    assert text(await registry.execute(call("x"))) == "async callable"
+
+
+@pytest.mark.xfail(strict=True, reason=SYNC_DRIVE_BUG)
+def test_execute_sync_awaits_a_body_whose_call_is_async(registry: ToolRegistry) -> None:
+    registry.register(tool("x", execute=AsyncCallableBody()))
+    result = _without_unawaited_warnings(lambda: registry.execute_sync(call("x")))
+    assert text(result) == "async callable"
+
+
+@pytest.mark.xfail(strict=True, reason=SYNC_DRIVE_BUG)
+def test_execute_sync_awaits_a_decision_returned_as_an_awaitable(registry: ToolRegistry) -> None:
+    registry.register(tool("x"))
+
+    class DeferredDeny:
+        @hookimpl
+        def dsh_tools_pre_execute(self, execution: ToolExecution) -> Any:
+            async def decide() -> Deny:
+                return Deny("decided later")
+
+            return decide()
+
+    registry.add_plugin(DeferredDeny())
+    result = _without_unawaited_warnings(lambda: registry.execute_sync(call("x")))
+    assert result.code == "DENIED"
+
+
+@pytest.mark.xfail(strict=True, reason=SYNC_DRIVE_BUG)
+def test_execute_sync_awaits_an_approval_returned_as_an_awaitable() -> None:
+    from dsh_tools.models import ApprovalOutcome, ApprovalRequest, Ask
+
+    class Service:
+        def request(self, request: ApprovalRequest) -> Any:
+            async def answer() -> ApprovalOutcome:
+                return ApprovalOutcome.ALLOWED_ONCE
+
+            return answer()
+
+    class AskAlways:
+        @hookimpl
+        def dsh_tools_pre_execute(self, execution: ToolExecution) -> Ask:
+            return Ask("may I?")
+
+    registry = ToolRegistry(approval=Service())
+    registry.register(tool("x"))
+    registry.add_plugin(AskAlways())
+    result = _without_unawaited_warnings(lambda: registry.scope("a").execute_sync(call("x")))
+    assert text(result) == "x"
