@@ -398,7 +398,7 @@ async def _call_remote(client: McpClient, name: str, arguments: dict[str, Any]) 
     except MCPError as error:
         if error.code == mcp_types.CONNECTION_CLOSED:
             raise McpConnectionError(
-                f'the MCP server connection closed during the call of tool "{name}"'
+                f'the connection to the MCP server closed; tool "{name}" got no result'
             ) from None
         raise McpCallError(
             f'the MCP server refused the call of tool "{name}": {error.error.message} '
@@ -515,6 +515,24 @@ async def register_mcp_server(
     return _register_all(view, await load_mcp_tools(client, prefix=prefix, timeout_ms=timeout_ms))
 
 
+def _describe(server: object) -> str:
+    if isinstance(server, StdioServerParameters):
+        return " ".join([server.command, *server.args])
+    if isinstance(server, str):
+        return server
+    return type(server).__qualname__
+
+
+def _cause(error: BaseException) -> str:
+    """The message of the one error inside nested task-group exception groups."""
+    inner: Any = error
+    while len(getattr(inner, "exceptions", ())) == 1:
+        inner = inner.exceptions[0]
+    if isinstance(inner, MCPError):
+        return inner.error.message
+    return f"{type(inner).__name__}: {inner}"
+
+
 class McpToolSource:
     """An MCP server's tools for as long as a connection to it is open.
 
@@ -562,8 +580,14 @@ class McpToolSource:
         if isinstance(server, (Client, ClientSession)):
             client: McpClient = server
         else:
-            self._owned = Client(server, read_timeout_seconds=self._read_timeout)
-            client = await self._owned.__aenter__()
+            owned = Client(server, read_timeout_seconds=self._read_timeout)
+            try:
+                client = await owned.__aenter__()
+            except Exception as error:
+                raise McpConnectionError(
+                    f"could not connect to the MCP server {_describe(server)}: {_cause(error)}"
+                ) from error
+            self._owned = owned
         try:
             self.tools = tuple(
                 await load_mcp_tools(client, prefix=self._prefix, timeout_ms=self._timeout_ms)
