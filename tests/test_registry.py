@@ -1364,3 +1364,60 @@ def test_execute_sync_awaits_an_approval_returned_as_an_awaitable() -> None:
     registry.add_plugin(AskAlways())
     result = _without_unawaited_warnings(lambda: registry.scope("a").execute_sync(call("x")))
     assert text(result) == "x"
+
+
+# =========================================================================== registry settings
+
+
+def test_replacing_the_approval_service_applies_to_the_next_call() -> None:
+    """B071 through the registry: the service is not frozen into cached plans."""
+    from dsh_tools.models import ApprovalOutcome, ApprovalRequest, Ask
+
+    class Service:
+        def request(self, request: ApprovalRequest) -> ApprovalOutcome:
+            return ApprovalOutcome.ALLOWED_ONCE
+
+    class AskAlways:
+        @hookimpl
+        def dsh_tools_pre_execute(self, execution: ToolExecution) -> Ask:
+            return Ask("needs a person")
+
+    registry = ToolRegistry(approval=Service())
+    registry.register(tool("x"))
+    registry.add_plugin(AskAlways())
+    scope = registry.scope("a")
+    assert ran(scope, "x") == "x"
+
+    registry.approval = None
+    denied = scope.execute_sync(call("x"))
+    assert (denied.code, text(denied)) == ("DENIED", "Error: needs a person")
+
+    registry.approval = Service()
+    assert ran(scope, "x") == "x"
+
+
+def test_changing_the_default_timeout_applies_to_the_next_call(registry: ToolRegistry) -> None:
+    import anyio
+
+    async def slow(arguments: Any, context: ToolRunContext) -> str:
+        await anyio.sleep(5)
+        return "slow"
+
+    registry.register(tool("slow", execute=slow))
+    registry.register(tool("fast"))
+    assert ran(registry, "fast") == "fast"  # caches a plan without a timeout
+
+    registry.default_timeout_ms = 10
+    result = registry.execute_sync(call("slow"))
+    assert result.code == "TOOL_TIMEOUT"
+    assert registry.default_timeout_ms == 10
+
+
+@pytest.mark.parametrize("timeout_ms", [0, -1, math.inf, math.nan, True, "10"], ids=repr)
+def test_the_default_timeout_must_be_positive_and_finite(timeout_ms: Any) -> None:
+    with pytest.raises(DefinitionError, match="default_timeout_ms must be a positive finite"):
+        ToolRegistry(default_timeout_ms=timeout_ms)
+    registry = ToolRegistry(default_timeout_ms=50)
+    with pytest.raises(DefinitionError, match="default_timeout_ms must be a positive finite"):
+        registry.default_timeout_ms = timeout_ms
+    assert registry.default_timeout_ms == 50

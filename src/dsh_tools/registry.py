@@ -209,18 +209,8 @@ class ToolRegistry(_ViewBase):
         approval: ApprovalService | None = None,
         default_timeout_ms: float | None = None,
     ) -> None:
-        if default_timeout_ms is not None and not (
-            isinstance(default_timeout_ms, (int, float))
-            and not isinstance(default_timeout_ms, bool)
-            and 0 < default_timeout_ms < float("inf")
-        ):
-            raise DefinitionError(
-                f"default_timeout_ms must be a positive finite number, got {default_timeout_ms!r}"
-            )
         self._registry = self
         self._path = ()
-        self.approval = approval
-        self.default_timeout_ms = default_timeout_ms
         self._layers: dict[tuple[str, ...], _Layer] = {(): _Layer(())}
         self._plugins: dict[str, _PluginRecord] = {}
         self._plans: dict[tuple[str, ...], Plan] = {}
@@ -228,6 +218,36 @@ class ToolRegistry(_ViewBase):
         self._pm.add_hookspecs(hookspecs)
         self._builtin = _BuiltinDispatch()
         self._pm.register(self._builtin, name="dsh_tools.builtin_dispatch")
+        self.approval = approval
+        self.default_timeout_ms = default_timeout_ms
+
+    @property
+    def approval(self) -> ApprovalService | None:
+        """The approval service; replacing it (or setting ``None``) applies to the next call."""
+        return self._approval
+
+    @approval.setter
+    def approval(self, service: ApprovalService | None) -> None:
+        self._approval = service
+        self._changed()
+
+    @property
+    def default_timeout_ms(self) -> float | None:
+        """Timeout for tools that declare none; changing it applies to the next call."""
+        return self._default_timeout_ms
+
+    @default_timeout_ms.setter
+    def default_timeout_ms(self, value: float | None) -> None:
+        if value is not None and not (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and 0 < value < float("inf")
+        ):
+            raise DefinitionError(
+                f"default_timeout_ms must be a positive finite number, got {value!r}"
+            )
+        self._default_timeout_ms = value
+        self._changed()
 
     @property
     def plugin_manager(self) -> pluggy.PluginManager:
