@@ -201,7 +201,7 @@ class _Call:
             arguments = snapshot(call.arguments, "arguments")
         except JsonValueError as error:
             arguments, self.arguments_error = None, error
-        if arguments is not None and not isinstance(arguments, dict):
+        if self.arguments_error is None and not isinstance(arguments, dict):
             self.arguments_error = JsonValueError("arguments", "must be a JSON object")
             arguments = None
         self.execution = ToolExecution(
