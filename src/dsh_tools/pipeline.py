@@ -37,7 +37,7 @@ from .content import (
 )
 from .errors import DshToolsError, ErrorCode, JsonValueError, ToolOutputError
 from .hookspecs import Dispatch
-from .json import JsonValue, dumps, snapshot
+from .json import FrozenDict, JsonValue, dumps, snapshot
 from .models import (
     Accept,
     Allow,
@@ -197,13 +197,16 @@ class _Call:
         self.entry = plan.tools.get(call.name)
         self.execution: ToolExecution
         self.arguments_error: JsonValueError | None = None
+        arguments: FrozenDict | None = None
         try:
-            arguments = snapshot(call.arguments, "arguments")
+            snapshotted = snapshot(call.arguments, "arguments")
         except JsonValueError as error:
-            arguments, self.arguments_error = None, error
-        if self.arguments_error is None and not isinstance(arguments, dict):
-            self.arguments_error = JsonValueError("arguments", "must be a JSON object")
-            arguments = None
+            self.arguments_error = error
+        else:
+            if isinstance(snapshotted, FrozenDict):
+                arguments = snapshotted
+            else:
+                self.arguments_error = JsonValueError("arguments", "must be a JSON object")
         self.execution = ToolExecution(
             token=ExecutionToken(),
             call_id=call.call_id,
