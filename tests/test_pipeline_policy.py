@@ -495,11 +495,6 @@ async def test_async_approval_service_is_awaited() -> None:
     assert result.value == "hi"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="registry bug: the approval service is captured in the cached plan, so "
-    "unmounting it (registry.approval = None) does not make the next ask degrade",
-)
 def test_approval_service_is_looked_up_at_each_ask() -> None:
     # B071
     registry = echo_registry([], approval=Service("allowed-once"))
