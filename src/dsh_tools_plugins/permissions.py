@@ -1,0 +1,629 @@
+"""Permission rules: allow, deny or ask by tool-name glob and argument predicates.
+
+:class:`PermissionRules` is a ``dsh_tools_pre_execute`` policy built from Python
+(``PermissionRules([Rule("deny", "run_command", command_matches=r"\\brm\\b")])``) or from a
+TOML file (:meth:`PermissionRules.from_toml`)::
+
+    default = "ask"                  # unmatched calls: "allow", "deny" or "ask"
+
+    [[rule]]
+    name = "read anywhere"
+    action = "allow"
+    tool = ["read_file", "grep"]     # one glob or a list (fnmatch syntax)
+
+    [[rule]]
+    name = "no system files"
+    action = "deny"
+    tool = "*"
+    path_prefix = ["/etc", "/usr"]   # the "path" argument, normalised, component-wise
+    enforce = "guard"                # also a guard: no other plugin can re-allow it
+
+A rule matches a call when its tool glob matches the name and every predicate it has
+holds. Among the matching rules **deny wins, then ask, then allow**, whatever their order;
+no matching rule means ``default``. A ``deny`` becomes the model-facing reason, an
+``ask`` goes to the registry's approval service with a reason naming the rule. A default
+of ``"allow"`` abstains (returns ``None``), so later pre-execute policies still decide.
+
+Predicates, all optional:
+
+``path_prefix``
+    the argument named by ``argument`` (default ``"path"``) is a string inside one of the
+    prefixes. Both sides are normalised first (``os.path.normpath``: ``a/./b``,
+    ``a//b`` and ``a/x/../b`` are ``a/b``) and compared by whole components, so
+    ``/work/src`` covers ``/work/src`` and ``/work/src/x`` but not ``/work/srcx``, and
+    ``/work/src/../../etc/passwd`` is *not* inside ``/work/src``. Relative paths are
+    compared as written (no working directory is assumed); a relative path that climbs
+    out with ``..`` is never inside a relative prefix that does not climb as far.
+``command_matches``
+    a regular expression searched (``re.search``; anchor it with ``^`` yourself) in the
+    ``"command"`` argument, or in the ``"command"``/``"argv"`` list joined with spaces.
+``argument_equals``
+    ``{name = value}``: each named argument equals the JSON value (``true`` is not ``1``).
+
+A predicate whose argument is missing or of the wrong type does not match. So a ``deny``
+rule with ``path_prefix`` does not stop a call that has no ``path``: deny the tool
+outright, or use the ``ask`` default, when that matters.
+
+``enforce = "guard"`` (deny rules only) also returns the rule from a ``dsh_tools_guard``
+implementation. Pre-execute is ``firstresult``: another plugin's earlier ``Allow`` would
+skip these rules, but guards run for every allowed call and nothing can re-allow them.
+
+Malformed rule files raise :class:`RulesError` naming the file, the line and the rule.
+TOML syntax errors carry their own line and column. For a rule that parses but is
+invalid, the line is found by counting ``[[rule]]`` headers in the text (the *n*-th
+header starts the *n*-th rule), then the offending key's ``key =`` line inside that table
+if it is there. Rules written as an inline array (``rule = [{...}]``) have no headers; the
+error then points at the ``rule =`` line.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Final, Literal
+
+import attrs
+
+from dsh_tools.errors import DshToolsError, ErrorCode
+from dsh_tools.hookspecs import hookimpl
+from dsh_tools.json import FrozenDict, JsonValue, snapshot
+from dsh_tools.models import Allow, Ask, Deny, ToolExecution
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
+
+__all__ = [
+    "RULES_ENV_VAR",
+    "Action",
+    "PermissionRules",
+    "Rule",
+    "RulesError",
+    "default_permissions",
+    "default_rules",
+]
+
+RULES_ENV_VAR: Final = "DSH_TOOLS_RULES"
+"""Environment variable naming the TOML rules file :func:`default_permissions` loads."""
+
+Action = Literal["allow", "deny", "ask"]
+_ACTIONS: Final[tuple[Action, ...]] = ("allow", "deny", "ask")
+_ENFORCE: Final = ("policy", "guard")
+_RULE_KEYS: Final = frozenset(
+    {
+        "action",
+        "tool",
+        "name",
+        "reason",
+        "path_prefix",
+        "argument",
+        "command_matches",
+        "argument_equals",
+        "enforce",
+    }
+)
+_TOP_KEYS: Final = frozenset({"default", "rule"})
+
+
+class RulesError(DshToolsError, ValueError):
+    """Permission rules are malformed; the message names the file, line and rule.
+
+    ``source`` is the file (or ``"<string>"``), ``line``/``column`` are 1-based or
+    ``None`` when unknown, ``rule_index`` is the 1-based position of the rule (``None``
+    for file-level problems) and ``rule_name`` its ``name``, if any.
+    """
+
+    default_code = ErrorCode.PLUGIN_ERROR.value
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        source: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+        rule_index: int | None = None,
+        rule_name: str | None = None,
+    ) -> None:
+        self.problem = problem
+        self.source = source
+        self.line = line
+        self.column = column
+        self.rule_index = rule_index
+        self.rule_name = rule_name
+        where = ""
+        if source is not None:
+            where = source
+            if line is not None:
+                where += f":{line}"
+                if column is not None:
+                    where += f":{column}"
+            where += ": "
+        rule = ""
+        if rule_index is not None:
+            rule = f"rule #{rule_index}"
+            if rule_name:
+                rule += f" ({rule_name!r})"
+            rule += ": "
+        elif rule_name:
+            rule = f"rule {rule_name!r}: "
+        super().__init__(f"{where}{rule}{problem}")
+
+
+# --------------------------------------------------------------------------- predicates
+
+
+def _normalise(path: str) -> tuple[bool, tuple[str, ...]]:
+    """(is absolute, components) of a normalised path; ``.`` has no components."""
+    normal = os.path.normcase(os.path.normpath(path))
+    absolute = os.path.isabs(normal)
+    parts = tuple(part for part in re.split(r"[\\/]+" if os.sep == "\\" else "/+", normal) if part)
+    if parts == (".",):
+        parts = ()
+    return absolute, parts
+
+
+def _inside(path: str, prefix: tuple[bool, tuple[str, ...]]) -> bool:
+    absolute, parts = _normalise(path)
+    prefix_absolute, prefix_parts = prefix
+    if absolute != prefix_absolute or parts[: len(prefix_parts)] != prefix_parts:
+        return False
+    rest = parts[len(prefix_parts) :]
+    return not rest or rest[0] != ".."
+
+
+def _json_equal(left: object, right: object) -> bool:
+    """JSON equality: ``True`` is not ``1``, ``1`` equals ``1.0``, ``"1"`` is not ``1``."""
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(_json_equal(left[k], right[k]) for k in left)
+    if isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
+        return len(left) == len(right) and all(map(_json_equal, left, right))
+    numbers = (int, float)
+    if (
+        isinstance(left, numbers)
+        and isinstance(right, numbers)
+        and not isinstance(left, bool)
+        and not isinstance(right, bool)
+    ):
+        return left == right
+    return type(left) is type(right) and left == right
+
+
+def _strings(label: str, value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if (
+        isinstance(value, (list, tuple))
+        and value
+        and all(isinstance(item, str) and item for item in value)
+    ):
+        return tuple(value)
+    raise RulesError(f"{label} must be a non-empty string or a list of them, got {value!r}")
+
+
+def _tools(value: object) -> tuple[str, ...]:
+    tools = _strings("tool", value)
+    if any(not tool for tool in tools):
+        raise RulesError(f"tool must not be empty, got {value!r}")
+    return tools
+
+
+def _prefixes(value: object) -> tuple[str, ...] | None:
+    return None if value is None else _strings("path_prefix", value)
+
+
+def _action(value: object) -> Action:
+    for action in _ACTIONS:
+        if value == action:
+            return action
+    raise RulesError(f"action must be one of {', '.join(map(repr, _ACTIONS))}, got {value!r}")
+
+
+def _text(label: str, value: object) -> str | None:
+    if value is None or (isinstance(value, str) and value):
+        return value
+    raise RulesError(f"{label} must be a non-empty string, got {value!r}")
+
+
+def _argument(value: object) -> str:
+    text = _text("argument", value)
+    if text is None:
+        raise RulesError("argument must be a non-empty string, got None")
+    return text
+
+
+def _command(value: object) -> str | None:
+    return _text("command_matches", value)
+
+
+def _name(value: object) -> str | None:
+    return _text("name", value)
+
+
+def _reason_text(value: object) -> str | None:
+    return _text("reason", value)
+
+
+def _equals(value: object) -> FrozenDict | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not value:
+        raise RulesError(f"argument_equals must be a non-empty table of values, got {value!r}")
+    try:
+        frozen = snapshot(dict(value), "argument_equals")
+    except DshToolsError as error:
+        raise RulesError(error.message) from None
+    assert isinstance(frozen, FrozenDict)
+    return frozen
+
+
+@attrs.frozen
+class Rule:
+    """One permission rule: an action for the calls it matches.
+
+    :param action: ``"allow"``, ``"deny"`` or ``"ask"``.
+    :param tool: a tool-name glob (``fnmatch``) or a sequence of them; ``"*"`` is every tool.
+    :param path_prefix: a prefix or prefixes the path argument must be inside.
+    :param argument: the argument ``path_prefix`` reads (default ``"path"``).
+    :param command_matches: a regex searched in the ``command`` (or ``argv``) argument.
+    :param argument_equals: ``{argument: value}`` pairs that must all be equal.
+    :param name: how messages name the rule (default: its position).
+    :param reason: the model-facing reason for ``deny`` and ``ask``.
+    :param enforce: ``"guard"`` (deny rules only) also enforces the rule as a guard.
+
+    Raises :class:`RulesError` for an invalid field.
+    """
+
+    action: Action = attrs.field(converter=_action)
+    tool: tuple[str, ...] = attrs.field(default=("*",), converter=_tools)
+    path_prefix: tuple[str, ...] | None = attrs.field(
+        default=None, kw_only=True, converter=_prefixes
+    )
+    argument: str = attrs.field(default="path", kw_only=True, converter=_argument)
+    command_matches: str | None = attrs.field(default=None, kw_only=True, converter=_command)
+    argument_equals: FrozenDict | None = attrs.field(default=None, kw_only=True, converter=_equals)
+    name: str | None = attrs.field(default=None, kw_only=True, converter=_name)
+    reason: str | None = attrs.field(default=None, kw_only=True, converter=_reason_text)
+    enforce: Literal["policy", "guard"] = attrs.field(default="policy", kw_only=True)
+    _pattern: re.Pattern[str] | None = attrs.field(init=False, repr=False, eq=False)
+    _normal_prefixes: tuple[tuple[bool, tuple[str, ...]], ...] = attrs.field(
+        init=False, repr=False, eq=False
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.enforce not in _ENFORCE:
+            raise RulesError(
+                f"enforce must be one of {', '.join(map(repr, _ENFORCE))}, got {self.enforce!r}"
+            )
+        if self.enforce == "guard" and self.action != "deny":
+            raise RulesError(f'enforce = "guard" is only for deny rules, not {self.action!r}')
+        pattern = None
+        if self.command_matches is not None:
+            try:
+                pattern = re.compile(self.command_matches)
+            except re.error as error:
+                raise RulesError(
+                    f"command_matches is not a valid regular expression: {error}"
+                ) from None
+        object.__setattr__(self, "_pattern", pattern)
+        object.__setattr__(
+            self, "_normal_prefixes", tuple(_normalise(p) for p in self.path_prefix or ())
+        )
+
+    def matches(self, name: str, arguments: Mapping[str, JsonValue] | None) -> bool:
+        """Whether this rule applies to a call of ``name`` with ``arguments``."""
+        if not any(fnmatch.fnmatchcase(name, glob) for glob in self.tool):
+            return False
+        args: Mapping[str, JsonValue] = arguments or {}
+        if self._normal_prefixes:
+            path = args.get(self.argument)
+            if not isinstance(path, str) or not any(
+                _inside(path, prefix) for prefix in self._normal_prefixes
+            ):
+                return False
+        if self._pattern is not None:
+            command = _command_text(args)
+            if command is None or self._pattern.search(command) is None:
+                return False
+        if self.argument_equals is not None:
+            for key, expected in self.argument_equals.items():
+                if key not in args or not _json_equal(args[key], expected):
+                    return False
+        return True
+
+
+def _command_text(args: Mapping[str, JsonValue]) -> str | None:
+    for key in ("command", "argv"):
+        value = args.get(key)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value):
+            return " ".join(str(item) for item in value)
+    return None
+
+
+# --------------------------------------------------------------------------- the policy
+
+
+class PermissionRules:
+    """A pre-execute policy (and guard) from an ordered list of :class:`Rule` objects.
+
+    :param rules: the rules; their order only matters for messages (deny wins, then ask,
+        then allow).
+    :param default: the action for calls no rule matches.
+    :param source: where the rules came from (a file path), used in messages.
+    """
+
+    def __init__(
+        self, rules: Iterable[Rule] = (), default: Action = "ask", *, source: str | None = None
+    ) -> None:
+        self.rules: tuple[Rule, ...] = tuple(rules)
+        for index, rule in enumerate(self.rules, 1):
+            if not isinstance(rule, Rule):
+                raise RulesError(
+                    f"expected a Rule, got {type(rule).__qualname__}",
+                    source=source,
+                    rule_index=index,
+                )
+        if default not in _ACTIONS:
+            raise RulesError(
+                f"default must be one of {', '.join(map(repr, _ACTIONS))}, got {default!r}",
+                source=source,
+            )
+        self.default: Action = default
+        self.source = source
+        self._guards = tuple(
+            (index, rule) for index, rule in enumerate(self.rules, 1) if rule.enforce == "guard"
+        )
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike[str]) -> PermissionRules:
+        """Rules from a TOML file; raises :class:`RulesError` naming the file if it cannot
+        be read or is malformed."""
+        source = os.fspath(path)
+        try:
+            with open(source, "rb") as handle:
+                data = handle.read()
+        except OSError as error:
+            raise RulesError(
+                f"cannot read the rules file: {error.strerror or error}", source=source
+            ) from error
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            line = data.count(b"\n", 0, error.start) + 1
+            raise RulesError("the rules file is not UTF-8 text", source=source, line=line) from None
+        return cls.from_toml_text(text, source=source)
+
+    @classmethod
+    def from_toml_text(cls, text: str, source: str = "<string>") -> PermissionRules:
+        """Rules from TOML text; ``source`` names it in error messages."""
+        try:
+            document = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as error:
+            line, column, problem = _toml_position(error, text)
+            raise RulesError(
+                f"invalid TOML: {problem}", source=source, line=line, column=column
+            ) from None
+        unknown = sorted(set(document) - _TOP_KEYS)
+        if unknown:
+            raise RulesError(
+                f"unknown top-level key {unknown[0]!r} (expected 'default' and [[rule]] tables)",
+                source=source,
+                line=_key_line(text, unknown[0], 0, _first_table(text)),
+            )
+        tables = document.get("rule", [])
+        if not isinstance(tables, list):
+            raise RulesError(
+                "'rule' must be an array of tables ([[rule]])",
+                source=source,
+                line=_key_line(text, "rule", 0, len(text)),
+            )
+        headers = _rule_headers(text)
+        rules = []
+        for index, table in enumerate(tables, 1):
+            rules.append(_rule_from_table(text, source, index, table, headers))
+        default = document.get("default", "ask")
+        try:
+            return cls(rules, default, source=source)
+        except RulesError as error:
+            raise RulesError(
+                error.problem,
+                source=source,
+                line=_key_line(text, "default", 0, _first_table(text)),
+            ) from None
+
+    # ------------------------------------------------------------------ deciding
+
+    def decide(self, name: str, arguments: Mapping[str, JsonValue] | None) -> Allow | Deny | Ask:
+        """The decision for a call: deny, then ask, then allow among the matching rules;
+        ``default`` when none matches (``Allow()`` for ``"allow"``)."""
+        return self._decide(name, arguments) or Allow()
+
+    def _decide(
+        self, name: str, arguments: Mapping[str, JsonValue] | None
+    ) -> Allow | Deny | Ask | None:
+        """Like :meth:`decide`, but ``None`` for an unmatched call under an allow default."""
+        allowed = False
+        asked: tuple[int, Rule] | None = None
+        for index, rule in enumerate(self.rules, 1):
+            if not rule.matches(name, arguments):
+                continue
+            if rule.action == "deny":
+                return Deny(self._reason(rule, index, name))
+            if rule.action == "ask":
+                asked = asked or (index, rule)
+            else:
+                allowed = True
+        if asked is not None:
+            return Ask(self._reason(asked[1], asked[0], name))
+        if allowed:
+            return Allow()
+        if self.default == "deny":
+            return Deny(f'tool "{name}" is not allowed by the permission rules{self._from()}')
+        if self.default == "ask":
+            return Ask(f'no permission rule{self._from()} covers tool "{name}"')
+        return None
+
+    def _from(self) -> str:
+        return f" in {self.source}" if self.source else ""
+
+    def _label(self, rule: Rule, index: int) -> str:
+        label = repr(rule.name) if rule.name else f"#{index}"
+        return f"permission rule {label}{self._from()}"
+
+    def _reason(self, rule: Rule, index: int, name: str) -> str:
+        label = self._label(rule, index)
+        if rule.reason:
+            return f"{rule.reason} ({label})"
+        if rule.action == "deny":
+            return f'tool "{name}" is denied by {label}'
+        return f'{label} asks before tool "{name}" runs'
+
+    @hookimpl
+    def dsh_tools_pre_execute(self, execution: ToolExecution) -> Allow | Deny | Ask | None:
+        # An unmatched call under an "allow" default abstains, so that later pre-execute
+        # policies still decide (when every policy abstains the pipeline allows).
+        return self._decide(execution.name, execution.arguments)
+
+    @hookimpl
+    def dsh_tools_guard(self, execution: ToolExecution) -> str | None:
+        for index, rule in self._guards:
+            if rule.matches(execution.name, execution.arguments):
+                return self._reason(rule, index, execution.name)
+        return None
+
+    def __repr__(self) -> str:
+        where = f", source={self.source!r}" if self.source else ""
+        return f"<PermissionRules {len(self.rules)} rules, default={self.default!r}{where}>"
+
+
+# --------------------------------------------------------------------------- TOML helpers
+
+_AT_END = " (at end of document)"
+_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
+_HEADER = re.compile(r"^[ \t]*\[\[[ \t]*rule[ \t]*\]\][ \t]*(#.*)?$", re.MULTILINE)
+_TABLE = re.compile(r"^[ \t]*\[", re.MULTILINE)
+
+
+def _toml_position(error: Exception, text: str) -> tuple[int | None, int | None, str]:
+    """Line, column and message of a TOML error (attributes on 3.14+/tomli 2.1+, else
+    parsed from the message; "at end of document" is the last line)."""
+    message = str(error)
+    if message.endswith(_AT_END):
+        return len(text.splitlines()) or 1, None, message[: -len(_AT_END)]
+    line = getattr(error, "lineno", None)
+    column = getattr(error, "colno", None)
+    problem = getattr(error, "msg", None) or message
+    found = _POSITION.search(message)
+    if found is not None:
+        problem = message[: found.start()] if problem == message else problem
+        if line is None:
+            line, column = int(found.group(1)), int(found.group(2))
+    return line, column, problem
+
+
+def _line_of(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
+
+
+def _rule_headers(text: str) -> list[int]:
+    """Offsets of the ``[[rule]]`` header lines, in order."""
+    return [match.start() for match in _HEADER.finditer(text)]
+
+
+def _first_table(text: str) -> int:
+    match = _TABLE.search(text)
+    return match.start() if match else len(text)
+
+
+def _key_line(text: str, key: str, start: int, end: int) -> int | None:
+    """The line of ``key =`` between offsets ``start`` and ``end``, if there is one."""
+    pattern = re.compile(
+        rf"^[ \t]*(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')[ \t]*=",
+        re.MULTILINE,
+    )
+    match = pattern.search(text, start, end)
+    return _line_of(text, match.start()) if match else None
+
+
+def _rule_from_table(
+    text: str, source: str, index: int, table: object, headers: Sequence[int]
+) -> Rule:
+    if index <= len(headers):
+        start = headers[index - 1]
+        end = headers[index] if index < len(headers) else len(text)
+        header_line: int | None = _line_of(text, start)
+    else:  # inline array of tables: no headers to count
+        start, end = 0, len(text)
+        header_line = _key_line(text, "rule", 0, len(text))
+
+    name = table.get("name") if isinstance(table, dict) else None
+    rule_name = name if isinstance(name, str) else None
+
+    def fail(problem: str, key: str | None = None) -> RulesError:
+        line = header_line
+        if key is not None and index <= len(headers):
+            line = _key_line(text, key, start, end) or header_line
+        return RulesError(problem, source=source, line=line, rule_index=index, rule_name=rule_name)
+
+    if not isinstance(table, dict):
+        raise fail(f"a rule must be a table, got {table!r}")
+    unknown = sorted(set(table) - _RULE_KEYS)
+    if unknown:
+        raise fail(
+            f"unknown key {unknown[0]!r} (known keys: {', '.join(sorted(_RULE_KEYS))})",
+            unknown[0],
+        )
+    if "action" not in table:
+        raise fail("missing 'action' (allow, deny or ask)")
+    arguments = dict(table)
+    action = arguments.pop("action")
+    tool = arguments.pop("tool", "*")
+    try:
+        return Rule(action, tool, **arguments)
+    except RulesError as error:
+        key = next((k for k in sorted(_RULE_KEYS) if error.problem.startswith(f"{k} ")), None)
+        raise fail(error.problem, key) from None
+
+
+# --------------------------------------------------------------------------- defaults
+
+
+def default_rules() -> PermissionRules:
+    """The default policy for the reference tools.
+
+    ``read_file``, ``list_dir``, ``glob`` and ``grep`` are allowed; ``write_file``,
+    ``edit_file`` and ``run_command`` ask; every other tool asks too.
+    """
+    return PermissionRules(
+        [
+            Rule("allow", ("read_file", "list_dir", "glob", "grep"), name="read-only tools"),
+            Rule(
+                "ask",
+                ("write_file", "edit_file", "run_command"),
+                name="tools that change things",
+            ),
+        ],
+        default="ask",
+        source="default_rules()",
+    )
+
+
+def default_permissions() -> PermissionRules:
+    """The ``dsh_tools.plugins`` entry point factory: the rules in the TOML file named by
+    ``$DSH_TOOLS_RULES``, or :func:`default_rules` when it is unset or empty.
+
+    A set but unreadable or malformed file raises :class:`RulesError` (the loader reports
+    it); it never silently falls back to the defaults.
+    """
+    path = os.environ.get(RULES_ENV_VAR, "").strip()
+    if path:
+        return PermissionRules.from_toml(path)
+    return default_rules()
