@@ -485,3 +485,25 @@ def test_execution_mode_is_looked_up_through_the_callers_view() -> None:
     assert registry.scope("a").execution_mode(call()) == "exclusive"
     assert registry.scope("b").execution_mode(call("other")) == "exclusive"
     assert registry.scope("b").execution_mode(call()) == "parallel"
+
+
+def test_execute_sync_awaits_an_object_with_async_call() -> None:
+    class Body:
+        async def __call__(self, args: Any, ctx: ToolRunContext) -> str:
+            await anyio.sleep(0)
+            return "async __call__"
+
+    registry = ToolRegistry()
+    registry.register(tool(Body()))
+    assert registry.execute_sync(call()).value == "async __call__"
+
+
+def test_execute_sync_fails_cleanly_for_a_sync_body_returning_a_coroutine() -> None:
+    async def later() -> str:
+        return "never awaited"
+
+    registry = ToolRegistry()
+    registry.register(tool(lambda args, ctx: later()))
+    result = failure(registry.execute_sync(call()))
+    assert result.code == "TOOL_ERROR"
+    assert "returned an awaitable from a synchronous call" in result.error.message

@@ -81,7 +81,7 @@ class ToolEntry:
         object.__setattr__(
             self,
             "synchronous",
-            not inspect.iscoroutinefunction(definition.execute) and definition.timeout_ms is None,
+            not _is_async_callable(definition.execute) and definition.timeout_ms is None,
         )
 
 
@@ -501,7 +501,15 @@ class _Call:
 
     async def invoke(self, definition: ToolDefinition[Any], context: ToolRunContext) -> Any:
         if not self.asynchronous:
-            return definition.execute(self.parsed, context)
+            raw = definition.execute(self.parsed, context)
+            if inspect.isawaitable(raw):
+                if inspect.iscoroutine(raw):
+                    raw.close()
+                raise TypeError(
+                    f'tool "{self.name}" returned an awaitable from a synchronous call; '
+                    "declare its execute as `async def` or use `await registry.execute()`"
+                )
+            return raw
         if definition.blocking:
             raw = await anyio.to_thread.run_sync(
                 functools.partial(definition.execute, self.parsed, context),
@@ -682,6 +690,15 @@ class _Call:
                 f"tool result must be losslessly JSON-serializable: {error.message}",
                 ErrorCode.INVALID_JSON,
             )
+
+
+def _is_async_callable(function: object) -> bool:
+    """True for ``async def`` functions, partials of them and objects with ``async __call__``."""
+    while isinstance(function, functools.partial):
+        function = function.func
+    if inspect.iscoroutinefunction(function):
+        return True
+    return callable(function) and inspect.iscoroutinefunction(function.__call__)
 
 
 def _is_typed_content(raw: object) -> bool:
