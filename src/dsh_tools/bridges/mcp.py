@@ -393,6 +393,13 @@ def _output_declaration(tool: mcp_types.Tool) -> tuple[ToolOutput | None, str | 
 
 
 async def _call_remote(client: McpClient, name: str, arguments: dict[str, Any]) -> Any:
+    if isinstance(client, Client):
+        try:
+            client.session  # noqa: B018 - raises RuntimeError once the client has closed
+        except RuntimeError:
+            raise McpConnectionError(
+                f'the MCP client is closed; tool "{name}" cannot be called'
+            ) from None
     try:
         return await client.call_tool(name, arguments)
     except MCPError as error:
