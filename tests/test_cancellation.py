@@ -728,3 +728,37 @@ def test_results_are_frozen_after_cancellation_too() -> None:
     result = registry.execute_sync(call(source))
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         result.is_error = False  # type: ignore[misc]
+
+
+@pytest.mark.anyio
+async def test_native_cancellation_during_an_async_observer_still_runs_every_observer() -> None:
+    # B128: observers run exactly once each, even when the caller is cancelled meanwhile.
+    log: list[str] = []
+    observing = anyio.Event()
+
+    class SlowObserver:
+        @hookimpl
+        async def dsh_tools_result(self) -> None:
+            observing.set()
+            await anyio.sleep(0.05)
+            log.append("slow observer done")
+
+    registry = ToolRegistry()
+    registry.register(tool())
+    registry.add_plugin(Observed(log))
+    registry.add_plugin(SlowObserver())  # added last: observes first
+
+    async def run() -> None:
+        await registry.execute(call())
+        try:
+            await anyio.sleep(1)
+        except anyio.get_cancelled_exc_class():
+            log.append("cancelled at the next checkpoint")
+            raise
+
+    with anyio.fail_after(2):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await observing.wait()
+            group.cancel_scope.cancel()
+    assert log == ["post", "slow observer done", "result", "cancelled at the next checkpoint"]

@@ -111,8 +111,10 @@ class Plan:
     approval_async: bool
     default_timeout_ms: float | None
     synchronous: bool = attrs.field(init=False)
+    async_observers: bool = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "async_observers", any(impl.is_async for impl in self.result))
         stages = (*self.pre, *self.post, *self.result)
         synchronous = (
             self.execute_caller is None
@@ -661,6 +663,16 @@ class _Call:
         finalize = self.entry.definition.finalize_content if self.entry else None
         if finalize is not None:
             result = self.finalize(finalize, result)
+        if self.asynchronous and self.plan.async_observers:
+            # Every observer sees the result, even if the caller is cancelled meanwhile;
+            # the cancellation is delivered at the caller's next checkpoint.
+            with anyio.CancelScope(shield=True):
+                await self.observe(result)
+        else:
+            await self.observe(result)
+        return result
+
+    async def observe(self, result: ToolExecutionResult) -> None:
         for impl in self.plan.result:
             try:
                 await self.settle(impl.function(self.execution, result))
@@ -672,7 +684,6 @@ class _Call:
                     impl.label,
                     _message(error),
                 )
-        return result
 
     def finalize(
         self, finalize: Callable[..., Any], result: ToolExecutionResult
