@@ -1,0 +1,421 @@
+"""A durable JSON Lines audit log of every tool call and its result, and its replay.
+
+:class:`AuditLog` is a plugin with two hooks:
+
+* a ``tryfirst`` ``dsh_tools_pre_execute`` implementation that writes a ``tool/call``
+  event as the call enters policy and returns ``None`` (it never decides anything);
+* a ``dsh_tools_result`` observer that writes the ``tool/result`` event. Calls that never
+  reach pre-execute (arguments that are not JSON, a call cancelled before it started)
+  get their ``tool/call`` event written here, together with the result.
+
+Every event is one line of compact JSON (UTF-8), written with a single ``write`` of the
+whole line followed by ``flush`` and ``os.fsync``: when ``execute()`` returns, the
+result is on disk, so a process killed between calls loses nothing, and one killed in the
+middle of a call still has the call's ``tool/call`` event. Events::
+
+    {"event": "tool/call", "time": "2026-01-02T03:04:05.678901+00:00",
+     "call_id": "c1", "root_call_id": "c1", "agent": null, "name": "read_file",
+     "arguments": {"path": "a.txt"}}
+    {"event": "tool/result", "time": "...", "started": "...", "duration_ms": 1.25,
+     "call_id": "c1", "root_call_id": "c1", "agent": null, "name": "read_file",
+     "is_error": false, "content": [{"type": "text", "text": "..."}], "error": null,
+     "meta": null}
+
+``error`` is ``{"message": ..., "info": {"name": ..., "code": ...}}`` for failures.
+``duration_ms`` runs from the ``tool/call`` event (0 for calls that never reached
+pre-execute). Times are ISO 8601 in UTC.
+
+Rotation is by size: before a write would take the file past ``max_bytes``, ``path`` is
+renamed to ``path.1`` (``path.1`` to ``path.2`` and so on, the oldest beyond ``backups``
+deleted) and a new file is started. Rotation assumes one writing process per file; several
+processes may append to one file safely only with rotation effectively off (a large
+``max_bytes``). Writes block the event loop for the ``fsync`` (typically well under a
+millisecond on local disks, more on network filesystems).
+
+:func:`read_audit_log` reads events back, tolerating a torn line (a process killed in the
+middle of a write); :func:`replay` pairs calls with their results and turns them into
+presentation cards through :mod:`dsh_tools.presenting`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import attrs
+
+from dsh_tools.errors import DshToolsError, ErrorCode, JsonValueError
+from dsh_tools.hookspecs import hookimpl
+from dsh_tools.json import FrozenDict, FrozenList, loads, thaw
+from dsh_tools.models import (
+    ExecutionToken,
+    PresentableResult,
+    ToolErrorInfo,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    ToolFailure,
+)
+from dsh_tools.presentation import GenericResultView, ToolCallView, ToolResultView
+from dsh_tools.presenting import present_call, present_result
+
+if TYPE_CHECKING:
+    from dsh_tools.registry import ToolRegistry, ToolScope
+
+__all__ = [
+    "AuditEvent",
+    "AuditLog",
+    "AuditLogError",
+    "CALL_EVENT",
+    "RESULT_EVENT",
+    "ReplayedCall",
+    "read_audit_log",
+    "replay",
+]
+
+logger = logging.getLogger("dsh_tools")
+
+CALL_EVENT = "tool/call"
+RESULT_EVENT = "tool/result"
+_MiB = 1024 * 1024
+
+
+class AuditLogError(DshToolsError, ValueError):
+    """An audit log line is not a valid event (raised by ``read_audit_log(strict=True)``)."""
+
+    default_code = ErrorCode.INVALID_JSON.value
+
+    def __init__(self, source: str, line: int, problem: str) -> None:
+        super().__init__(f"{source}:{line}: {problem}")
+        self.source = source
+        self.line = line
+        self.problem = problem
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _encode(event: dict[str, Any]) -> bytes:
+    text = json.dumps(event, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return (text + "\n").encode("utf-8")
+
+
+def _identity(execution: ToolExecution) -> dict[str, Any]:
+    return {
+        "call_id": execution.call_id,
+        "root_call_id": execution.root_call_id,
+        "agent": execution.agent,
+        "name": execution.name,
+    }
+
+
+class AuditLog:
+    """Appends ``tool/call`` and ``tool/result`` events for every call to ``path``.
+
+    :param path: the log file (created with its parent directory if missing).
+    :param max_bytes: rotate before the file would grow past this size.
+    :param backups: rotated files to keep (``path.1`` is the newest); ``0`` keeps none.
+
+    Thread-safe; the file is opened on the first event and kept open until :meth:`close`
+    (also a context manager).
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, max_bytes: int = 10 * _MiB, backups: int = 3
+    ) -> None:
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise ValueError(f"AuditLog max_bytes must be a positive integer, got {max_bytes!r}")
+        if isinstance(backups, bool) or not isinstance(backups, int) or backups < 0:
+            raise ValueError(f"AuditLog backups must be an integer >= 0, got {backups!r}")
+        self.path = os.fspath(path)
+        self.max_bytes = max_bytes
+        self.backups = backups
+        self._lock = threading.Lock()
+        self._file: Any = None
+        self._size = 0
+        self._started: dict[ExecutionToken, tuple[str, float]] = {}
+
+    # ------------------------------------------------------------------ hooks
+
+    @hookimpl(tryfirst=True)
+    def dsh_tools_pre_execute(self, execution: ToolExecution) -> None:
+        time_text, started = _now(), time.perf_counter()
+        self._started[execution.token] = (time_text, started)
+        self._write(_encode(self._call_event(execution, time_text)))
+
+    @hookimpl
+    def dsh_tools_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+        finished_text, finished = _now(), time.perf_counter()
+        started = self._started.pop(execution.token, None)
+        lines = b""
+        if started is None:  # never reached pre-execute: the call event goes with the result
+            started = (finished_text, finished)
+            lines = _encode(self._call_event(execution, finished_text))
+        event = {
+            "event": RESULT_EVENT,
+            "time": finished_text,
+            "started": started[0],
+            "duration_ms": round((finished - started[1]) * 1000, 3),
+            **_identity(execution),
+            "is_error": result.is_error,
+            "content": thaw(result.content),
+            "error": None,
+            "meta": thaw(result.meta),
+        }
+        if isinstance(result, ToolExecutionFailure):
+            info = result.error.info
+            event["error"] = {
+                "message": result.error.message,
+                "info": {"name": info.name, "code": info.code},
+            }
+        self._write(lines + _encode(event))
+
+    @staticmethod
+    def _call_event(execution: ToolExecution, time_text: str) -> dict[str, Any]:
+        arguments = execution.arguments
+        return {
+            "event": CALL_EVENT,
+            "time": time_text,
+            **_identity(execution),
+            "arguments": None if arguments is None else thaw(arguments),
+        }
+
+    # ------------------------------------------------------------------ file
+
+    def _write(self, data: bytes) -> None:
+        with self._lock:
+            if self._file is None:
+                self._open()
+            elif self._size and self._size + len(data) > self.max_bytes:
+                self._rotate()
+            view = memoryview(data)
+            while view:  # one write for a line in practice; loop only on a short write
+                written = self._file.write(view)
+                view = view[written:]
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._size += len(data)
+
+    def _open(self) -> None:
+        directory = os.path.dirname(self.path)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        handle = open(self.path, "ab", buffering=0)  # noqa: SIM115 - kept open on purpose
+        size = os.fstat(handle.fileno()).st_size
+        if size:
+            # A torn last line (a crash mid-write) must not swallow our first event.
+            with open(self.path, "rb") as reader:
+                reader.seek(size - 1)
+                if reader.read(1) != b"\n":
+                    handle.write(b"\n")
+                    size += 1
+        self._file, self._size = handle, size
+        if self._size + 1 > self.max_bytes and self._size:
+            self._rotate()
+
+    def _rotate(self) -> None:
+        self._file.close()
+        self._file = None
+        if self.backups == 0:
+            os.remove(self.path)
+        else:
+            for index in range(self.backups, 0, -1):
+                source = self.path if index == 1 else f"{self.path}.{index - 1}"
+                if os.path.exists(source):
+                    os.replace(source, f"{self.path}.{index}")
+        _fsync_directory(os.path.dirname(self.path) or ".")
+        self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115
+        self._size = 0
+
+    def close(self) -> None:
+        """Close the file; a later event reopens it."""
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def __enter__(self) -> AuditLog:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<AuditLog {self.path!r}>"
+
+
+def _fsync_directory(directory: str) -> None:
+    """Make renames durable where the platform allows fsync on a directory."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - Windows cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover - some filesystems refuse
+        pass
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@attrs.frozen
+class AuditEvent:
+    """One event read back: its kind (``tool/call`` or ``tool/result``), its call id, the
+    whole record as frozen JSON, and where it was (file and 1-based line)."""
+
+    event: str
+    call_id: str
+    data: FrozenDict
+    source: str
+    line: int
+
+
+def _files(path: str, rotated: bool) -> list[str]:
+    if not rotated:
+        return [path]
+    backups = []
+    index = 1
+    while os.path.exists(f"{path}.{index}"):
+        backups.append(f"{path}.{index}")
+        index += 1
+    return [*reversed(backups), path]
+
+
+def read_audit_log(
+    path: str | os.PathLike[str], *, rotated: bool = False, strict: bool = False
+) -> Iterator[AuditEvent]:
+    """The events of an audit log, in file order.
+
+    :param rotated: also read the rotated files, oldest first (``path.N`` … ``path.1``,
+        then ``path``).
+    :param strict: raise :class:`AuditLogError` for a bad line instead of skipping it.
+
+    A line that is not a complete event (a process killed in the middle of a write leaves
+    a torn last line; a later run starts on a fresh line after it) is skipped and reported
+    as a warning on the ``dsh_tools`` logger, with the file and line number. A missing
+    ``path`` raises :class:`FileNotFoundError`.
+    """
+    for source in _files(os.fspath(path), rotated):
+        with open(source, "rb") as handle:
+            for number, raw in enumerate(handle, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    event = _parse_event(raw)
+                except (JsonValueError, UnicodeDecodeError, ValueError) as error:
+                    torn = not raw.endswith(b"\n")
+                    problem = (
+                        f"torn line ({len(raw)} bytes, no newline): {error}"
+                        if torn
+                        else f"not an audit event: {error}"
+                    )
+                    if strict:
+                        raise AuditLogError(source, number, problem) from None
+                    logger.warning("audit log %s:%d: skipped a %s", source, number, problem)
+                    continue
+                yield AuditEvent(event["event"], event["call_id"], event, source, number)
+
+
+def _parse_event(raw: bytes) -> Any:
+    event = loads(raw.decode("utf-8"), "event")
+    if not isinstance(event, FrozenDict):
+        raise ValueError("an event must be a JSON object")
+    if event.get("event") not in (CALL_EVENT, RESULT_EVENT):
+        raise ValueError(f"unknown event kind {event.get('event')!r}")
+    if not isinstance(event.get("call_id"), str) or not isinstance(event.get("name"), str):
+        raise ValueError("an event needs a string call_id and name")
+    return event
+
+
+# --------------------------------------------------------------------------- replay
+
+
+class ReplayedCall(NamedTuple):
+    """One call read back from an audit log, with its cards.
+
+    ``result`` and ``result_card`` are ``None`` when the log has no result for the call
+    (the process ended while it ran). ``error`` is the failure's message and code, for
+    failed calls.
+    """
+
+    call: ToolExecutionInput
+    result: PresentableResult | None
+    call_card: ToolCallView
+    result_card: ToolResultView | None
+    error: ToolFailure | None
+
+
+def replay(
+    path: str | os.PathLike[str],
+    view: ToolRegistry | ToolScope,
+    *,
+    rotated: bool = False,
+) -> Iterator[ReplayedCall]:
+    """Pair each ``tool/call`` with its ``tool/result`` and present both as cards.
+
+    Calls come in the order they were made; each is yielded when its result is read (or
+    at the end, without a result, when it has none). Cards come from
+    :func:`dsh_tools.presenting.present_call` / :func:`~dsh_tools.presenting.present_result`
+    against ``view`` (the tools registered now), falling back to the generic cards; a
+    result with no presenter gets ``GenericResultView()`` (show the raw content). Never
+    raises for a bad event: the reader's tolerance applies.
+    """
+    pending: dict[tuple[str | None, str], ToolExecutionInput] = {}
+    for event in read_audit_log(path, rotated=rotated):
+        data = event.data
+        agent = data.get("agent")
+        key = (agent if isinstance(agent, str) else None, event.call_id)
+        if event.event == CALL_EVENT:
+            pending[key] = _call_input(data)
+            continue
+        call = pending.pop(key, None) or _call_input(data)
+        content = data.get("content")
+        result = PresentableResult(
+            content=content if isinstance(content, FrozenList) else [],
+            is_error=data.get("is_error") is True,
+            meta=data.get("meta"),
+        )
+        yield ReplayedCall(
+            call=call,
+            result=result,
+            call_card=present_call(view, call),
+            result_card=present_result(view, call, result) or GenericResultView(),
+            error=_failure(data.get("error")),
+        )
+    for call in pending.values():
+        yield ReplayedCall(call, None, present_call(view, call), None, None)
+
+
+def _call_input(data: FrozenDict) -> ToolExecutionInput:
+    agent = data.get("agent")
+    root = data.get("root_call_id")
+    arguments = data.get("arguments")
+    return ToolExecutionInput(
+        call_id=str(data["call_id"]),
+        name=str(data["name"]),
+        arguments=arguments,
+        agent=agent if isinstance(agent, str) else None,
+        root_call_id=root if isinstance(root, str) else None,
+    )
+
+
+def _failure(error: object) -> ToolFailure | None:
+    if not isinstance(error, dict):
+        return None
+    info = error.get("info")
+    info = info if isinstance(info, dict) else {}
+    return ToolFailure(
+        str(error.get("message", "")),
+        ToolErrorInfo(str(info.get("name", "ToolError")), str(info.get("code", ""))),
+    )
