@@ -121,6 +121,16 @@ def texts(result: mcp_types.CallToolResult) -> list[str]:
     return [block.text for block in result.content if isinstance(block, mcp_types.TextContent)]
 
 
+def test_importing_dsh_tools_does_not_import_the_sdk() -> None:
+    import subprocess
+
+    code = "import sys, dsh_tools, dsh_tools.bridges; print('mcp' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30
+    )
+    assert done.stdout.strip() == "False"
+
+
 # =========================================================================== serve
 
 
