@@ -1,0 +1,135 @@
+"""Timing helpers and the result row shared by every benchmark case.
+
+Machines here are noisy (absolute times drift 2x between runs), so every comparison is
+measured *interleaved in the same run*: each repeat times every candidate once, in turn,
+and a figure is only ever judged as a ratio to a baseline measured alongside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+Timing = tuple[float, float]
+"""(median, minimum) seconds per operation."""
+
+
+class Skip(Exception):
+    """A candidate that cannot run here (a peer that is not installed, for example)."""
+
+
+@dataclass
+class Settings:
+    quick: bool
+    repeat: int
+    scale: float  # multiplies the per-batch operation counts
+
+
+@dataclass
+class Row:
+    """One line of the report. ``median``/``minimum`` are in ``unit``."""
+
+    case: str
+    name: str
+    median: float | None = None
+    minimum: float | None = None
+    unit: str = "us"
+    baseline: str | None = None
+    ratio: float | None = None
+    target: str | None = None
+    met: bool | None = None
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def us(timing: Timing) -> tuple[float, float]:
+    return timing[0] * 1e6, timing[1] * 1e6
+
+
+def _summary(samples: list[float]) -> Timing:
+    return statistics.median(samples), min(samples)
+
+
+def compare_sync(
+    candidates: Mapping[str, Callable[[], object]], number: int, repeat: int
+) -> dict[str, Timing]:
+    """Per-call (median, min) of each zero-argument callable, interleaved per repeat."""
+    samples: dict[str, list[float]] = {name: [] for name in candidates}
+    for fn in candidates.values():  # warm up caches, plans, specializations
+        for _ in range(min(number, 200)):
+            fn()
+    for _ in range(repeat):
+        for name, fn in candidates.items():
+            gc.collect()
+            gc.disable()
+            try:
+                start = time.perf_counter()
+                for _ in range(number):
+                    fn()
+                elapsed = time.perf_counter() - start
+            finally:
+                gc.enable()
+            samples[name].append(elapsed / number)
+    return {name: _summary(values) for name, values in samples.items()}
+
+
+def compare_async(
+    candidates: Mapping[str, Callable[[], Awaitable[object]]], number: int, repeat: int
+) -> dict[str, Timing]:
+    """Like :func:`compare_sync` for coroutine functions, all in one event loop."""
+
+    async def batch(fn: Callable[[], Awaitable[object]], count: int) -> float:
+        start = time.perf_counter()
+        for _ in range(count):
+            await fn()
+        return time.perf_counter() - start
+
+    async def main() -> dict[str, Timing]:
+        samples: dict[str, list[float]] = {name: [] for name in candidates}
+        for fn in candidates.values():
+            await batch(fn, min(number, 200))
+        for _ in range(repeat):
+            for name, fn in candidates.items():
+                gc.collect()
+                gc.disable()
+                try:
+                    elapsed = await batch(fn, number)
+                finally:
+                    gc.enable()
+                samples[name].append(elapsed / number)
+        return {name: _summary(values) for name, values in samples.items()}
+
+    return asyncio.run(main())
+
+
+def ratio_row(
+    case: str,
+    name: str,
+    timing: Timing,
+    baseline_name: str,
+    baseline: Timing,
+    limit: float | None = None,
+    note: str = "",
+) -> Row:
+    """A timing row judged against ``baseline`` (ratio of medians; ``limit`` is the target)."""
+    median, minimum = us(timing)
+    ratio = timing[0] / baseline[0]
+    return Row(
+        case=case,
+        name=name,
+        median=median,
+        minimum=minimum,
+        baseline=baseline_name,
+        ratio=ratio,
+        target=None if limit is None else f"<= {limit:g}x",
+        met=None if limit is None else ratio <= limit,
+        note=note,
+    )

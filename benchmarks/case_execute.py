@@ -1,0 +1,215 @@
+"""Cases 1-3: one tool call through the pipeline, against a bare call and the peers.
+
+1. ``await registry.execute`` of an ``async def`` tool with two integer args, no plugins.
+2. The same with five plugins across the stages plus one ``dsh_tools_execute`` wrapper.
+3. A synchronous tool through ``execute_sync`` against a bare call of the function.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import peers
+from _harness import Row, Settings, compare_async, compare_sync, ratio_row, us
+
+from dsh_tools import (
+    ToolExecutionInput,
+    ToolRegistry,
+    define_tool,
+    hookimpl,
+)
+
+PARAMETERS: dict[str, Any] = {"a": {"type": "integer"}, "b": {"type": "integer"}}
+
+
+async def _async_body(args: Any, ctx: object) -> int:
+    return args["a"] + args["b"]  # type: ignore[no-any-return]
+
+
+def _sync_body(args: Any, ctx: object) -> int:
+    return args["a"] + args["b"]  # type: ignore[no-any-return]
+
+
+class PreExecute:
+    @hookimpl
+    def dsh_tools_pre_execute(self, execution: object) -> None:
+        return None
+
+
+class GuardHook:
+    @hookimpl
+    def dsh_tools_guard(self, execution: object) -> None:
+        return None
+
+
+class PostExecute:
+    @hookimpl
+    def dsh_tools_post_execute(self, execution: object, result: object) -> None:
+        return None
+
+
+class ResultObserver:
+    def __init__(self) -> None:
+        self.seen = 0
+
+    @hookimpl
+    def dsh_tools_result(self, execution: object, result: object) -> None:
+        self.seen += 1
+
+
+class SecondPreExecute:
+    @hookimpl
+    def dsh_tools_pre_execute(self, execution: object) -> None:
+        return None
+
+
+class Passthrough:
+    @hookimpl(wrapper=True)
+    def dsh_tools_execute(self, execution: object) -> Any:
+        return (yield)
+
+
+def registry(plugins: bool, body: Callable[..., Any] = _async_body) -> ToolRegistry:
+    reg = ToolRegistry()
+    reg.register(
+        define_tool(
+            name="add", description="Add two integers.", parameters=PARAMETERS, execute=body
+        )
+    )
+    if plugins:
+        for plugin in (PreExecute(), GuardHook(), PostExecute(), ResultObserver()):
+            reg.add_plugin(plugin)
+        reg.add_plugin(SecondPreExecute())
+        reg.add_plugin(Passthrough())
+    return reg
+
+
+def dsh_call(reg: ToolRegistry) -> Callable[[], Awaitable[object]]:
+    execute = reg.execute
+    args = peers.ARGS
+
+    async def call() -> object:
+        return await execute(ToolExecutionInput("c1", "add", json.loads(args)))
+
+    return call
+
+
+def _check(result: Any) -> None:
+    if getattr(result, "is_error", False) or getattr(result, "value", None) != 3:
+        raise AssertionError(f"benchmark tool call failed: {result!r}")
+
+
+def run_async_cases(settings: Settings) -> list[Row]:
+    import asyncio
+
+    plain = registry(plugins=False)
+    with_plugins = registry(plugins=True)
+    _check(asyncio.run(plain.execute(ToolExecutionInput("c1", "add", json.loads(peers.ARGS)))))
+    _check(
+        asyncio.run(with_plugins.execute(ToolExecutionInput("c1", "add", json.loads(peers.ARGS))))
+    )
+
+    add = peers.add
+    args = peers.ARGS
+
+    async def bare() -> object:
+        return await add(**json.loads(args))
+
+    peer_calls, skipped = peers.installed_peers()
+    candidates: dict[str, Callable[[], Awaitable[object]]] = {
+        "bare await (json.loads + await)": bare,
+        "dsh-tools execute": dsh_call(plain),
+        "dsh-tools execute + 5 plugins + wrapper": dsh_call(with_plugins),
+        **peer_calls,
+    }
+    number = max(50, int(2000 * settings.scale))
+    timings = compare_async(candidates, number, settings.repeat)
+
+    base_name = "bare await (json.loads + await)"
+    base = timings[base_name]
+    rows = [Row("1", base_name, *us(base), note="baseline")]
+    for name in peer_calls:
+        rows.append(ratio_row("1", f"peer: {name}", timings[name], base_name, base))
+    for name, reason in skipped.items():
+        rows.append(Row("1", f"peer: {name}", unit="", note=f"skipped: {reason}"))
+    plain_t = timings["dsh-tools execute"]
+    plugins_t = timings["dsh-tools execute + 5 plugins + wrapper"]
+    rows.append(ratio_row("1", "dsh-tools execute (vs bare)", plain_t, base_name, base))
+    rows.append(
+        ratio_row("2", "dsh-tools + 5 plugins + wrapper (vs bare)", plugins_t, base_name, base)
+    )
+    if peer_calls:
+        fastest = min(peer_calls, key=lambda name: timings[name][0])
+        rows.append(
+            ratio_row(
+                "1",
+                "dsh-tools execute",
+                plain_t,
+                f"fastest peer: {fastest}",
+                timings[fastest],
+                limit=0.5,
+            )
+        )
+        rows.append(
+            ratio_row(
+                "2",
+                "dsh-tools + 5 plugins + wrapper",
+                plugins_t,
+                f"fastest peer: {fastest}",
+                timings[fastest],
+                limit=1.0,
+            )
+        )
+    else:
+        rows.append(
+            Row(
+                "1", "dsh-tools execute vs fastest peer", unit="", note="skipped: no peer installed"
+            )
+        )
+    return rows
+
+
+def run_sync_case(settings: Settings) -> list[Row]:
+    reg = registry(plugins=False, body=_sync_body)
+    execute_sync = reg.execute_sync
+    args = peers.ARGS
+    _check(execute_sync(ToolExecutionInput("c1", "add", json.loads(args))))
+    parsed = {"a": 1, "b": 2}
+
+    def bare_call() -> object:
+        return _sync_body(parsed, None)
+
+    def bare_parse() -> object:
+        return _sync_body(json.loads(args), None)
+
+    def dsh() -> object:
+        return execute_sync(ToolExecutionInput("c1", "add", json.loads(args)))
+
+    number = max(100, int(5000 * settings.scale))
+    timings = compare_sync(
+        {"bare call": bare_call, "bare call + json.loads": bare_parse, "execute_sync": dsh},
+        number,
+        settings.repeat,
+    )
+    return [
+        Row("3", "bare call fn(args, None)", *us(timings["bare call"]), note="baseline"),
+        Row("3", "bare call + json.loads", *us(timings["bare call + json.loads"]), note="baseline"),
+        ratio_row(
+            "3",
+            "dsh-tools execute_sync",
+            timings["execute_sync"],
+            "bare call",
+            timings["bare call"],
+            limit=30,
+        ),
+        ratio_row(
+            "3",
+            "dsh-tools execute_sync",
+            timings["execute_sync"],
+            "bare call + json.loads",
+            timings["bare call + json.loads"],
+            limit=30,
+        ),
+    ]
