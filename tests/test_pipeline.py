@@ -22,6 +22,8 @@ from dsh_tools.define import define_tool
 from dsh_tools.hookspecs import hookimpl
 from dsh_tools.json import FrozenDict
 from dsh_tools.models import (
+    ApprovalRequest,
+    Ask,
     ExecutionToken,
     ToolDefinition,
     ToolExecution,
@@ -498,12 +500,30 @@ def test_execute_sync_awaits_an_object_with_async_call() -> None:
     assert registry.execute_sync(call()).value == "async __call__"
 
 
-def test_execute_sync_fails_cleanly_for_a_sync_body_returning_a_coroutine() -> None:
-    async def later() -> str:
-        return "never awaited"
+def test_execute_sync_awaits_awaitables_returned_by_plain_callables() -> None:
+    # Body, pre-execute, approval and observers may be plain callables returning awaitables.
+    log: list[str] = []
 
-    registry = ToolRegistry()
-    registry.register(tool(lambda args, ctx: later()))
-    result = failure(registry.execute_sync(call()))
-    assert result.code == "TOOL_ERROR"
-    assert "returned an awaitable from a synchronous call" in result.error.message
+    async def later(value: Any) -> Any:
+        await anyio.sleep(0)
+        return value
+
+    class Deferred:
+        @hookimpl
+        def dsh_tools_pre_execute(self) -> Any:
+            return later(Ask())
+
+        @hookimpl
+        def dsh_tools_result(self, result: ToolExecutionResult) -> Any:
+            log.append(f"observed {result.value}")  # type: ignore[union-attr]
+            return later(None)
+
+    class Service:
+        def request(self, request: ApprovalRequest) -> Any:
+            return later("allowed-once")
+
+    registry = ToolRegistry(approval=Service())
+    registry.register(tool(lambda args, ctx: later("awaited")))
+    registry.add_plugin(Deferred())
+    assert registry.scope("a").execute_sync(call()).value == "awaited"
+    assert log == ["observed awaited"]

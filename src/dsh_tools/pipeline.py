@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -228,9 +228,13 @@ class _Call:
     # -------------------------------------------------------------- helpers
 
     async def settle(self, value: Any) -> Any:
-        if self.asynchronous and inspect.isawaitable(value):
+        if not inspect.isawaitable(value):
+            return value
+        if self.asynchronous:
             return await value
-        return value
+        # execute_sync drives this call without an event loop (nothing was planned to
+        # await), but a plain callable returned an awaitable: give it a loop of its own.
+        return anyio.run(_awaited, value)
 
     def cancelled(self) -> bool:
         return self.signal is not None and self.signal.cancelled
@@ -503,15 +507,7 @@ class _Call:
 
     async def invoke(self, definition: ToolDefinition[Any], context: ToolRunContext) -> Any:
         if not self.asynchronous:
-            raw = definition.execute(self.parsed, context)
-            if inspect.isawaitable(raw):
-                if inspect.iscoroutine(raw):
-                    raw.close()
-                raise TypeError(
-                    f'tool "{self.name}" returned an awaitable from a synchronous call; '
-                    "declare its execute as `async def` or use `await registry.execute()`"
-                )
-            return raw
+            return await self.settle(definition.execute(self.parsed, context))
         if definition.blocking:
             raw = await anyio.to_thread.run_sync(
                 functools.partial(definition.execute, self.parsed, context),
@@ -701,6 +697,10 @@ class _Call:
                 f"tool result must be losslessly JSON-serializable: {error.message}",
                 ErrorCode.INVALID_JSON,
             )
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
 
 
 def _is_async_callable(function: object) -> bool:
