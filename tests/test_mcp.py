@@ -436,6 +436,9 @@ async def test_timeout_ms_bounds_a_remote_call() -> None:
         async with McpToolSource(remote_server([]), timeout_ms=100) as source:
             source.register(local)
             result = failure(await local.execute(call("slow")))
+            # Under a timeout the structured value keeps the server's content too.
+            weather = success(await local.execute(call("weather", {"city": "Oslo"})))
+    assert (weather.value, weather.text) == ({"celsius": 18.5}, "Oslo: mild")
     assert result.code == "TOOL_TIMEOUT"
     assert result.text == 'Error: tool "slow" timed out after 100 ms'
 
