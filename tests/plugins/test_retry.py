@@ -146,7 +146,9 @@ def test_invalid_arguments_are_not_retried() -> None:
             metadata={"idempotent": True},
         )
     )
-    registry.add_plugin(RetryPolicy(registry=registry, retry_codes=["INVALID_ARGS", "TRANSIENT"]))
+    registry.add_plugin(
+        RetryPolicy(registry=registry, backoff_ms=0, retry_codes=["INVALID_ARGS", "TRANSIENT"])
+    )
     # INVALID_ARGS was made retryable on purpose: it fails again each time, no body runs.
     result = failure(registry.execute_sync(ToolExecutionInput("c1", "fetch", {"url": 1})))
     assert result.code == "INVALID_ARGS"
