@@ -1,0 +1,332 @@
+"""``run_command``: run a program or a shell command in a workspace directory.
+
+The body is an ``async def`` on :func:`anyio.open_process`, so it works on asyncio and
+trio hosts and is interrupted at once when the call is cancelled (the pipeline binds the
+call's signal, ``ctx.signal``, to the body's cancel scope; a tool-level timeout fires the
+same way). Whatever ends the call, the command never outlives it:
+
+* it runs in a new session, hence its own process group (``start_new_session=True``);
+* on cancellation or on its own timeout the whole group gets ``SIGTERM``, then, after a
+  grace period, ``SIGKILL``;
+* when the command exits by itself, whatever it left running in its group
+  (``sleep 30 &``) is killed too.
+
+Only a process that leaves the group on purpose (``setsid``, a double-forking daemon)
+can escape. Confinement applies to the working directory, not to what the command does:
+``run_command`` is not a sandbox. The directory is opened through the workspace (no
+symlinks, verified descriptor) and the child changes into it through ``/proc/self/fd``
+where the platform has it, so it cannot be swapped between check and use.
+
+stdout and stderr are captured together, in order. Output over the cap keeps its head
+and its tail around a ``[... output truncated: N bytes omitted ...]`` marker. A non-zero
+exit or a timeout is not a failed call: the result says what happened (``exit_code``,
+``signal``, ``timed_out``) so the model can react; a command that cannot start fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal as signals
+import subprocess
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import anyio.abc
+import attrs
+
+from dsh_tools.define import define_tool
+from dsh_tools.errors import ToolArgsError, ToolError
+from dsh_tools.models import PresentableResult, ToolDefinition, ToolOutput
+from dsh_tools.pipeline import ToolRunContext
+from dsh_tools.presentation import TerminalCallView, TerminalResultView
+
+from .files import fields
+from .workspace import Workspace
+
+__all__ = [
+    "DEFAULT_COMMAND_TIMEOUT_MS",
+    "DEFAULT_KILL_GRACE_MS",
+    "DEFAULT_MAX_OUTPUT_BYTES",
+    "MAX_COMMAND_TIMEOUT_MS",
+    "RunCommandArgs",
+    "run_command_tool",
+]
+
+DEFAULT_COMMAND_TIMEOUT_MS = 120_000
+"""How long a command may run when the call gives no ``timeout_ms`` (2 minutes)."""
+
+MAX_COMMAND_TIMEOUT_MS = 600_000
+"""The longest ``timeout_ms`` a call may ask for (10 minutes)."""
+
+DEFAULT_KILL_GRACE_MS = 2_000
+"""Time between ``SIGTERM`` and ``SIGKILL`` when a command is stopped."""
+
+DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024
+"""Captured output kept (head and tail) before the truncation marker."""
+
+_DRAIN_S = 0.5  # after exit, how long to wait for output held open by an escaped process
+_PROC_FD = "/proc/self/fd"
+
+
+@attrs.frozen
+class RunCommandArgs:
+    """Arguments of ``run_command``: exactly one of ``command`` and ``argv``."""
+
+    command: str | None = attrs.field(
+        default=None, metadata={"description": "Shell command line, run with /bin/sh -c"}
+    )
+    argv: list[str] | None = attrs.field(
+        default=None,
+        metadata={"description": "Program and arguments, run without a shell"},
+    )
+    cwd: str = attrs.field(
+        default=".", metadata={"description": "Working directory, relative to the workspace root"}
+    )
+    timeout_ms: int | None = attrs.field(
+        default=None,
+        metadata={
+            "description": f"Stop the command after this many milliseconds (default "
+            f"{DEFAULT_COMMAND_TIMEOUT_MS}, at most {MAX_COMMAND_TIMEOUT_MS})"
+        },
+    )
+    description: str | None = attrs.field(
+        default=None, metadata={"description": "A short summary of what the command does"}
+    )
+
+
+def _title(args: RunCommandArgs) -> str:
+    if args.command is not None:
+        return args.command
+    return shlex.join(args.argv or [])
+
+
+class _Capture:
+    """Keeps the head and the tail of a byte stream within ``limit`` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.limit - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            keep = self.limit // 2
+            if len(self.tail) > 2 * keep + 4096:
+                del self.tail[: len(self.tail) - keep]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self.limit
+
+    def text(self) -> str:
+        if not self.truncated:
+            return self.head.decode("utf-8", errors="replace")
+        tail_size = self.limit // 2
+        head_size = self.limit - tail_size
+        tail = bytes(self.head + self.tail)[-tail_size:] if tail_size else b""
+        omitted = self.total - head_size - len(tail)
+        return (
+            self.head[:head_size].decode("utf-8", errors="replace")
+            + f"\n[... output truncated: {omitted} bytes omitted ...]\n"
+            + tail.decode("utf-8", errors="replace")
+        )
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signals.Signals(number).name
+    except ValueError:
+        return f"SIG{number}"
+
+
+async def _stop(process: anyio.abc.Process, grace_s: float) -> None:
+    """SIGTERM the group, wait up to ``grace_s`` for the leader, then SIGKILL the group."""
+    pgid = process.pid
+    if process.returncode is None:
+        _signal_group(pgid, signals.SIGTERM)
+        with anyio.move_on_after(grace_s):
+            await process.wait()
+    _signal_group(pgid, signals.SIGKILL)  # stragglers, and a leader that ignored SIGTERM
+    await process.wait()
+
+
+async def _pump(process: anyio.abc.Process, capture: _Capture, done: anyio.Event) -> None:
+    try:
+        if process.stdout is not None:
+            async for chunk in process.stdout:
+                capture.add(chunk)
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+        pass
+    finally:
+        done.set()
+
+
+_OUTPUT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "command": {"type": "string"},
+        "cwd": {"type": "string"},
+        "output": {"type": "string"},
+        "exit_code": {"oneOf": [{"type": "integer"}, {"type": "null"}]},
+        "signal": {"oneOf": [{"type": "string"}, {"type": "null"}]},
+        "timed_out": {"type": "boolean"},
+        "truncated": {"type": "boolean"},
+        "output_bytes": {"type": "integer"},
+    },
+    "required": [
+        "command",
+        "cwd",
+        "output",
+        "exit_code",
+        "signal",
+        "timed_out",
+        "truncated",
+        "output_bytes",
+    ],
+    "additionalProperties": False,
+}
+
+
+def _render(args: RunCommandArgs, value: Any) -> str:
+    value = fields(value)
+    output = value["output"] or "(no output)"
+    if value["timed_out"]:
+        status = f"timed out; the process group was killed ({value['signal'] or 'SIGKILL'})"
+    elif value["signal"] is not None:
+        status = f"killed by {value['signal']}"
+    else:
+        status = f"exit code {value['exit_code']}"
+    return f"{output.rstrip(chr(10))}\n[{status}]"
+
+
+def _present_call(args: RunCommandArgs) -> TerminalCallView:
+    cwd = None if args.cwd in (".", "") else args.cwd
+    return TerminalCallView(_title(args), description=args.description, cwd=cwd)
+
+
+def _present_result(args: RunCommandArgs, result: PresentableResult) -> TerminalResultView | None:
+    if result.is_error or result.meta is None:
+        return None
+    meta = fields(result.meta)
+    killed = meta["signal"]
+    return TerminalResultView(
+        output=meta["output"],
+        exit_code=None if killed is not None else meta["exit_code"],
+        signal=killed,
+    )
+
+
+def run_command_tool(
+    workspace: Workspace,
+    *,
+    default_timeout_ms: int = DEFAULT_COMMAND_TIMEOUT_MS,
+    max_timeout_ms: int = MAX_COMMAND_TIMEOUT_MS,
+    kill_grace_ms: int = DEFAULT_KILL_GRACE_MS,
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    shell: str = "/bin/sh",
+    env: Mapping[str, str] | None = None,
+) -> ToolDefinition[RunCommandArgs]:
+    """The ``run_command`` tool: run ``argv`` or a shell ``command`` in the workspace.
+
+    ``env`` replaces the environment of the commands (``None`` inherits the host's).
+    The definition's own ``timeout_ms`` is a backstop above ``max_timeout_ms`` plus the
+    grace period: the per-call timeout normally fires first and keeps the output.
+    """
+    if not 0 < default_timeout_ms <= max_timeout_ms:
+        raise ValueError("need 0 < default_timeout_ms <= max_timeout_ms")
+    grace_s = kill_grace_ms / 1000
+    environment = dict(env) if env is not None else None
+
+    async def execute(args: RunCommandArgs, ctx: ToolRunContext) -> dict[str, Any]:
+        if (args.command is None) == (args.argv is None):
+            raise ToolArgsError(['pass exactly one of "command" (a shell string) and "argv"'])
+        if args.argv is not None and not args.argv:
+            raise ToolArgsError(['"argv" must name a program'])
+        timeout_ms = default_timeout_ms if args.timeout_ms is None else args.timeout_ms
+        if not 0 < timeout_ms <= max_timeout_ms:
+            raise ToolArgsError(
+                [f'"timeout_ms" must be between 1 and {max_timeout_ms}, got {timeout_ms}']
+            )
+        argv = [shell, "-c", args.command] if args.command is not None else list(args.argv or [])
+        capture = _Capture(max_output_bytes)
+        with workspace.open(args.cwd, directory=True) as directory:
+            by_fd = os.path.isdir(_PROC_FD)
+            try:
+                process = await anyio.open_process(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    cwd=f"{_PROC_FD}/{directory.fd}" if by_fd else directory.path,
+                    pass_fds=(directory.fd,) if by_fd else (),
+                    env=environment,
+                    start_new_session=True,
+                )
+            except FileNotFoundError:
+                raise ToolError(f"command not found: {argv[0]}") from None
+            except PermissionError:
+                raise ToolError(f"command is not executable: {argv[0]}") from None
+            except OSError as error:
+                raise ToolError(f"cannot start {argv[0]}: {error.strerror or error}") from None
+            cwd_display = directory.display
+        timed_out = False
+        try:
+            done = anyio.Event()
+            with anyio.move_on_after(timeout_ms / 1000) as deadline:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(_pump, process, capture, done)
+                    await process.wait()
+                    _signal_group(process.pid, signals.SIGKILL)  # nothing outlives the call
+                    with anyio.move_on_after(_DRAIN_S):
+                        await done.wait()
+                    group.cancel_scope.cancel()
+            timed_out = deadline.cancelled_caught
+        finally:
+            with anyio.CancelScope(shield=True):
+                await _stop(process, grace_s)
+                await process.aclose()
+        code = process.returncode
+        assert code is not None
+        killed = _signal_name(-code) if code < 0 else None
+        return {
+            "command": _title(args),
+            "cwd": cwd_display,
+            "output": capture.text(),
+            "exit_code": None if killed is not None else code,
+            "signal": killed,
+            "timed_out": timed_out,
+            "truncated": capture.truncated,
+            "output_bytes": capture.total,
+        }
+
+    return define_tool(
+        name="run_command",
+        description=(
+            "Run a command in the workspace and return its combined stdout and stderr with "
+            "the exit code. Pass `command` (a shell command line, run with /bin/sh -c) or "
+            "`argv` (no shell). The command is killed, with everything it started, when "
+            f"it runs longer than timeout_ms (default {default_timeout_ms} ms)."
+        ),
+        parameters=RunCommandArgs,
+        execute=execute,
+        output=ToolOutput(_OUTPUT_SCHEMA, _render, lambda args, value: value),
+        timeout_ms=max_timeout_ms + kill_grace_ms + 5_000,
+        present_call=_present_call,
+        present_result=_present_result,
+        metadata={"read_only": False},
+    )

@@ -1,0 +1,45 @@
+"""Entry-point constructor: all seven workspace tools bound to one workspace root.
+
+Registered as ``[project.entry-points."dsh_tools.tools"] workspace =
+"dsh_tools_plugins.tools:workspace_tools"``; the plugin loader calls it with no argument,
+so the root then comes from the ``DSH_TOOLS_WORKSPACE`` environment variable, or the
+current directory.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from dsh_tools.models import ToolDefinition
+
+from .command import run_command_tool
+from .files import edit_file_tool, list_dir_tool, read_file_tool, write_file_tool
+from .search import glob_tool, grep_tool
+from .workspace import Workspace
+
+__all__ = ["WORKSPACE_ENV", "workspace_tools"]
+
+WORKSPACE_ENV = "DSH_TOOLS_WORKSPACE"
+"""Environment variable naming the workspace root when none is given."""
+
+
+def workspace_tools(root: str | os.PathLike[str] | None = None) -> list[ToolDefinition[Any]]:
+    """``read_file``, ``write_file``, ``edit_file``, ``list_dir``, ``glob``, ``grep`` and
+    ``run_command``, all confined to one :class:`~dsh_tools_plugins.workspace.Workspace`.
+
+    ``root=None`` reads :data:`WORKSPACE_ENV`, falling back to the current directory.
+    Raises :class:`ValueError` when the root is not an existing directory.
+    """
+    if root is None:
+        root = os.environ.get(WORKSPACE_ENV) or os.getcwd()
+    workspace = Workspace(root)
+    return [
+        read_file_tool(workspace),
+        write_file_tool(workspace),
+        edit_file_tool(workspace),
+        list_dir_tool(workspace),
+        glob_tool(workspace),
+        grep_tool(workspace),
+        run_command_tool(workspace),
+    ]
