@@ -124,8 +124,9 @@ class AuditLog:
     :param max_bytes: rotate before the file would grow past this size.
     :param backups: rotated files to keep (``path.1`` is the newest); ``0`` keeps none.
 
-    Thread-safe; the file is opened on the first event and kept open until :meth:`close`
-    (also a context manager).
+    Thread-safe. The file is opened for each event and closed after its ``fsync`` (the
+    open costs little next to the ``fsync``), so there is nothing to close and other
+    tools may rotate or truncate the file between events.
     """
 
     def __init__(
@@ -139,8 +140,6 @@ class AuditLog:
         self.max_bytes = max_bytes
         self.backups = backups
         self._lock = threading.Lock()
-        self._file: Any = None
-        self._size = 0
         self._started: dict[ExecutionToken, tuple[str, float]] = {}
 
     # ------------------------------------------------------------------ hooks
@@ -191,39 +190,35 @@ class AuditLog:
     # ------------------------------------------------------------------ file
 
     def _write(self, data: bytes) -> None:
+        """Append ``data`` (whole lines) durably; rotate first if it would not fit."""
         with self._lock:
-            if self._file is None:
-                self._open()
-            elif self._size and self._size + len(data) > self.max_bytes:
-                self._rotate()
-            view = memoryview(data)
-            while view:  # one write for a line in practice; loop only on a short write
-                written = self._file.write(view)
-                view = view[written:]
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._size += len(data)
+            fd = self._open()
+            try:
+                size = os.fstat(fd).st_size
+                if size and size + len(data) > self.max_bytes:
+                    os.close(fd)
+                    fd = -1
+                    self._rotate()
+                    fd = self._open()
+                    size = 0
+                if size and _last_byte(fd, size) != b"\n":
+                    # A torn last line (a crash mid-write) must not swallow this event.
+                    data = b"\n" + data
+                view = memoryview(data)
+                while view:  # one write for a line in practice; loops only on a short write
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                if fd >= 0:
+                    os.close(fd)
 
-    def _open(self) -> None:
+    def _open(self) -> int:
         directory = os.path.dirname(self.path)
         if directory:
             os.makedirs(directory, exist_ok=True)
-        handle = open(self.path, "ab", buffering=0)  # noqa: SIM115 - kept open on purpose
-        size = os.fstat(handle.fileno()).st_size
-        if size:
-            # A torn last line (a crash mid-write) must not swallow our first event.
-            with open(self.path, "rb") as reader:
-                reader.seek(size - 1)
-                if reader.read(1) != b"\n":
-                    handle.write(b"\n")
-                    size += 1
-        self._file, self._size = handle, size
-        if self._size + 1 > self.max_bytes and self._size:
-            self._rotate()
+        return os.open(self.path, _FLAGS, 0o644)
 
     def _rotate(self) -> None:
-        self._file.close()
-        self._file = None
         if self.backups == 0:
             os.remove(self.path)
         else:
@@ -232,24 +227,17 @@ class AuditLog:
                 if os.path.exists(source):
                     os.replace(source, f"{self.path}.{index}")
         _fsync_directory(os.path.dirname(self.path) or ".")
-        self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115
-        self._size = 0
-
-    def close(self) -> None:
-        """Close the file; a later event reopens it."""
-        with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
-
-    def __enter__(self) -> AuditLog:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<AuditLog {self.path!r}>"
+
+
+_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0)
+
+
+def _last_byte(fd: int, size: int) -> bytes:
+    os.lseek(fd, size - 1, os.SEEK_SET)
+    return os.read(fd, 1)
 
 
 def _fsync_directory(directory: str) -> None:
@@ -314,15 +302,16 @@ def read_audit_log(
                 try:
                     event = _parse_event(raw)
                 except (JsonValueError, UnicodeDecodeError, ValueError) as error:
-                    torn = not raw.endswith(b"\n")
-                    problem = (
-                        f"torn line ({len(raw)} bytes, no newline): {error}"
-                        if torn
-                        else f"not an audit event: {error}"
-                    )
+                    if not raw.endswith(b"\n"):
+                        problem = f"a torn last line ({len(raw)} bytes, no newline): {error}"
+                    else:
+                        problem = (
+                            "a line that is not an event (a torn write from an earlier "
+                            f"crash, or corruption): {error}"
+                        )
                     if strict:
                         raise AuditLogError(source, number, problem) from None
-                    logger.warning("audit log %s:%d: skipped a %s", source, number, problem)
+                    logger.warning("audit log %s:%d: skipped %s", source, number, problem)
                     continue
                 yield AuditEvent(event["event"], event["call_id"], event, source, number)
 

@@ -1,0 +1,268 @@
+"""AuditLog: durable JSON Lines events, rotation, a tolerant reader, replay into cards."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh_tools.cancel import CancelSource
+from dsh_tools.define import define_tool
+from dsh_tools.errors import ToolError
+from dsh_tools.hookspecs import hookimpl
+from dsh_tools.models import Deny, ToolExecution, ToolExecutionInput
+from dsh_tools.presentation import GenericCallView, GenericResultView, TerminalCallView
+from dsh_tools.registry import ToolRegistry
+from dsh_tools_plugins.audit import AuditLog, AuditLogError, read_audit_log, replay
+
+
+def echo_registry(log: AuditLog) -> ToolRegistry:
+    registry = ToolRegistry()
+
+    def echo(args: Any, ctx: Any) -> str:
+        if args["text"] == "boom":
+            raise ToolError("it broke", code="BROKEN")
+        return str(args["text"])
+
+    registry.register(
+        define_tool(
+            name="echo",
+            description="echo",
+            parameters={"text": {"type": "string", "required": True}},
+            execute=echo,
+            present_call=lambda args: TerminalCallView(f"echo {args['text']}"),
+        )
+    )
+    registry.add_plugin(log)
+    return registry
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_calls_and_results_are_logged_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "logs" / "audit.jsonl"
+    registry = echo_registry(AuditLog(path))
+
+    registry.execute_sync(ToolExecutionInput("c1", "echo", {"text": "héllo"}, root_call_id="r"))
+    registry.scope("agent").execute_sync(ToolExecutionInput("c2", "echo", {"text": "boom"}))
+
+    events = lines(path)
+    assert [(e["event"], e["call_id"]) for e in events] == [
+        ("tool/call", "c1"),
+        ("tool/result", "c1"),
+        ("tool/call", "c2"),
+        ("tool/result", "c2"),
+    ]
+    call, result, _, failure = events
+    assert call == {
+        "event": "tool/call",
+        "time": call["time"],
+        "call_id": "c1",
+        "root_call_id": "r",
+        "agent": None,
+        "name": "echo",
+        "arguments": {"text": "héllo"},
+    }
+    assert result["content"] == [{"type": "text", "text": "héllo"}]
+    assert (result["is_error"], result["error"], result["meta"]) == (False, None, None)
+    assert result["started"] == call["time"]
+    assert result["duration_ms"] >= 0
+    for event in events:
+        when = datetime.fromisoformat(event["time"])
+        assert when.utcoffset() == timezone.utc.utcoffset(None)
+    assert failure["agent"] == "agent"
+    assert failure["is_error"] is True
+    assert failure["error"] == {
+        "message": "it broke",
+        "info": {"name": "ToolError", "code": "BROKEN"},
+    }
+    assert "héllo" in path.read_text(encoding="utf-8")  # UTF-8, not \\u escapes
+
+
+def test_denied_calls_are_logged_even_when_policy_decides_first(tmp_path: Path) -> None:
+    class DenyAll:
+        @hookimpl(tryfirst=True)
+        def dsh_tools_pre_execute(self, execution: ToolExecution) -> Deny:
+            return Deny("nope")
+
+    path = tmp_path / "audit.jsonl"
+    registry = echo_registry(AuditLog(path))
+    registry.add_plugin(DenyAll())  # later and tryfirst too: runs before the audit hook
+
+    registry.execute_sync(ToolExecutionInput("c1", "echo", {"text": "x"}))
+
+    events = lines(path)
+    assert [e["event"] for e in events] == ["tool/call", "tool/result"]
+    assert events[1]["error"]["info"]["code"] == "DENIED"
+
+
+def test_calls_that_never_reach_policy_are_logged_with_their_result(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    registry = echo_registry(AuditLog(path))
+    source = CancelSource()
+    source.cancel()
+
+    registry.execute_sync(ToolExecutionInput("c1", "echo", {"text": {1, 2}}))
+    registry.execute_sync(ToolExecutionInput("c2", "echo", {"text": "x"}, signal=source.signal))
+
+    events = lines(path)
+    assert [(e["event"], e["call_id"]) for e in events] == [
+        ("tool/call", "c1"),
+        ("tool/result", "c1"),
+        ("tool/call", "c2"),
+        ("tool/result", "c2"),
+    ]
+    assert events[0]["arguments"] is None
+    assert events[1]["error"]["info"]["code"] == "INVALID_JSON"
+    assert events[1]["duration_ms"] == 0
+    assert events[3]["error"]["info"]["code"] == "ABORTED_BEFORE_DISPATCH"
+
+
+CHILD = """
+import os, signal, sys
+from dsh_tools.define import define_tool
+from dsh_tools.models import ToolExecutionInput
+from dsh_tools.registry import ToolRegistry
+from dsh_tools_plugins.audit import AuditLog
+
+def body(args, ctx):
+    if args["text"] == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return args["text"]
+
+registry = ToolRegistry()
+registry.register(define_tool(
+    name="echo", description="echo",
+    parameters={"text": {"type": "string", "required": True}}, execute=body,
+))
+registry.add_plugin(AuditLog(sys.argv[1]))
+for index in range(3):
+    registry.execute_sync(ToolExecutionInput(f"c{index}", "echo", {"text": f"t{index}"}))
+registry.execute_sync(ToolExecutionInput("last", "echo", {"text": sys.argv[2]}))
+os._exit(1)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+@pytest.mark.parametrize("ending", ["exit", "die"])
+def test_a_killed_process_loses_nothing(tmp_path: Path, ending: str) -> None:
+    path = tmp_path / "audit.jsonl"
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path), ending], capture_output=True, timeout=60
+    )
+    assert child.returncode != 0, child.stderr
+
+    events = list(read_audit_log(path, strict=True))
+    kinds = [(e.event, e.call_id) for e in events]
+    assert kinds[:6] == [
+        ("tool/call", "c0"),
+        ("tool/result", "c0"),
+        ("tool/call", "c1"),
+        ("tool/result", "c1"),
+        ("tool/call", "c2"),
+        ("tool/result", "c2"),
+    ]
+    if ending == "exit":  # killed between calls: everything is there
+        assert kinds[6:] == [("tool/call", "last"), ("tool/result", "last")]
+    else:  # killed inside the body: the call is there, its result never happened
+        assert kinds[6:] == [("tool/call", "last")]
+        replayed = list(replay(path, ToolRegistry()))
+        assert [r.call.call_id for r in replayed] == ["c0", "c1", "c2", "last"]
+        assert replayed[-1].result is None
+        assert replayed[-1].result_card is None
+
+
+def test_rotation_by_size(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    registry = echo_registry(AuditLog(path, max_bytes=700, backups=2))
+
+    for index in range(8):
+        registry.execute_sync(ToolExecutionInput(f"c{index}", "echo", {"text": "x" * 50}))
+
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["audit.jsonl", "audit.jsonl.1", "audit.jsonl.2"]
+    for name in names:
+        assert (tmp_path / name).stat().st_size <= 700
+    events = list(read_audit_log(path, rotated=True, strict=True))
+    ids = [e.call_id for e in events if e.event == "tool/result"]
+    assert ids == sorted(ids)  # oldest first
+    assert ids[-1] == "c7"  # the newest kept
+    assert len(ids) < 8  # the oldest file beyond two backups was dropped
+
+
+def test_a_torn_last_line_is_reported_not_fatal(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    registry = echo_registry(AuditLog(path))
+    registry.execute_sync(ToolExecutionInput("c1", "echo", {"text": "a"}))
+    with path.open("ab") as handle:
+        handle.write(b'{"event":"tool/call","call_id":"c2","na')
+
+    with caplog.at_level(logging.WARNING, logger="dsh_tools"):
+        events = list(read_audit_log(path))
+    assert [e.call_id for e in events] == ["c1", "c1"]
+    assert "audit.jsonl:3: skipped a torn last line (39 bytes, no newline)" in caplog.text
+    with pytest.raises(AuditLogError, match=r"audit\.jsonl:3: a torn last line"):
+        list(read_audit_log(path, strict=True))
+
+    # A new writer starts on a fresh line, so the torn fragment spoils nothing else.
+    registry2 = echo_registry(AuditLog(path))
+    registry2.execute_sync(ToolExecutionInput("c3", "echo", {"text": "b"}))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="dsh_tools"):
+        events = list(read_audit_log(path))
+    assert [e.call_id for e in events] == ["c1", "c1", "c3", "c3"]
+    assert "audit.jsonl:3: skipped a line that is not an event (a torn write" in caplog.text
+
+
+def test_replay_pairs_calls_with_results_and_presents_them(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    registry = echo_registry(AuditLog(path))
+    registry.execute_sync(ToolExecutionInput("c1", "echo", {"text": "hi"}))
+    registry.execute_sync(ToolExecutionInput("c2", "echo", {"text": "boom"}))
+    registry.execute_sync(ToolExecutionInput("c3", "gone", {"x": 1}))
+
+    replayed = list(replay(path, registry))
+
+    assert [r.call.call_id for r in replayed] == ["c1", "c2", "c3"]
+    first, second, third = replayed
+    assert first.call == ToolExecutionInput("c1", "echo", {"text": "hi"}, root_call_id="c1")
+    assert first.call_card == TerminalCallView("echo hi")  # the tool's own presenter
+    assert first.result is not None
+    assert first.result.content == [{"type": "text", "text": "hi"}]
+    assert first.result_card == GenericResultView()
+    assert first.error is None
+    assert second.result is not None
+    assert second.result.is_error
+    assert second.error is not None
+    assert second.error.info.code == "BROKEN"
+    assert third.call_card == GenericCallView("gone", raw_input={"x": 1})  # fallback card
+    assert third.error is not None
+    assert third.error.info.code == "UNKNOWN_TOOL"
+
+
+def test_settings_are_validated(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="max_bytes"):
+        AuditLog(tmp_path / "a", max_bytes=0)
+    with pytest.raises(ValueError, match="backups"):
+        AuditLog(tmp_path / "a", backups=-1)
+
+
+def test_each_event_is_appended_to_whatever_file_is_there(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path)
+    registry = echo_registry(log)
+    registry.execute_sync(ToolExecutionInput("c1", "echo", {"text": "a"}))
+    path.rename(tmp_path / "archived.jsonl")  # an external logrotate
+    registry.execute_sync(ToolExecutionInput("c2", "echo", {"text": "b"}))
+    assert [e["call_id"] for e in lines(path)] == ["c2", "c2"]
+    assert repr(log) == f"<AuditLog {str(path)!r}>"
