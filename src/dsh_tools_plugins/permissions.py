@@ -69,7 +69,7 @@ import attrs
 
 from dsh_tools.errors import DshToolsError, ErrorCode
 from dsh_tools.hookspecs import hookimpl
-from dsh_tools.json import FrozenDict, JsonValue, snapshot
+from dsh_tools.json import FrozenDict, snapshot
 from dsh_tools.models import Allow, Ask, Deny, ToolExecution
 
 if sys.version_info >= (3, 11):
@@ -314,11 +314,11 @@ class Rule:
             self, "_normal_prefixes", tuple(_normalise(p) for p in self.path_prefix or ())
         )
 
-    def matches(self, name: str, arguments: Mapping[str, JsonValue] | None) -> bool:
+    def matches(self, name: str, arguments: Mapping[str, object] | None) -> bool:
         """Whether this rule applies to a call of ``name`` with ``arguments``."""
         if not any(fnmatch.fnmatchcase(name, glob) for glob in self.tool):
             return False
-        args: Mapping[str, JsonValue] = arguments or {}
+        args: Mapping[str, object] = arguments or {}
         if self._normal_prefixes:
             path = args.get(self.argument)
             if not isinstance(path, str) or not any(
@@ -336,7 +336,7 @@ class Rule:
         return True
 
 
-def _command_text(args: Mapping[str, JsonValue]) -> str | None:
+def _command_text(args: Mapping[str, object]) -> str | None:
     for key in ("command", "argv"):
         value = args.get(key)
         if isinstance(value, str):
@@ -441,13 +441,13 @@ class PermissionRules:
 
     # ------------------------------------------------------------------ deciding
 
-    def decide(self, name: str, arguments: Mapping[str, JsonValue] | None) -> Allow | Deny | Ask:
+    def decide(self, name: str, arguments: Mapping[str, object] | None) -> Allow | Deny | Ask:
         """The decision for a call: deny, then ask, then allow among the matching rules;
         ``default`` when none matches (``Allow()`` for ``"allow"``)."""
         return self._decide(name, arguments) or Allow()
 
     def _decide(
-        self, name: str, arguments: Mapping[str, JsonValue] | None
+        self, name: str, arguments: Mapping[str, object] | None
     ) -> Allow | Deny | Ask | None:
         """Like :meth:`decide`, but ``None`` for an unmatched call under an allow default."""
         allowed = False

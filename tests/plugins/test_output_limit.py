@@ -61,7 +61,11 @@ def run(registry: ToolRegistry, call_id: str = "c1", **arguments: Any) -> ToolEx
 
 
 def texts(result: ToolExecutionResult) -> list[str]:
-    return [str(block["text"]) for block in result.content if block.get("type") == "text"]
+    return [
+        str(block["text"])
+        for block in result.content
+        if isinstance(block, dict) and block.get("type") == "text"
+    ]
 
 
 def test_long_text_is_cut_with_a_marker_and_kept_for_the_host() -> None:

@@ -52,6 +52,10 @@ def registry_with(
 ) -> ToolRegistry:
     """Tools plus ``policy``; plugins in ``before`` are added first (so they run after it)."""
     registry = ToolRegistry(approval=approver)
+
+    def body(args: Any, ctx: Any) -> str:
+        return f"{ctx.execution.name} ran"
+
     for plugin in before:
         registry.add_plugin(plugin)
     for name in TOOLS:
@@ -65,7 +69,7 @@ def registry_with(
                     "argv": {"type": "array", "items": {"type": "string"}},
                     "mode": {"type": "json"},
                 },
-                execute=lambda args, ctx, name=name: f"{name} ran",
+                execute=body,
             )
         )
     registry.add_plugin(policy)
@@ -322,7 +326,7 @@ def test_a_file_that_is_not_utf8_is_reported(tmp_path: Path) -> None:
 
 def test_python_rules_are_validated() -> None:
     with pytest.raises(RulesError, match="action must be one of"):
-        Rule("maybe")  # type: ignore[arg-type]
+        Rule("maybe")
     with pytest.raises(RulesError, match="rule #2: expected a Rule"):
         PermissionRules([Rule("allow"), "deny"])  # type: ignore[list-item]
     with pytest.raises(RulesError, match="argument_equals"):
