@@ -1287,26 +1287,6 @@ def test_a_global_dataclass_plugin_is_accepted_but_a_scoped_one_is_refused(
 
 # =========================================================================== execute_sync parity
 
-SYNC_DRIVE_BUG = (
-    "pipeline bug: when execute_sync drives a call without an event loop (_Call.asynchronous "
-    "is False), settle() and invoke() return awaitables unawaited, so an awaitable from a "
-    "plain callable (allowed by the hookspec, ApprovalService and body types) fails the call "
-    "although execute() runs it; ToolEntry.synchronous only checks iscoroutinefunction"
-)
-
-
-def _without_unawaited_warnings(run: Callable[[], ToolExecutionResult]) -> ToolExecutionResult:
-    """Run ``run`` with the expected 'never awaited' RuntimeWarning of the bug silenced, and
-    collect the orphaned coroutine here rather than in a later test."""
-    import gc
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        result = run()
-        gc.collect()
-    return result
-
 
 class AsyncCallableBody:
     async def __call__(self, arguments: Any, context: ToolRunContext) -> str:
@@ -1319,14 +1299,12 @@ async def test_execute_awaits_a_body_whose_call_is_async(registry: ToolRegistry)
     assert text(await registry.execute(call("x"))) == "async callable"
 
 
-@pytest.mark.xfail(strict=True, reason=SYNC_DRIVE_BUG)
 def test_execute_sync_awaits_a_body_whose_call_is_async(registry: ToolRegistry) -> None:
     registry.register(tool("x", execute=AsyncCallableBody()))
-    result = _without_unawaited_warnings(lambda: registry.execute_sync(call("x")))
+    result = registry.execute_sync(call("x"))
     assert text(result) == "async callable"
 
 
-@pytest.mark.xfail(strict=True, reason=SYNC_DRIVE_BUG)
 def test_execute_sync_awaits_a_decision_returned_as_an_awaitable(registry: ToolRegistry) -> None:
     registry.register(tool("x"))
 
@@ -1339,11 +1317,10 @@ def test_execute_sync_awaits_a_decision_returned_as_an_awaitable(registry: ToolR
             return decide()
 
     registry.add_plugin(DeferredDeny())
-    result = _without_unawaited_warnings(lambda: registry.execute_sync(call("x")))
+    result = registry.execute_sync(call("x"))
     assert result.code == "DENIED"
 
 
-@pytest.mark.xfail(strict=True, reason=SYNC_DRIVE_BUG)
 def test_execute_sync_awaits_an_approval_returned_as_an_awaitable() -> None:
     from dsh_tools.models import ApprovalOutcome, ApprovalRequest, Ask
 
@@ -1362,7 +1339,7 @@ def test_execute_sync_awaits_an_approval_returned_as_an_awaitable() -> None:
     registry = ToolRegistry(approval=Service())
     registry.register(tool("x"))
     registry.add_plugin(AskAlways())
-    result = _without_unawaited_warnings(lambda: registry.scope("a").execute_sync(call("x")))
+    result = registry.scope("a").execute_sync(call("x"))
     assert text(result) == "x"
 
 

@@ -37,6 +37,7 @@ from .content import (
 )
 from .errors import DshToolsError, ErrorCode, JsonValueError, ToolOutputError
 from .hookspecs import Dispatch
+from .tracing import Stage, TraceEvent, Tracer
 from .json import FrozenDict, JsonValue, dumps, snapshot
 from .models import (
     Accept,
@@ -110,6 +111,7 @@ class Plan:
     approval: ApprovalService | None
     approval_async: bool
     default_timeout_ms: float | None
+    tracer: Tracer | None = None
     synchronous: bool = attrs.field(init=False)
     async_observers: bool = attrs.field(init=False)
 
@@ -224,8 +226,18 @@ class _Call:
         self.contexts: tuple[ContextMessage, ...] = ()
         self.produced: list[ToolExecutionResult] = []
         self.parsed: Any = None
+        self.tracer = plan.tracer
 
     # -------------------------------------------------------------- helpers
+
+    def trace(self, stage: Stage, source: str | None, outcome: str, detail: object = None) -> None:
+        """Tell the registry's tracer about one step; a failing tracer is only logged."""
+        if self.tracer is None:
+            return
+        try:
+            self.tracer(TraceEvent(stage, self.execution, source, outcome, detail))
+        except Exception as error:
+            logger.warning("tracer failed on %s of %r: %s", stage, self.name, _message(error))
 
     async def settle(self, value: Any) -> Any:
         if not inspect.isawaitable(value):
@@ -272,6 +284,7 @@ class _Call:
         return await self.finish(result)
 
     async def decide_and_dispatch(self) -> tuple[ToolExecutionResult, bool]:
+        self.trace("call", None, "arguments not JSON" if self.arguments_error else "entered")
         if self.arguments_error is not None:
             message = (
                 "tool execution arguments must be losslessly JSON-serializable: "
@@ -303,11 +316,13 @@ class _Call:
             try:
                 decision = await self.settle(impl.function(self.execution))
             except Exception as error:
+                self.trace("pre_execute", impl.label, f"raised {_message(error)}", error)
                 raise _StageFailed(
                     _from_exception(
                         error, ErrorCode.POLICY_ERROR, f"pre-execute {impl.label} failed: "
                     )
                 ) from None
+            self.trace("pre_execute", impl.label, _outcome(decision), decision)
             if decision is None:
                 continue
             if isinstance(decision, (Allow, Deny, Ask)):
@@ -345,9 +360,11 @@ class _Call:
         try:
             outcome = await self.settle(service.request(request))
         except Exception as error:
+            self.trace("approval", "approval service", f"raised {_message(error)}", error)
             raise _StageFailed(
                 _from_exception(error, ErrorCode.POLICY_ERROR, "approval service failed: ")
             ) from None
+        self.trace("approval", "approval service", str(getattr(outcome, "value", outcome)), outcome)
         try:
             outcome = ApprovalOutcome(outcome)
         except ValueError:
@@ -371,9 +388,13 @@ class _Call:
             try:
                 verdict = impl.function(self.execution)
             except Exception as error:
+                self.trace("guard", impl.label, f"raised {_message(error)}", error)
                 raise _StageFailed(
                     _from_exception(error, ErrorCode.DENIED, f"guard {impl.label} failed: ")
                 ) from None
+            self.trace(
+                "guard", impl.label, "abstained" if verdict is None else str(verdict), verdict
+            )
             if verdict is None:
                 continue
             if isinstance(verdict, str):
@@ -389,6 +410,13 @@ class _Call:
     # -------------------------------------------------------------- dispatch
 
     async def dispatch(self) -> ToolExecutionResult:
+        result = await self.wrapped_dispatch()
+        self.trace(
+            "execute", "wrappers" if self.plan.execute_caller else None, _code(result), result
+        )
+        return result
+
+    async def wrapped_dispatch(self) -> ToolExecutionResult:
         caller = self.plan.execute_caller
         if caller is None:
             return await self.body(None)
@@ -503,6 +531,7 @@ class _Call:
 
     def keep(self, result: ToolExecutionResult) -> ToolExecutionResult:
         self.produced.append(result)
+        self.trace("body", None if self.body_started else "not started", _code(result), result)
         return result
 
     async def invoke(self, definition: ToolDefinition[Any], context: ToolRunContext) -> Any:
@@ -599,6 +628,7 @@ class _Call:
         for impl in self.plan.post:
             try:
                 decision = await self.settle(impl.function(self.execution, result))
+                self.trace("post_execute", impl.label, _outcome(decision), decision)
                 if decision is None:
                     continue
                 if isinstance(decision, Accept):
@@ -619,6 +649,7 @@ class _Call:
             except _StageFailed:
                 raise
             except Exception as error:
+                self.trace("post_execute", impl.label, f"raised {_message(error)}", error)
                 raise _StageFailed(
                     _from_exception(
                         error, ErrorCode.POLICY_ERROR, f"post-execute {impl.label} failed: "
@@ -659,6 +690,8 @@ class _Call:
         finalize = self.entry.definition.finalize_content if self.entry else None
         if finalize is not None:
             result = self.finalize(finalize, result)
+            self.trace("finalize", None, _code(result), result)
+        self.trace("result", None, _code(result), result)
         if self.asynchronous and self.plan.async_observers:
             # Every observer sees the result, even if the caller is cancelled meanwhile;
             # the cancellation is delivered at the caller's next checkpoint.
@@ -697,6 +730,14 @@ class _Call:
                 f"tool result must be losslessly JSON-serializable: {error.message}",
                 ErrorCode.INVALID_JSON,
             )
+
+
+def _outcome(decision: object) -> str:
+    return "abstained" if decision is None else repr(decision)
+
+
+def _code(result: ToolExecutionResult) -> str:
+    return result.error.info.code if isinstance(result, ToolExecutionFailure) else "ok"
 
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:

@@ -13,7 +13,7 @@ import asyncio
 import inspect
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -24,6 +24,7 @@ from .jsonschema import assert_supported_json_schema, compile_validator
 from .models import (
     ApprovalService,
     ExecutionToken,
+    PresentableResult,
     ToolDefinition,
     ToolExecution,
     ToolExecutionInput,
@@ -32,6 +33,10 @@ from .models import (
     ToolSchema,
 )
 from .pipeline import Plan, StageImpl, ToolEntry, run_call
+from .tracing import Tracer
+
+if TYPE_CHECKING:
+    from .presentation import ToolCallView, ToolResultView
 
 __all__ = ["Disposer", "Guard", "ToolRegistry", "ToolScope"]
 
@@ -152,6 +157,23 @@ class _ViewBase:
             )
         return ToolScope(self._registry, (*self._path, key))
 
+    def present_call(self, call: ToolExecutionInput) -> ToolCallView:
+        """The pending card for ``call`` as this view's agent sees the tool; never raises
+        (a missing, failing or outdated presenter gives the generic fallback card)."""
+        from .presenting import present_call
+
+        assert isinstance(self, (ToolRegistry, ToolScope))
+        return present_call(self, call)
+
+    def present_result(
+        self, call: ToolExecutionInput, result: ToolExecutionResult | PresentableResult
+    ) -> ToolResultView | None:
+        """The completed card for ``call``, or ``None`` to show the raw content; never raises."""
+        from .presenting import present_result
+
+        assert isinstance(self, (ToolRegistry, ToolScope))
+        return present_result(self, call, result)
+
     def execution_mode(self, call: ToolExecutionInput) -> str:
         """``"parallel"`` only when the tool's ``is_concurrency_safe`` returns exactly
         ``True`` for these arguments; ``"exclusive"`` otherwise, failures included."""
@@ -201,6 +223,8 @@ class ToolRegistry(_ViewBase):
 
     :param approval: answers ``Ask`` decisions; without one, ``Ask`` denies.
     :param default_timeout_ms: timeout for tools that declare none (``None``: no limit).
+    :param tracer: called with a :class:`~dsh_tools.tracing.TraceEvent` for every step of
+        every call (what each stage decided); for debugging, metrics and tests.
     """
 
     def __init__(
@@ -208,6 +232,7 @@ class ToolRegistry(_ViewBase):
         *,
         approval: ApprovalService | None = None,
         default_timeout_ms: float | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         self._registry = self
         self._path = ()
@@ -220,6 +245,19 @@ class ToolRegistry(_ViewBase):
         self._pm.register(self._builtin, name="dsh_tools.builtin_dispatch")
         self.approval = approval
         self.default_timeout_ms = default_timeout_ms
+        self.tracer = tracer
+
+    @property
+    def tracer(self) -> Tracer | None:
+        """The tracer; replacing it applies to the next call."""
+        return self._tracer
+
+    @tracer.setter
+    def tracer(self, tracer: Tracer | None) -> None:
+        if tracer is not None and not callable(tracer):
+            raise RegistrationError(f"tracer must be callable, got {type(tracer).__qualname__}")
+        self._tracer = tracer
+        self._changed()
 
     @property
     def approval(self) -> ApprovalService | None:
@@ -451,6 +489,7 @@ class ToolRegistry(_ViewBase):
             approval=self.approval,
             approval_async=approval_async,
             default_timeout_ms=self.default_timeout_ms,
+            tracer=self._tracer,
         )
 
     def _applies(self, plugin_name: str, path: tuple[str, ...]) -> bool:
@@ -469,7 +508,8 @@ class ToolRegistry(_ViewBase):
         return tuple(
             StageImpl(
                 _bind(impl.function, impl.argnames),
-                f"plugin {impl.plugin_name!r}",
+                "plugin "
+                + (_label(impl.plugin) if impl.plugin_name.isdigit() else repr(impl.plugin_name)),
                 inspect.iscoroutinefunction(impl.function),
             )
             for impl in impls

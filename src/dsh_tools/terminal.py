@@ -1,0 +1,128 @@
+"""Render presentation cards as plain terminal text (the CLI's view of a call).
+
+Plain text works everywhere (pipes, CI logs, dumb terminals); every card type has a
+rendering, and a missing result card falls back to the result's own content.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterable
+
+from .content import content_text
+from .json import thaw
+from .models import ToolExecutionResult
+from .presentation import (
+    DiffCallView,
+    DiffResultView,
+    FileDiff,
+    GenericCallView,
+    GenericResultView,
+    ReadResultView,
+    SearchMatchesView,
+    SearchPathsView,
+    TerminalCallView,
+    TerminalResultView,
+    ToolCallView,
+    ToolResultView,
+    WebFetchView,
+    WebSearchView,
+)
+
+__all__ = ["render_call_view", "render_result"]
+
+_MAX_INPUT = 2000
+
+
+def _lines(text: str, indent: str = "  ") -> str:
+    return "".join(f"{indent}{line}\n" for line in text.splitlines())
+
+
+def _diff_text(diffs: Iterable[FileDiff]) -> str:
+    parts = []
+    for diff in diffs:
+        before = (diff.old_text or "").splitlines(keepends=True)
+        after = diff.new_text.splitlines(keepends=True)
+        label_from = "/dev/null" if diff.old_text is None else f"a/{diff.path}"
+        unified = difflib.unified_diff(before, after, label_from, f"b/{diff.path}")
+        parts.append("".join(line if line.endswith("\n") else line + "\n" for line in unified))
+    return _lines("".join(parts))
+
+
+def render_call_view(view: ToolCallView) -> str:
+    """The pending card of a call, ending with a newline."""
+    if isinstance(view, TerminalCallView):
+        head = f"$ {view.title}"
+        if view.cwd:
+            head += f"   (in {view.cwd})"
+        description = f"  {view.description}\n" if view.description else ""
+        return f"{head}\n{description}"
+    if isinstance(view, DiffCallView):
+        return f"✎ {view.title}\n{_diff_text(view.diffs)}"
+    assert isinstance(view, GenericCallView)
+    kind = f" [{view.kind.value}]" if view.kind is not None else ""
+    text = f"▶ {view.title}{kind}\n"
+    if view.raw_input is not None:
+        raw = view.raw_input
+        shown = raw if isinstance(raw, str) else json.dumps(thaw(raw), indent=2, ensure_ascii=False)
+        if len(shown) > _MAX_INPUT:
+            shown = shown[:_MAX_INPUT] + " …"
+        text += _lines(shown)
+    for location in view.locations:
+        text += f"  @ {location.path}" + (f":{location.line}" if location.line else "") + "\n"
+    return text
+
+
+def _status(result: ToolExecutionResult) -> str:
+    if result.is_error:
+        return f"✗ failed ({result.error.info.code})"
+    return "✓ done"
+
+
+def render_result(view: ToolResultView | None, result: ToolExecutionResult) -> str:
+    """The completed card of a call (or its raw content without one), with its status."""
+    status = _status(result)
+    if view is None or result.is_error:
+        title = getattr(view, "title", None) if view is not None else None
+        head = f"{status}: {title}" if title else status
+        return f"{head}\n{_lines(result.text)}"
+    title = f"{status}: {view.title}" if getattr(view, "title", None) else status
+    if isinstance(view, TerminalResultView):
+        tail = (
+            f"  [exit {view.exit_code}]\n"
+            if view.exit_code is not None
+            else (f"  [killed by {view.signal}]\n" if view.signal else "")
+        )
+        return f"{title}\n{_lines(view.output or '')}{tail}"
+    if isinstance(view, DiffResultView):
+        return f"{title}\n{_diff_text(view.diffs)}"
+    if isinstance(view, SearchMatchesView):
+        body = "".join(
+            f"  {group.path}:{match.line_number}: {match.line}\n"
+            for group in view.files
+            for match in group.matches
+        )
+        return f"{title}\n{body}{_truncation(view.truncated, view.total)}"
+    if isinstance(view, SearchPathsView):
+        body = "".join(f"  {path}\n" for path in view.paths)
+        return f"{title}\n{body}{_truncation(view.truncated, view.total)}"
+    if isinstance(view, ReadResultView):
+        body = "".join(f"  {line.number:>6}  {line.text}\n" for line in view.lines)
+        shown = f"  ({view.path}: {len(view.lines)} of {view.total_lines} lines)\n"
+        return f"{title}\n{body}{shown}"
+    if isinstance(view, WebSearchView):
+        body = "".join(
+            f"  - {source.title or source.url}  {source.url}\n" for source in view.sources
+        )
+        answer = _lines(view.answer) if view.answer else ""
+        return f"{title}\n{answer}{body}"
+    if isinstance(view, WebFetchView):
+        return f"{title}\n  {view.url} [{view.status_code}]\n{_lines(result.text)}"
+    assert isinstance(view, GenericResultView)
+    text = content_text(view.content) if view.content is not None else result.text
+    return f"{title}\n{_lines(text)}"
+
+
+def _truncation(truncated: bool, total: int) -> str:
+    return f"  (truncated: {total} in all)\n" if truncated else ""
