@@ -21,7 +21,6 @@ from .json import (
     FrozenList,
     JsonValue,
     snapshot,
-    trusted_frozen_dict,
     trusted_frozen_list,
 )
 
@@ -67,14 +66,24 @@ ContentLike = TextContent | ImageContent | str | dict[str, Any] | FrozenDict
 """What authors may put where content is expected: typed blocks, raw block dicts, or text."""
 
 
+_new_tuple = tuple.__new__
+_new_dict = dict.__new__
+_fill_dict = dict.update
+
+
 def _text_block(text: str) -> FrozenDict:
-    return trusted_frozen_dict({"type": "text", "text": str.__str__(text)})
+    block = _new_dict(FrozenDict)
+    _fill_dict(block, type="text", text=str.__str__(text))
+    return block
 
 
 def _is_frozen_blocks(content: object) -> bool:
-    return type(content) is FrozenList and all(
-        type(block) is FrozenDict and type(block.get("type")) is str for block in content
-    )
+    if type(content) is not FrozenList:
+        return False
+    for block in content:
+        if type(block) is not FrozenDict or type(dict.get(block, "type")) is not str:
+            return False
+    return True
 
 
 def _block(data: dict[str, Any]) -> FrozenDict:
@@ -91,6 +100,8 @@ def content_blocks(
     A bare string is one text block. Dicts must be JSON objects with a string ``type``;
     their other keys are not checked, so provider-specific blocks pass through.
     """
+    if type(content) is str:
+        return _new_tuple(FrozenList, (_text_block(content),))
     if _is_frozen_blocks(content):
         return content  # type: ignore[return-value]
     if isinstance(content, str):

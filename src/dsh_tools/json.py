@@ -125,7 +125,12 @@ def _frozen_dict(items: dict[str, JsonValue]) -> FrozenDict:
 
 
 def _frozen_list(items: list[JsonValue]) -> FrozenList:
-    return tuple.__new__(FrozenList, items)
+    return _new_tuple(FrozenList, items)
+
+
+_new_tuple = tuple.__new__
+_FROZEN = frozenset({FrozenDict, FrozenList})
+"""Types whose instances were snapshotted when made, so a snapshot returns them as is."""
 
 
 class _Rejected(Exception):
@@ -200,27 +205,39 @@ def _freeze_object(value: dict[Any, Any], depth: int, active: set[int]) -> Froze
                     "JSON object keys must be strings"
                 )
             key = str.__str__(key)
+        kind = type(item)
+        # Scalars and already-frozen members inline: no call, no try per member.
+        if kind is str or kind is int or kind is bool or item is None or kind in _FROZEN:
+            out[key] = item
+            continue
         try:
             out[key] = _freeze(item, depth + 1, active)
         except _Rejected as rejected:
             rejected.segments.append(f".{key}")
             raise
     active.discard(ident)
-    return _frozen_dict(out)
+    result = _new_dict(FrozenDict)
+    _fill_dict(result, out)
+    return result
 
 
 def _freeze_array(value: list[Any] | tuple[Any, ...], depth: int, active: set[int]) -> FrozenList:
     ident = _enter(value, depth, active)
     items = list.__iter__(value) if isinstance(value, list) else tuple.__iter__(value)
     out: list[JsonValue] = []
+    append = out.append
     for index, item in enumerate(items):
+        kind = type(item)
+        if kind is str or kind is int or kind is bool or item is None or kind in _FROZEN:
+            append(item)
+            continue
         try:
-            out.append(_freeze(item, depth + 1, active))
+            append(_freeze(item, depth + 1, active))
         except _Rejected as rejected:
             rejected.segments.append(f"[{index}]")
             raise
     active.discard(ident)
-    return _frozen_list(out)
+    return _new_tuple(FrozenList, out)
 
 
 def snapshot(value: object, label: str = "value") -> JsonValue:
@@ -230,6 +247,9 @@ def snapshot(value: object, label: str = "value") -> JsonValue:
     as they are (they were checked when they were made). ``label`` names the root in error
     paths, for example ``arguments`` gives ``"arguments.items[2]" is a set; ...``.
     """
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None or kind in _FROZEN:
+        return value  # type: ignore[return-value]
     try:
         return _freeze(value, 0, set())
     except _Rejected as rejected:
@@ -253,9 +273,20 @@ def thaw(value: object) -> Any:
 _ENCODER = _stdlib_json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
+_encode = _ENCODER.encode
+_SCALAR_TEXT = {True: "true", False: "false", None: "null"}
+
+
 def dumps(value: object) -> str:
     """Compact JSON text for a lossless JSON value (non-ASCII kept as is)."""
-    return _ENCODER.encode(snapshot(value))
+    kind = type(value)
+    if kind is int:
+        return int.__repr__(value)
+    if kind is str:
+        return _encode(value)
+    if kind is bool or value is None:
+        return _SCALAR_TEXT[value]  # type: ignore[index]
+    return _encode(snapshot(value))
 
 
 def _reject_constant(name: str) -> NoReturn:

@@ -54,7 +54,13 @@ A = TypeVar("A")
 
 
 def _frozen_json(value: object) -> JsonValue:
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None or kind in _FROZEN:
+        return value  # type: ignore[return-value]  # immutable or snapshotted when made
     return snapshot(value)
+
+
+_FROZEN = frozenset({FrozenDict, FrozenList})
 
 
 def _frozen_object(value: object) -> FrozenDict:
@@ -65,6 +71,8 @@ def _frozen_object(value: object) -> FrozenDict:
 
 
 def _contexts(value: Iterable[ContextMessage]) -> tuple[ContextMessage, ...]:
+    if type(value) is tuple and not value:  # the common case: no deferred context
+        return ()
     contexts = tuple(value)
     for index, context in enumerate(contexts):
         if not isinstance(context, ContextMessage):
