@@ -876,3 +876,27 @@ def test_installed_distribution_blocked_from_the_environment_is_not_imported(
     assert report["broken_imported"] is False
     assert _ours(report["failed"]) == {}
     assert sorted(_ours(report["loaded"])) == ["demo-no-secrets", "demo-reviewer", "demo-shout"]
+
+
+def test_a_factory_function_in_the_plugins_group_is_called_for_its_plugin(site: Site) -> None:
+    module = site.module(
+        "factory",
+        """
+        from dsh_tools import Deny, hookimpl
+
+        class Policy:
+            @hookimpl
+            def dsh_tools_pre_execute(self, execution):
+                return Deny("factory-made policy")
+
+        def make():
+            return Policy()
+        """,
+    )
+    site.dist("factory-dist", {PLUGINS_GROUP: {"factory": f"{module}:make"}})
+    registry = ToolRegistry()
+    report = load_plugins(registry, only=only_dist("factory-dist"))
+    assert [record.hooks for record in report.loaded] == [("dsh_tools_pre_execute",)]
+    result = run(registry, "anything")
+    assert result.is_error
+    assert result.error.message == "factory-made policy"

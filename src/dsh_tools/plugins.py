@@ -10,8 +10,10 @@ authors, so they are module constants and never change):
     names a guard function ``fn(execution) -> str | None``, added with
     ``registry.guard``.
 ``dsh_tools.plugins`` (:data:`PLUGINS_GROUP`)
-    names a pluggy plugin implementing ``dsh_tools_*`` hooks: a module, an object, or a
-    class (instantiated once with no arguments, so its hookimpls can be ordinary methods).
+    names a pluggy plugin implementing ``dsh_tools_*`` hooks: a module, an object, a
+    class (instantiated once with no arguments, so its hookimpls can be ordinary methods),
+    or a zero-argument factory function returning the plugin object (for plugins that read
+    their configuration at load time).
 
 :func:`load_plugins` is the only place that discovers or imports them; importing
 ``dsh_tools`` never does. We do not use pluggy's ``load_setuptools_entrypoints``: it stops
@@ -23,6 +25,7 @@ imported at all.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import re
@@ -400,7 +403,8 @@ def _load_guard(registry: ToolRegistry, entry_point: EntryPoint) -> _Loaded:
 
 def _load_plugin(registry: ToolRegistry, entry_point: EntryPoint) -> _Loaded:
     plugin = _import(entry_point)
-    if isinstance(plugin, type):
+    if isinstance(plugin, type) or inspect.isfunction(plugin):
+        # A class, or a zero-argument factory function, makes the plugin object.
         try:
             plugin = plugin()
         except Exception as exc:

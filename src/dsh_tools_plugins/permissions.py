@@ -600,7 +600,10 @@ def default_rules() -> PermissionRules:
     """The default policy for the reference tools.
 
     ``read_file``, ``list_dir``, ``glob`` and ``grep`` are allowed; ``write_file``,
-    ``edit_file`` and ``run_command`` ask; every other tool asks too.
+    ``edit_file`` and ``run_command`` ask. Other tools are left to their own policies (the
+    rules abstain): installing dsh-tools must not silently disable every third-party tool.
+    A host that wants "ask for everything else" passes a rules file with
+    ``default = "ask"``.
     """
     return PermissionRules(
         [
@@ -611,7 +614,7 @@ def default_rules() -> PermissionRules:
                 name="tools that change things",
             ),
         ],
-        default="ask",
+        default="allow",
         source="default_rules()",
     )
 
