@@ -28,7 +28,6 @@ from collections.abc import Callable
 from typing import Annotated, Any, Generic, Literal, TypeVar, Union, get_args, get_origin, overload
 
 import attrs
-import cattrs
 
 from .errors import DefinitionError, ToolArgsError
 from .json import FrozenDict, snapshot
@@ -61,9 +60,20 @@ def _structure_literal(value: object, hint: Any) -> object:
     return next(member for member in get_args(hint) if member == value)
 
 
-_converter = cattrs.Converter(detailed_validation=False)
-_converter.register_structure_hook_func(_is_literal, _structure_literal)
-_converter.register_structure_hook(type(None), lambda value, _: None)
+_converters: list[Any] = []
+
+
+def _converter() -> Any:
+    """The private cattrs converter, built on first use: only attrs-class parameters need
+    it, so tools with DSL parameters never import cattrs (about 15 ms of import time)."""
+    if not _converters:
+        import cattrs
+
+        converter = cattrs.Converter(detailed_validation=False)
+        converter.register_structure_hook_func(_is_literal, _structure_literal)
+        converter.register_structure_hook(type(None), lambda value, _: None)
+        _converters.append(converter)
+    return _converters[0]
 
 
 class ArgumentsModel(Generic[A]):
@@ -262,7 +272,7 @@ def _class_model(cls: type[A]) -> ArgumentsModel[A]:
         raise DefinitionError(f"parameters class {cls.__qualname__}: {problem}") from None
     assert_supported_json_schema(schema)
     try:
-        structure = _converter.get_structure_hook(cls)
+        structure = _converter().get_structure_hook(cls)
     except Exception as error:  # pragma: no cover - every described type is structurable
         raise DefinitionError(f"parameters class {cls.__qualname__}: {error}") from None
 

@@ -33,17 +33,20 @@ from __future__ import annotations
 import difflib
 import enum
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
-from cattrs import Converter
-from cattrs.cols import homogenous_tuple_structure_factory
-from cattrs.errors import (
-    ClassValidationError,
-    ForbiddenExtraKeysError,
-    IterableValidationError,
-)
-from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+if TYPE_CHECKING:
+    # Imported for real by _build_converter() on first use: cattrs costs ~17 ms to import.
+    from cattrs import Converter
+    from cattrs.cols import homogenous_tuple_structure_factory
+    from cattrs.errors import (
+        ClassValidationError,
+        ForbiddenExtraKeysError,
+        IterableValidationError,
+    )
+    from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from .content import ContentLike, content_blocks
 from .errors import DshToolsError, ErrorCode, JsonValueError
@@ -623,18 +626,43 @@ def _tagged_union(tags: Mapping[type[Any], Mapping[str, str]]) -> Callable[[Any,
     return structure
 
 
-_converter = Converter(forbid_extra_keys=True, detailed_validation=True)
-_converter.register_structure_hook(str, _structure_str)
-_converter.register_structure_hook(bool, _structure_bool)
-_converter.register_structure_hook(int, _structure_int)
-_converter.register_structure_hook(ToolCallKind, _structure_kind)
-_converter.register_unstructure_hook(ToolCallKind, lambda kind: kind.value)
-_converter.register_structure_hook_factory(_is_tuple_type, _structure_tuple_factory)
-_converter.register_unstructure_hook_factory(_is_tuple_type, _unstructure_tuple_factory)
-_converter.register_structure_hook_factory(attrs.has, _structure_record_factory)
-_converter.register_unstructure_hook_factory(attrs.has, _unstructure_record_factory)
-_converter.register_structure_hook(ToolCallView, _tagged_union(_CALL_TAGS))
-_converter.register_structure_hook(ToolResultView, _tagged_union(_RESULT_TAGS))
+_converter: Converter
+"""The private strict converter; :func:`_get_converter` builds it on first use, and the
+hook factories above only run (and read it) once it exists."""
+
+
+def _get_converter() -> Converter:
+    converter: Converter | None = globals().get("_converter")
+    return converter if converter is not None else _build_converter()
+
+
+def _build_converter() -> Converter:
+    global _converter, homogenous_tuple_structure_factory, override
+    global make_dict_structure_fn, make_dict_unstructure_fn
+    global ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+    from cattrs import Converter
+    from cattrs.cols import homogenous_tuple_structure_factory
+    from cattrs.errors import (
+        ClassValidationError,
+        ForbiddenExtraKeysError,
+        IterableValidationError,
+    )
+    from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+    converter = Converter(forbid_extra_keys=True, detailed_validation=True)
+    converter.register_structure_hook(str, _structure_str)
+    converter.register_structure_hook(bool, _structure_bool)
+    converter.register_structure_hook(int, _structure_int)
+    converter.register_structure_hook(ToolCallKind, _structure_kind)
+    converter.register_unstructure_hook(ToolCallKind, lambda kind: kind.value)
+    converter.register_structure_hook_factory(_is_tuple_type, _structure_tuple_factory)
+    converter.register_unstructure_hook_factory(_is_tuple_type, _unstructure_tuple_factory)
+    converter.register_structure_hook_factory(attrs.has, _structure_record_factory)
+    converter.register_unstructure_hook_factory(attrs.has, _unstructure_record_factory)
+    converter.register_structure_hook(ToolCallView, _tagged_union(_CALL_TAGS))
+    converter.register_structure_hook(ToolResultView, _tagged_union(_RESULT_TAGS))
+    _converter = converter
+    return converter
 
 
 def _problems(error: BaseException, path: str) -> Iterator[str]:
@@ -672,7 +700,7 @@ def _structure(data: object, union: Any, label: str) -> Any:
     except JsonValueError as error:
         raise CardError(f"{error.path}: {error.problem}") from None
     try:
-        return _converter.structure(frozen, union)
+        return _get_converter().structure(frozen, union)
     except (ClassValidationError, IterableValidationError, _Invalid, KeyError) as error:
         raise CardError("; ".join(_problems(error, label))) from None
 
@@ -693,7 +721,7 @@ def unstructure_view(view: ToolCallView | ToolResultView) -> dict[str, Any]:
     """The card as plain JSON-ready data (camelCase keys, tags first, defaults omitted)."""
     if type(view) not in _CALL_TAGS and type(view) not in _RESULT_TAGS:
         raise CardError(f"not a card: {type(view).__qualname__}")
-    data: dict[str, Any] = _converter.unstructure(view)
+    data: dict[str, Any] = _get_converter().unstructure(view)
     return data
 
 
