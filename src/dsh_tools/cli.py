@@ -11,6 +11,7 @@ problems; 2 bad usage or input; 3 a plugin failed to load where that matters (``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -106,6 +107,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     call.add_argument("--json", action="store_true", help="print the frozen result as JSON")
     commands.add_parser("check", help="validate every installed plugin; exit 1 on problems")
+    replay = commands.add_parser("replay", help="render an audit log's calls as cards")
+    replay.add_argument("log", help="the JSON Lines audit log (from --audit-log)")
+    replay.add_argument("--rotated", action="store_true", help="include rotated files (LOG.N)")
+    serve = commands.add_parser("serve-mcp", help="serve the tools over MCP (extra: mcp)")
+    serve.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")
+    serve.add_argument("--host", default="127.0.0.1", help="HTTP host (loopback by default)")
+    serve.add_argument("--port", type=int, default=8000, help="HTTP port")
+    serve.add_argument("--allow-remote", action="store_true", help="allow a non-loopback HTTP host")
     return parser
 
 
@@ -142,8 +151,11 @@ class _PluginsFailed(Exception):
         self.report = report
 
 
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else ""
+def _summary(text: str) -> str:
+    """The description's first sentence (or line), for one-line listings."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    sentence, dot, _ = first.partition(". ")
+    return sentence + "." if dot else first
 
 
 def _cmd_list(registry: ToolRegistry, options: argparse.Namespace, out: TextIO) -> int:
@@ -157,7 +169,7 @@ def _cmd_list(registry: ToolRegistry, options: argparse.Namespace, out: TextIO) 
         kind = "raw" if definition is not None and not definition.parameters.get("type") else "tool"
         if definition is not None and definition.metadata.get("read_only") is True:
             kind = "read-only"
-        out.write(f"{schema.name:<{width}}  {kind:<9}  {_first_line(schema.description)}\n")
+        out.write(f"{schema.name:<{width}}  {kind:<9}  {_summary(schema.description)}\n")
     return EXIT_OK
 
 
@@ -237,6 +249,51 @@ async def _run_with_progress(registry: ToolRegistry, call: Any, err: TextIO) -> 
     return result
 
 
+def _cmd_replay(registry: ToolRegistry, options: argparse.Namespace, out: TextIO) -> int:
+    from dsh_tools_plugins.audit import replay
+
+    from .terminal import render_call_view, render_result
+
+    if not os.path.isfile(options.log):
+        raise UsageError(f"audit log {options.log!r} does not exist")
+    count = 0
+    for replayed in replay(options.log, registry, rotated=options.rotated):
+        count += 1
+        out.write(f"[{replayed.call.call_id}] ")
+        out.write(render_call_view(replayed.call_card))
+        if replayed.result is None:
+            out.write("… no result recorded (the call may still have been running)\n")
+        else:
+            out.write(render_result(replayed.result_card, replayed.result))
+    out.write(f"{count} call(s)\n")
+    return EXIT_OK
+
+
+def _cmd_serve_mcp(registry: ToolRegistry, options: argparse.Namespace) -> int:
+    import functools
+
+    import anyio
+
+    try:
+        from .bridges.mcp import serve_http, serve_stdio
+    except ImportError as error:
+        raise UsageError(
+            f"serve-mcp needs the mcp extra: pip install 'dsh-tools[mcp]' ({error})"
+        ) from None
+    if options.http:
+        serve = functools.partial(
+            serve_http,
+            registry,
+            host=options.host,
+            port=options.port,
+            allow_remote=options.allow_remote,
+        )
+        anyio.run(serve)
+    else:
+        anyio.run(functools.partial(serve_stdio, registry))
+    return EXIT_OK
+
+
 def _cmd_plugins(report: LoadReport, out: TextIO) -> int:
     out.write(report.format().rstrip("\n") + "\n")
     return EXIT_OK
@@ -272,7 +329,8 @@ def main(
     err = stderr or sys.stderr
     parser = _parser()
     try:
-        options = parser.parse_args(argv)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            options = parser.parse_args(argv)
     except SystemExit as exit_request:
         return int(exit_request.code or 0)
     try:
@@ -283,6 +341,8 @@ def main(
             "schemas": lambda: _cmd_schemas(registry, options, out),
             "call": lambda: _cmd_call(registry, options, out, stdin, err),
             "check": lambda: _cmd_check(registry, report, out),
+            "replay": lambda: _cmd_replay(registry, options, out),
+            "serve-mcp": lambda: _cmd_serve_mcp(registry, options),
         }
         return command[options.command]()
     except UsageError as error:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from .content import content_text
 from .json import thaw
-from .models import ToolExecutionResult
+from .models import PresentableResult, ToolExecutionFailure, ToolExecutionResult
 from .presentation import (
     DiffCallView,
     DiffResultView,
@@ -74,19 +74,24 @@ def render_call_view(view: ToolCallView) -> str:
     return text
 
 
-def _status(result: ToolExecutionResult) -> str:
-    if result.is_error:
+def _status(result: ToolExecutionResult | PresentableResult) -> str:
+    if not result.is_error:
+        return "✓ done"
+    if isinstance(result, ToolExecutionFailure):
         return f"✗ failed ({result.error.info.code})"
-    return "✓ done"
+    return "✗ failed"
 
 
-def render_result(view: ToolResultView | None, result: ToolExecutionResult) -> str:
+def render_result(
+    view: ToolResultView | None, result: ToolExecutionResult | PresentableResult
+) -> str:
     """The completed card of a call (or its raw content without one), with its status."""
     status = _status(result)
+    text = content_text(result.content)
     if view is None or result.is_error:
         title = getattr(view, "title", None) if view is not None else None
         head = f"{status}: {title}" if title else status
-        return f"{head}\n{_lines(result.text)}"
+        return f"{head}\n{_lines(text)}"
     title = f"{status}: {view.title}" if getattr(view, "title", None) else status
     if isinstance(view, TerminalResultView):
         tail = (
@@ -118,10 +123,10 @@ def render_result(view: ToolResultView | None, result: ToolExecutionResult) -> s
         answer = _lines(view.answer) if view.answer else ""
         return f"{title}\n{answer}{body}"
     if isinstance(view, WebFetchView):
-        return f"{title}\n  {view.url} [{view.status_code}]\n{_lines(result.text)}"
+        return f"{title}\n  {view.url} [{view.status_code}]\n{_lines(text)}"
     assert isinstance(view, GenericResultView)
-    text = content_text(view.content) if view.content is not None else result.text
-    return f"{title}\n{_lines(text)}"
+    shown = content_text(view.content) if view.content is not None else text
+    return f"{title}\n{_lines(shown)}"
 
 
 def _truncation(truncated: bool, total: int) -> str:

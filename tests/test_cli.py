@@ -1,0 +1,169 @@
+"""The dsh-tools command, driven as a person at a terminal (or a script) would."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsh_tools.cli import EXIT_CALL_FAILED, EXIT_USAGE, main
+
+
+class Run:
+    def __init__(self, code: int, out: str, err: str) -> None:
+        self.code, self.out, self.err = code, out, err
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A workspace with one file; the env vars the command sets are restored afterwards."""
+    monkeypatch.setenv("DSH_TOOLS_WORKSPACE", str(tmp_path))
+    monkeypatch.setenv("DSH_TOOLS_RULES", "")
+    monkeypatch.delenv("DSH_TOOLS_BLOCK_PLUGINS", raising=False)
+    (tmp_path / "notes.txt").write_text("alpha\nbeta\ngamma\n")
+    return tmp_path
+
+
+def dsh(*argv: str, stdin: str = "") -> Run:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), stdin=io.StringIO(stdin), stdout=out, stderr=err)
+    return Run(code, out.getvalue(), err.getvalue())
+
+
+def test_version() -> None:
+    run = dsh("--version")
+    assert run.code == 0
+    assert run.out.startswith("dsh-tools ")
+
+
+def test_list_shows_the_installed_workspace_tools(workspace: Path) -> None:
+    run = dsh("--workspace", str(workspace), "list")
+    assert run.code == 0
+    names = [line.split()[0] for line in run.out.splitlines()]
+    assert {"read_file", "grep", "run_command"} <= set(names)
+    assert "read-only" in next(line for line in run.out.splitlines() if line.startswith("grep"))
+
+
+def test_no_plugins_means_no_tools() -> None:
+    run = dsh("--no-plugins", "list")
+    assert run.code == 0
+    assert run.out.startswith("no tools")
+
+
+@pytest.mark.parametrize("format", ["raw", "openai", "anthropic", "gemini", "mcp"])
+def test_schemas_in_each_provider_format(workspace: Path, format: str) -> None:
+    run = dsh("--workspace", str(workspace), "schemas", "--format", format)
+    assert run.code == 0
+    declarations = json.loads(run.out)
+    assert isinstance(declarations, list)
+    assert "read_file" in run.out
+
+
+def test_call_shows_the_pending_and_completed_cards(workspace: Path) -> None:
+    run = dsh("--workspace", str(workspace), "call", "read_file", '{"path": "notes.txt"}')
+    assert run.code == 0, run.err
+    assert run.out.startswith("▶ Read notes.txt")
+    assert "✓ done" in run.out
+    assert "beta" in run.out
+
+
+def test_call_reads_arguments_from_stdin_and_prints_json(workspace: Path) -> None:
+    run = dsh(
+        "--workspace",
+        str(workspace),
+        "call",
+        "grep",
+        "-",
+        "--json",
+        stdin='{"pattern": "^b"}',
+    )
+    assert run.code == 0, run.err
+    result = json.loads(run.out)
+    assert result["isError"] is False
+    assert "notes.txt:2:beta" in result["content"][0]["text"]
+
+
+def test_a_failed_call_exits_1_and_ask_without_a_terminal_denies(workspace: Path) -> None:
+    run = dsh("--workspace", str(workspace), "call", "run_command", '{"command": "echo hi"}')
+    assert run.code == EXIT_CALL_FAILED
+    assert "✗ failed (DENIED)" in run.out
+    assert "no approval channel" in run.out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["call", "read_file", "{oops"], "arguments"),
+        (["call", "read_file", "[1]"], "arguments must be a JSON object"),
+        (["call", "no_such_tool"], "unknown tool 'no_such_tool'"),
+        (["--workspace", "/definitely/not/here", "list"], "is not a directory"),
+        (["--rules", "/definitely/not/here.toml", "list"], "is not a file"),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_exit_2(
+    workspace: Path, argv: list[str], message: str
+) -> None:
+    run = dsh(*argv)
+    assert run.code == EXIT_USAGE
+    assert run.err.count("\n") == 1
+    assert run.err.startswith("dsh-tools: error: ")
+    assert message in run.err
+    assert "Traceback" not in run.err
+
+
+def test_unknown_command_is_a_usage_error() -> None:
+    assert dsh("frobnicate").code == EXIT_USAGE
+
+
+def test_audit_log_then_replay(workspace: Path, tmp_path: Path) -> None:
+    log = tmp_path / "audit.jsonl"
+    first = dsh("--workspace", str(workspace), "--audit-log", str(log), "call", "list_dir")
+    assert first.code == 0, first.err
+    dsh("--workspace", str(workspace), "--audit-log", str(log), "call", "read_file", "{}")
+    replayed = dsh("--workspace", str(workspace), "replay", str(log))
+    assert replayed.code == 0, replayed.err
+    assert replayed.out.endswith("2 call(s)\n")
+    assert "✓ done" in replayed.out
+    assert "✗ failed" in replayed.out
+    assert dsh("replay", str(tmp_path / "missing.jsonl")).code == EXIT_USAGE
+
+
+def test_rules_file_is_enforced(workspace: Path, tmp_path: Path) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\naction = "deny"\ntool = "read_file"\nreason = "not today"\n')
+    run = dsh(
+        "--workspace",
+        str(workspace),
+        "--rules",
+        str(rules),
+        "call",
+        "read_file",
+        '{"path": "notes.txt"}',
+    )
+    assert run.code == EXIT_CALL_FAILED
+    assert "not today" in run.out
+
+
+def test_plugins_and_check(workspace: Path) -> None:
+    plugins = dsh("--workspace", str(workspace), "plugins")
+    assert plugins.code == 0
+    assert "workspace" in plugins.out
+    assert "default_permissions" in plugins.out
+    check = dsh("--workspace", str(workspace), "check")
+    assert check.code == 0, check.out
+    assert check.out.startswith("ok: ")
+
+
+def test_python_dash_m_runs_the_same_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dsh_tools", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0
+    assert done.stdout.startswith("dsh-tools ")
