@@ -247,8 +247,12 @@ class Workspace:
         try:
             for index, part in enumerate(parts[:-1]):
                 if make_parents:
-                    with contextlib.suppress(FileExistsError):
+                    try:
                         os.mkdir(part, 0o777, dir_fd=current)
+                    except FileExistsError:
+                        pass
+                    except OSError as error:
+                        raise _os_error(error, "/".join(parts[: index + 1])) from None
                 step = self._step(
                     current, part, os.O_RDONLY | _DIRECTORY | _CLOEXEC, "/".join(parts[: index + 1])
                 )
