@@ -10,7 +10,6 @@ thread that runs the event loop (use ``anyio.from_thread.run_sync`` from other t
 from __future__ import annotations
 
 from collections.abc import Callable
-
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:

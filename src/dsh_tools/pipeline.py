@@ -37,7 +37,6 @@ from .content import (
 )
 from .errors import DshToolsError, ErrorCode, JsonValueError, ToolOutputError
 from .hookspecs import Dispatch
-from .tracing import Stage, TraceEvent, Tracer
 from .json import FrozenDict, JsonValue, dumps, snapshot
 from .models import (
     Accept,
@@ -57,6 +56,7 @@ from .models import (
     ToolExecutionSuccess,
     failure_result,
 )
+from .tracing import Stage, TraceEvent, Tracer
 
 __all__ = ["Plan", "StageImpl", "ToolEntry", "ToolRunContext", "run_call"]
 
