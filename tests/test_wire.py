@@ -447,7 +447,10 @@ def test_anthropic_tool_results_drop_empty_text_and_name_other_blocks() -> None:
 
 def test_gemini_function_responses_use_output_and_error_keys() -> None:
     assert to_gemini_function_response("read_file", success()) == {
-        "functionResponse": {"name": "read_file", "response": {"output": {"lines": 2}}}
+        "functionResponse": {
+            "name": "read_file",
+            "response": {"output": "two lines\n[image content]"},
+        }
     }
     assert to_gemini_function_response("read_file", failure(), call_id="fc-1") == {
         "functionResponse": {
@@ -458,9 +461,9 @@ def test_gemini_function_responses_use_output_and_error_keys() -> None:
             "id": "fc-1",
         }
     }
-    text_only = ToolExecutionSuccess(value=None, content=["done"])
-    assert to_gemini_function_response("ping", text_only) == {
-        "functionResponse": {"name": "ping", "response": {"output": "done"}}
+    redacted = ToolExecutionSuccess(value={"secret": "s3cr3t"}, content=["[redacted]"])
+    assert to_gemini_function_response("ping", redacted) == {
+        "functionResponse": {"name": "ping", "response": {"output": "[redacted]"}}
     }
 
 

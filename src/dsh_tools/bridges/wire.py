@@ -477,18 +477,16 @@ def to_gemini_function_response(
 ) -> Json:
     """A Gemini ``functionResponse`` part, using the ``output`` / ``error`` keys Gemini reads.
 
-    A success puts its JSON ``value`` under ``output`` (its content text when the value is
-    ``None``); a failure puts ``{"code", "message"}`` under ``error``, the message being
-    the model-facing content (which carries a policy's corrective feedback). Pass the call's
-    ``call_id`` when Gemini sent one, so the response names the call it answers.
+    Both carry the model-facing content text, never the raw ``value``: the content is what
+    post-execute policies (redaction, output limits, blocks) let through to the model.
+    A failure puts ``{"code", "message"}`` under ``error``. Pass the call's ``call_id`` when
+    Gemini sent one, so the response names the call it answers.
     """
     response: Json
     if isinstance(result, ToolExecutionFailure):
         response = {"error": {"code": result.code, "message": content_text(result.content)}}
-    elif result.value is None:
-        response = {"output": content_text(result.content)}
     else:
-        response = {"output": thaw(result.value)}
+        response = {"output": content_text(result.content)}
     body: Json = {"name": name, "response": response}
     if call_id is not None:
         body["id"] = call_id
