@@ -235,7 +235,7 @@ def _layered() -> ToolRegistry:
         ("other", "global"),
         ("c", "write"),  # restricted: nothing runs, so the fallback card
         ("a//b", "write"),  # a malformed agent path in an old log
-        ("", "global"),
+        ("", "write"),  # an empty agent id is malformed too
     ],
 )
 def test_the_card_matches_the_definition_that_runs_for_the_agent(

@@ -1398,3 +1398,23 @@ def test_the_default_timeout_must_be_positive_and_finite(timeout_ms: Any) -> Non
     with pytest.raises(DefinitionError, match="default_timeout_ms must be a positive finite"):
         registry.default_timeout_ms = timeout_ms
     assert registry.default_timeout_ms == 50
+
+
+@pytest.mark.parametrize("agent", ["a//b", "a/", "/a", ""])
+def test_a_malformed_agent_id_is_refused_clearly(registry: ToolRegistry, agent: str) -> None:
+    registry.register(tool("x"))
+    registry.scope("a").register(tool("y"))
+    with pytest.raises(RegistrationError, match="malformed"):
+        registry.execute_sync(ToolExecutionInput("c", "x", {}, agent=agent))
+    assert registry.execution_mode(ToolExecutionInput("c", "x", {}, agent=agent)) == "exclusive"
+    assert registry.definition_for("y", agent) is None
+
+
+def test_definition_for_resolves_like_execution(registry: ToolRegistry) -> None:
+    registry.register(tool("x"))
+    scoped = tool("x")
+    registry.scope("a").register(scoped)
+    assert registry.definition_for("x", "a/b") is scoped
+    assert registry.definition_for("x") is registry.get("x")
+    assert registry.scope("a").definition_for("x", "other") is None
+    assert registry.scope("a").definition_for("x") is scoped

@@ -61,7 +61,6 @@ __all__ = ["present_call", "present_result", "presentable_result"]
 
 logger = logging.getLogger("dsh_tools")
 
-_SEPARATOR = "/"
 _CALL_CARDS = (GenericCallView, TerminalCallView, DiffCallView)
 _RESULT_CARDS = (
     GenericResultView,
@@ -157,27 +156,10 @@ def _json_arguments(call: ToolExecutionInput) -> JsonValue:
 def _definition(view: ToolRegistry | ToolScope, call: ToolExecutionInput) -> Any:
     """The definition a call by ``call.agent`` runs, through ``view``; ``None`` if none."""
     try:
-        target = view
-        if call.agent is not None:
-            base = view.agent
-            if base is None:
-                relative = call.agent
-            elif call.agent == base:
-                relative = ""
-            elif call.agent.startswith(base + _SEPARATOR):
-                relative = call.agent[len(base) + 1 :]
-            else:
-                logger.debug(
-                    "present(%r): agent %r is outside scope %r", call.name, call.agent, base
-                )
-                return None
-            for key in relative.split(_SEPARATOR) if relative else ():
-                target = target.scope(key)
-        definition: ToolDefinition[Any] | None = target.get(call.name)
-    except Exception:  # a malformed agent path in an old log, a registry that cannot plan
+        return view.definition_for(call.name, call.agent)
+    except Exception:  # a registry that cannot plan must not break a replay
         logger.debug("present(%r): cannot resolve agent %r", call.name, call.agent, exc_info=True)
         return None
-    return definition
 
 
 def _parse(definition: ToolDefinition[Any], arguments: FrozenDict) -> Any:

@@ -137,6 +137,21 @@ class _ViewBase:
         entry = self._registry._plan(self._path).tools.get(name)
         return entry.definition if entry is not None else None
 
+    def definition_for(self, name: str, agent: str | None = None) -> ToolDefinition[Any] | None:
+        """The definition a call to ``name`` by ``agent`` would run, seen from this view.
+
+        ``agent=None`` means this view's own agent. An agent outside this view (not this
+        scope or one of its descendants), or a malformed agent id, sees nothing: ``None``.
+        """
+        try:
+            path = self._path if agent is None else _path_of(agent)
+        except RegistrationError:
+            return None
+        if not _is_prefix(self._path, path):
+            return None
+        entry = self._registry._plan(path).tools.get(name)
+        return entry.definition if entry is not None else None
+
     def names(self) -> list[str]:
         """Names of the visible tools, in :meth:`schemas` order."""
         return list(self._registry._plan(self._path).tools)
@@ -516,7 +531,10 @@ class ToolRegistry(_ViewBase):
         )
 
     def _execution_mode(self, call: ToolExecutionInput) -> str:
-        entry = self._plan(_path_of(call.agent)).tools.get(call.name)
+        try:
+            entry = self._plan(_path_of(call.agent)).tools.get(call.name)
+        except RegistrationError:
+            return "exclusive"
         if entry is None or entry.definition.is_concurrency_safe is None:
             return "exclusive"
         try:
@@ -624,7 +642,16 @@ def _is_prefix(prefix: tuple[str, ...], path: tuple[str, ...]) -> bool:
 
 
 def _path_of(agent: str | None) -> tuple[str, ...]:
-    return tuple(agent.split(_SEPARATOR)) if agent else ()
+    """The scope path of an agent id; a malformed id (``"a//b"``, ``"a/"``) is refused."""
+    if agent is None:
+        return ()
+    path = tuple(agent.split(_SEPARATOR))
+    if not isinstance(agent, str) or not all(path):
+        raise RegistrationError(
+            f"agent id {agent!r} is malformed: use scope keys joined by {_SEPARATOR!r}, "
+            "as ToolScope.agent gives them"
+        )
+    return path
 
 
 def _with_agent(call: ToolExecutionInput, agent: str | None) -> ToolExecutionInput:

@@ -24,14 +24,14 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 
 from dsh_tools.cancel import CancelSignal
 from dsh_tools.errors import DefinitionError, ErrorCode
 from dsh_tools.hookspecs import WrapperGenerator, hookimpl
-from dsh_tools.models import ToolDefinition, ToolExecution, ToolExecutionResult
+from dsh_tools.models import ToolExecution, ToolExecutionResult
 
 if TYPE_CHECKING:
     from dsh_tools.registry import ToolRegistry, ToolScope
@@ -40,22 +40,6 @@ __all__ = ["RetryPolicy"]
 
 Sleep = Callable[[float], Awaitable[object]]
 """An awaitable sleep taking seconds, like :func:`anyio.sleep` (the default)."""
-
-
-def _definition(
-    view: ToolRegistry | ToolScope, execution: ToolExecution
-) -> ToolDefinition[Any] | None:
-    """The definition ``execution`` would run, looked up through ``view``'s public API."""
-    base = view.agent or ""
-    agent = execution.agent or ""
-    if base:
-        if agent != base and not agent.startswith(base + "/"):
-            return view.get(execution.name)
-        agent = agent[len(base) :]
-    for key in agent.split("/"):
-        if key:
-            view = view.scope(key)
-    return view.get(execution.name)
 
 
 def _non_negative(label: str, value: object) -> float:
@@ -130,7 +114,7 @@ class RetryPolicy:
     def _retries(self, execution: ToolExecution) -> bool:
         if self.attempts < 2:
             return False
-        definition = _definition(self._registry, execution)
+        definition = self._registry.definition_for(execution.name, execution.agent)
         return definition is not None and definition.metadata.get("idempotent") is True
 
     def _retryable(self, result: ToolExecutionResult) -> bool:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -35,7 +35,6 @@ from dsh_tools.cancel import CancelSignal, CancelSource, linked_source
 from dsh_tools.errors import DefinitionError, ErrorCode
 from dsh_tools.hookspecs import WrapperGenerator, hookimpl
 from dsh_tools.models import (
-    ToolDefinition,
     ToolExecution,
     ToolExecutionFailure,
     ToolExecutionResult,
@@ -66,22 +65,6 @@ def _budget(label: str, value: object) -> float:
             f"TimeoutPolicy {label} must be a positive finite number, got {value!r}"
         )
     return float(value)
-
-
-def _definition(
-    view: ToolRegistry | ToolScope, execution: ToolExecution
-) -> ToolDefinition[Any] | None:
-    """The definition ``execution`` would run, looked up through ``view``'s public API."""
-    base = view.agent or ""
-    agent = execution.agent or ""
-    if base:
-        if agent != base and not agent.startswith(base + "/"):
-            return view.get(execution.name)
-        agent = agent[len(base) :]
-    for key in agent.split("/"):
-        if key:
-            view = view.scope(key)
-    return view.get(execution.name)
 
 
 class TimeoutPolicy:
@@ -124,7 +107,7 @@ class TimeoutPolicy:
         budget = self.budget_ms(execution.name)
         if budget is None or self._registry is None:
             return budget
-        definition = _definition(self._registry, execution)
+        definition = self._registry.definition_for(execution.name, execution.agent)
         if definition is None or definition.timeout_ms is not None:
             return None
         return budget
