@@ -9,10 +9,9 @@ The five stages themselves run in :mod:`dsh_tools.pipeline`.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -194,10 +193,14 @@ class _ViewBase:
         ``True`` for these arguments; ``"exclusive"`` otherwise, failures included."""
         return self._registry._execution_mode(self._route(call))
 
-    async def execute(self, call: ToolExecutionInput) -> ToolExecutionResult:
-        """Run one call through the five stages; always returns a frozen result."""
+    def execute(self, call: ToolExecutionInput) -> Awaitable[ToolExecutionResult]:
+        """Run one call through the five stages; await it for the frozen result.
+
+        Routing errors (a malformed agent id, a call for another scope) raise at once;
+        everything that happens to the call itself ends in a result.
+        """
         routed = self._route(call)
-        return await run_call(self._registry._plan(_path_of(routed.agent)), routed, True)
+        return run_call(self._registry._plan(_path_of(routed.agent)), routed, True)
 
     def execute_sync(self, call: ToolExecutionInput) -> ToolExecutionResult:
         """:meth:`execute` for synchronous hosts.
@@ -687,12 +690,15 @@ def _bind(function: Callable[..., Any], argnames: tuple[str, ...]) -> Callable[.
 
 
 def _running_event_loop() -> str | None:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        return "asyncio"
+    # Only a library that was imported can be running a loop: no import needed to ask.
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is not None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            return "asyncio"
     trio = sys.modules.get("trio")
     if trio is not None:
         try:
