@@ -35,6 +35,24 @@ __all__ = [
 MAX_DEPTH = 200
 """Deepest container nesting accepted; deeper values are rejected with a clean error."""
 
+SMALL_INT = 10**4000
+"""Integers strictly between ``-SMALL_INT`` and ``SMALL_INT`` always have a JSON text
+(under the interpreter's default 4300-digit conversion limit); larger ones are checked
+with :func:`int_has_text`, so the common case costs two comparisons."""
+
+
+def int_has_text(value: int) -> bool:
+    """Whether ``int`` ``value`` converts to decimal text under the interpreter's limit
+    (``sys.set_int_max_str_digits``); ``json.dumps`` and ``json.loads`` raise past it."""
+    if -SMALL_INT < value < SMALL_INT:
+        return True
+    try:
+        int.__repr__(value)
+    except ValueError:
+        return False
+    return True
+
+
 JsonValue: TypeAlias = Union[bool, int, float, str, "FrozenDict", "FrozenList", None]
 """A snapshotted, deep-frozen JSON value."""
 
@@ -156,6 +174,11 @@ def _describe(value: object) -> str:
     module = getattr(kind, "__module__", "")
     if module == "datetime":
         return f"is a datetime.{name}; JSON has no dates (use an ISO-8601 string)"
+    if kind is int:
+        return (
+            f"is an integer of {value.bit_length()} bits, too long for JSON text "  # type: ignore[attr-defined]
+            "(the interpreter converts at most sys.get_int_max_str_digits() digits)"
+        )
     if isinstance(value, int):
         return f"is a {name} (an int subclass), not a plain JSON number (pass int(value))"
     if isinstance(value, float):
@@ -167,8 +190,12 @@ def _describe(value: object) -> str:
 
 def _freeze(value: object, depth: int, active: set[int]) -> JsonValue:
     kind = type(value)
-    if kind is str or kind is bool or kind is int or value is None:
+    if kind is str or kind is bool or value is None:
         return value  # type: ignore[return-value]
+    if kind is int:
+        if int_has_text(value):  # type: ignore[arg-type]
+            return value  # type: ignore[return-value]
+        raise _Rejected(_describe(value))
     if kind is float:
         if math.isfinite(value):  # type: ignore[arg-type]
             return value  # type: ignore[return-value]
@@ -207,7 +234,13 @@ def _freeze_object(value: dict[Any, Any], depth: int, active: set[int]) -> Froze
             key = str.__str__(key)
         kind = type(item)
         # Scalars and already-frozen members inline: no call, no try per member.
-        if kind is str or kind is int or kind is bool or item is None or kind in _FROZEN:
+        if (
+            kind is str
+            or kind is bool
+            or item is None
+            or kind in _FROZEN
+            or (kind is int and -SMALL_INT < item < SMALL_INT)
+        ):
             out[key] = item
             continue
         try:
@@ -228,7 +261,13 @@ def _freeze_array(value: list[Any] | tuple[Any, ...], depth: int, active: set[in
     append = out.append
     for index, item in enumerate(items):
         kind = type(item)
-        if kind is str or kind is int or kind is bool or item is None or kind in _FROZEN:
+        if (
+            kind is str
+            or kind is bool
+            or item is None
+            or kind in _FROZEN
+            or (kind is int and -SMALL_INT < item < SMALL_INT)
+        ):
             append(item)
             continue
         try:
@@ -248,7 +287,13 @@ def snapshot(value: object, label: str = "value") -> JsonValue:
     paths, for example ``arguments`` gives ``"arguments.items[2]" is a set; ...``.
     """
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None or kind in _FROZEN:
+    if (
+        kind is str
+        or kind is bool
+        or value is None
+        or kind in _FROZEN
+        or (kind is int and -SMALL_INT < value < SMALL_INT)  # type: ignore[operator]
+    ):
         return value  # type: ignore[return-value]
     try:
         return _freeze(value, 0, set())
@@ -280,7 +325,7 @@ _SCALAR_TEXT = {True: "true", False: "false", None: "null"}
 def dumps(value: object) -> str:
     """Compact JSON text for a lossless JSON value (non-ASCII kept as is)."""
     kind = type(value)
-    if kind is int:
+    if kind is int and -SMALL_INT < value < SMALL_INT:  # type: ignore[operator]
         return int.__repr__(value)
     if kind is str:
         return _encode(value)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from .errors import JsonSchemaError, OutputSchemaError
-from .json import MAX_DEPTH, FrozenDict, FrozenList
+from .json import MAX_DEPTH, FrozenDict, FrozenList, int_has_text
 
 __all__ = [
     "JsonSchema",
@@ -80,16 +80,19 @@ def is_lossless(value: object, depth: int = 0) -> bool:
     Iterative and exception-proof, so it is safe on any object and at any nesting.
     """
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
+    if kind is str or kind is bool or value is None:
         return True
     stack: list[tuple[object, int]] = [(value, depth)]
     try:
         while stack:
             item, level = stack.pop()
             kind = type(item)
-            if kind is str or kind is int or kind is bool or item is None:
+            if kind is str or kind is bool or item is None:
                 continue
-            if kind is float:
+            if kind is int:
+                if not int_has_text(item):  # type: ignore[arg-type]
+                    return False
+            elif kind is float:
                 if not _isfinite(item):  # type: ignore[arg-type]
                     return False
             elif kind is FrozenDict or kind is FrozenList:
@@ -122,7 +125,7 @@ def is_of_type(kind: str, value: object) -> bool:
     if kind == "null":
         return value is None
     if type(value) is int:
-        return kind in ("number", "integer")
+        return kind in ("number", "integer") and int_has_text(value)
     if type(value) is float and _isfinite(value):
         return kind == "number" or (kind == "integer" and value.is_integer())
     return False
@@ -264,7 +267,10 @@ class _SubsetWalk:
 
 def _subset_violations(schema: object) -> list[str]:
     walk = _SubsetWalk()
-    walk.node(schema, "schema", 0)
+    try:
+        walk.node(schema, "schema", 0)
+    except Exception as error:  # a hostile __eq__/__hash__/__iter__ inside the schema
+        walk.found.append(f"schema could not be read: {type(error).__name__}")
     return walk.found
 
 

@@ -19,7 +19,7 @@ False`` (JSON Schema's default); the implicit parameter root is always open.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NoReturn, TypeAlias, TypedDict
 
 from .errors import JsonSchemaError
@@ -186,6 +186,17 @@ class _Compiler:
         return out
 
 
+def _unreadable_guard(compile_spec: Callable[[], dict[str, Any]], path: str) -> dict[str, Any]:
+    """Run one compilation; a spec whose own ``__eq__``/``__hash__``/``__iter__`` raises
+    (a hostile ``str`` subclass, say) is a bad spec, reported as such, never a crash."""
+    try:
+        return compile_spec()
+    except JsonSchemaError:
+        raise
+    except Exception as error:
+        _fail(f"{path} could not be read: {type(error).__name__}")
+
+
 def _checked(schema: dict[str, Any]) -> FrozenDict:
     assert_supported_json_schema(schema)
     return FrozenDict(schema)
@@ -198,7 +209,9 @@ def schema_spec_to_json_schema(spec: SchemaSpec | object) -> FrozenDict:
     ``parameters``).
     """
     required: list[str] = []
-    properties = _Compiler().properties(spec, "parameters", 1, required)
+    properties = _unreadable_guard(
+        lambda: _Compiler().properties(spec, "parameters", 1, required), "parameters"
+    )
     schema: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
         schema["required"] = required
@@ -207,7 +220,9 @@ def schema_spec_to_json_schema(spec: SchemaSpec | object) -> FrozenDict:
 
 def value_spec_to_json_schema(spec: ValueSpec | object) -> FrozenDict:
     """Compile one value spec to JSON Schema (paths in errors start at ``schema``)."""
-    return _checked(_Compiler().value(spec, "schema", 0, False))
+    return _checked(
+        _unreadable_guard(lambda: _Compiler().value(spec, "schema", 0, False), "schema")
+    )
 
 
 def validate_args(spec: SchemaSpec | object, args: object) -> list[str]:

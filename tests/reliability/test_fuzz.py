@@ -1,0 +1,1034 @@
+"""Fuzzing: nothing a model, a plugin or a card payload sends can crash the pipeline.
+
+Invariants checked on random input:
+
+* ``execute`` / ``execute_sync`` always return a frozen result whose ``content`` is a
+  ``FrozenList`` and whose ``result_to_json`` survives ``json.dumps`` (and ``json.loads``);
+  no exception escapes (native cancellation is covered by the concurrency suite);
+* random DSL specs and raw schemas either compile or raise ``JsonSchemaError`` (never
+  anything else), and a compiled validator returns a list of strings for any value;
+* random pre/guard/post/wrapper decisions, valid or not, never crash a call, and a denial
+  (pre-execute ``Deny`` or a guard reason) always keeps the body from running;
+* random card JSON either structures into a card or raises ``CardError``;
+* 100 000 levels of nesting and 10 MB arguments end cleanly in bounded time and memory.
+
+Hypothesis profiles (registered here, applied per test, so other modules are unaffected):
+``ci`` (the default) and ``long`` (5000 examples per property). The long run::
+
+    DSH_TOOLS_FUZZ_PROFILE=long /work/venv/bin/python -m pytest tests/reliability/test_fuzz.py
+
+The suite prints how many examples each property ran when the module finishes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+import tracemalloc
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import anyio
+import attrs
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from card_strategies import call_views, result_views
+from dsh_tools import (
+    Accept,
+    Allow,
+    Ask,
+    Block,
+    Deny,
+    ToolExecutionInput,
+    ToolRegistry,
+    define_tool,
+    hookimpl,
+)
+from dsh_tools.content import ContextMessage, TextContent
+from dsh_tools.errors import DshToolsError, ErrorCode, JsonSchemaError, JsonValueError
+from dsh_tools.json import FrozenDict, FrozenList, dumps, loads, snapshot, thaw
+from dsh_tools.jsonschema import assert_supported_json_schema, compile_validator
+from dsh_tools.models import (
+    ToolDefinition,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    ToolOutput,
+    result_to_json,
+)
+from dsh_tools.presentation import (
+    CardError,
+    structure_call_view,
+    structure_result_view,
+    unstructure_view,
+)
+from dsh_tools.schema import schema_spec_to_json_schema, value_spec_to_json_schema
+from strategies import any_values, dsl_parameter_specs, json_values, raw_schemas
+
+settings.register_profile(
+    "ci",
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "long",
+    max_examples=5000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+PROFILE = os.environ.get("DSH_TOOLS_FUZZ_PROFILE", "ci")
+FUZZ = settings(settings.get_profile(PROFILE))
+"""Decorator applying the selected profile to one test (``settings.load_profile`` would
+change every other module's defaults too)."""
+
+DEEP = 100_000
+TEN_MB = 10 * 1024 * 1024
+TIME_BOUND_S = 5.0
+MEMORY_BOUND = 200 * 1024 * 1024
+CODES = {code.value for code in ErrorCode}
+
+COUNTS: Counter[str] = Counter()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report_counts(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Print the number of examples each property ran (visible without ``-s``)."""
+    yield
+    summary = ", ".join(f"{name}={count}" for name, count in sorted(COUNTS.items()))
+    report_line(request, f"[reliability/fuzz] profile={PROFILE}: {summary}")
+
+
+def report_line(request: pytest.FixtureRequest, line: str) -> None:
+    """Write ``line`` to the terminal even while output is captured."""
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if capture is None or reporter is None:  # pragma: no cover - plugins disabled
+        print(line)
+        return
+    with capture.global_and_fixture_disabled():
+        reporter.write_line(line)
+
+
+# --------------------------------------------------------------------------- invariants
+
+
+def assert_clean(result: object) -> dict[str, Any]:
+    """The pipeline's promise for every call: a frozen, JSON-serializable result."""
+    assert isinstance(result, (ToolExecutionSuccess, ToolExecutionFailure)), result
+    assert type(result.content) is FrozenList
+    for block in result.content:
+        assert type(block) is FrozenDict
+        assert isinstance(block["type"], str)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        result.content = FrozenList()  # type: ignore[misc]
+    data = result_to_json(result)
+    text = json.dumps(data, allow_nan=False)
+    assert json.loads(text) == data
+    if isinstance(result, ToolExecutionFailure):
+        assert result.code in CODES or result.code.isupper(), result.code
+        assert isinstance(result.error.message, str)
+    else:
+        snapshot(result.value)  # still lossless JSON
+    return data
+
+
+@attrs.frozen
+class _Bounded:
+    seconds: float
+    peak: int
+
+
+def bounded(action: Callable[[], object]) -> tuple[object, _Bounded]:
+    """Run ``action`` twice: timed (perf_counter), then traced (tracemalloc peak).
+
+    tracemalloc slows allocation-heavy code several times over, so time is measured on
+    the untraced run. Returns what the traced run returned, with both measurements.
+    """
+    started = time.perf_counter()
+    action()
+    elapsed = time.perf_counter() - started
+    tracemalloc.start()
+    try:
+        value = action()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert elapsed < TIME_BOUND_S, f"took {elapsed:.2f} s"
+    assert peak < MEMORY_BOUND, f"peak {peak / 2**20:.0f} MB"
+    return value, _Bounded(elapsed, peak)
+
+
+def _outcome(action: Callable[[], Any]) -> tuple[Any, Exception | None]:
+    """``(value, None)`` or ``(None, the exception)``: asserts stay outside ``except``."""
+    try:
+        return action(), None
+    except Exception as error:
+        return None, error
+
+
+def deep_list(depth: int) -> list[Any]:
+    root: list[Any] = []
+    node = root
+    for _ in range(depth - 1):
+        child: list[Any] = []
+        node.append(child)
+        node = child
+    return root
+
+
+def deep_dict(depth: int) -> dict[str, Any]:
+    root: dict[str, Any] = {}
+    node = root
+    for _ in range(depth - 1):
+        child: dict[str, Any] = {}
+        node["a"] = child
+        node = child
+    return root
+
+
+# --------------------------------------------------------------------------- strategies
+
+
+class _Hostile:
+    """Every dunder a walker might call raises."""
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("eq")
+
+    __hash__ = object.__hash__
+
+    def __iter__(self) -> Iterator[Any]:
+        raise RuntimeError("iter")
+
+    def __len__(self) -> int:
+        raise RuntimeError("len")
+
+    def __repr__(self) -> str:
+        return "<hostile>"
+
+
+class _Unprintable:
+    """A decision whose ``repr`` and ``str`` raise."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr")
+
+    __str__ = __repr__
+
+
+class _LyingStr(str):
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("eq")
+
+    __hash__ = str.__hash__
+
+
+class _LyingDict(dict):  # type: ignore[type-arg]
+    def items(self) -> Any:
+        raise RuntimeError("items")
+
+    def keys(self) -> Any:
+        raise RuntimeError("keys")
+
+    def __iter__(self) -> Iterator[Any]:
+        raise RuntimeError("iter")
+
+
+class _LyingList(list):  # type: ignore[type-arg]
+    def __iter__(self) -> Iterator[Any]:
+        raise RuntimeError("iter")
+
+    def __len__(self) -> int:
+        raise RuntimeError("len")
+
+
+EDGE_SCALARS = st.sampled_from(
+    [
+        "\ud800",  # a lone surrogate: a str, but not encodable as UTF-8
+        "\x00",
+        "😀" * 3,
+        -0.0,
+        1e308,
+        5e-324,
+        2.0,
+        2**63,
+        -(2**64),
+        True,
+        False,
+    ]
+) | st.integers(min_value=-(10**4000), max_value=10**4000)
+"""Integers past the 4300-digit conversion limit are tested without Hypothesis (below),
+which cannot print them in a failure report."""
+HOSTILE = (
+    st.builds(_Hostile)
+    | st.builds(_LyingStr, st.just("x"))
+    | st.builds(lambda: _LyingDict(a=1))
+    | st.builds(lambda: _LyingList([1]))
+)
+
+
+def argument_values() -> st.SearchStrategy[Any]:
+    """What a model (or a buggy host) may pass as ``arguments``: anything at all."""
+    leaves = EDGE_SCALARS | HOSTILE
+    tricky = st.recursive(
+        leaves | json_values(4),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+        max_leaves=6,
+    )
+    objects = st.dictionaries(st.text(max_size=4), any_values(6) | tricky, max_size=4)
+    return objects | json_values(8) | any_values(8) | tricky
+
+
+def junk_specs() -> st.SearchStrategy[Any]:
+    """Spec-shaped garbage: schema keywords with random values, at random nesting."""
+    words = st.sampled_from(
+        [
+            "type",
+            "oneOf",
+            "enum",
+            "const",
+            "items",
+            "properties",
+            "additionalProperties",
+            "required",
+            "description",
+            "title",
+            "default",
+            "examples",
+            "format",
+            "$ref",
+            "minimum",
+        ]
+    )
+    types = st.sampled_from(
+        ["string", "number", "integer", "boolean", "null", "array", "object", "json", "any"]
+    )
+    leaves = types | any_values(3) | HOSTILE | st.lists(types, max_size=3)
+    return st.recursive(
+        leaves,
+        lambda inner: (
+            st.dictionaries(words | st.text(max_size=3), inner, max_size=4)
+            | st.lists(inner, max_size=3)
+        ),
+        max_leaves=12,
+    )
+
+
+def _mutate(data: Any, draw: st.DrawFn) -> Any:
+    """Replace, drop or add one member somewhere in a JSON tree."""
+    if isinstance(data, dict) and data and draw(st.booleans()):
+        key = draw(st.sampled_from(sorted(data)))
+        copy = dict(data)
+        action = draw(st.sampled_from(["replace", "drop", "add", "recurse"]))
+        if action == "replace":
+            copy[key] = draw(json_values(4) | EDGE_SCALARS)
+        elif action == "drop":
+            del copy[key]
+        elif action == "add":
+            copy[draw(st.text(max_size=6))] = draw(json_values(3))
+        else:
+            copy[key] = _mutate(copy[key], draw)
+        return copy
+    if isinstance(data, list) and data and draw(st.booleans()):
+        index = draw(st.integers(0, len(data) - 1))
+        copy_list = list(data)
+        copy_list[index] = _mutate(copy_list[index], draw)
+        return copy_list
+    return draw(json_values(4) | EDGE_SCALARS | any_values(3))
+
+
+@st.composite
+def card_payloads(draw: st.DrawFn) -> tuple[str, Any]:
+    """(``call``/``result``, data): valid cards, mutated cards, and plain garbage."""
+    which = draw(st.sampled_from(["call", "result"]))
+    view = draw(call_views if which == "call" else result_views)
+    data = unstructure_view(view)
+    choice = draw(st.integers(0, 3))
+    if choice == 0:
+        return which, data
+    if choice == 3:
+        return which, draw(any_values(6) | json_values(6))
+    for _ in range(choice):
+        data = _mutate(data, draw)
+    return which, data
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def _echo(args: Any, ctx: Any) -> Any:
+    return {"echo": thaw(args)}
+
+
+@FUZZ
+@given(spec=dsl_parameter_specs(), arguments=argument_values())
+def test_execute_returns_a_clean_result_for_any_arguments(
+    spec: dict[str, Any], arguments: Any
+) -> None:
+    COUNTS["arguments"] += 1
+    registry = ToolRegistry()
+    registry.register(define_tool(name="t", description="d", parameters=spec, execute=_echo))
+    raw = ToolDefinition(name="raw", description="raw", parameters={}, execute=_echo)
+    registry.register(raw)
+    for name in ("t", "raw", "missing"):
+        result = registry.execute_sync(ToolExecutionInput("c", name, arguments))
+        data = assert_clean(result)
+        if isinstance(result, ToolExecutionSuccess):
+            assert data["value"] == {"echo": thaw(snapshot(arguments))}
+        if name == "missing" and result.is_error:
+            assert result.code in ("UNKNOWN_TOOL", "INVALID_JSON")
+
+
+@FUZZ
+@given(arguments=argument_values(), backend=st.sampled_from(["asyncio", "trio"]))
+def test_async_execute_returns_a_clean_result_for_any_arguments(
+    arguments: Any, backend: str
+) -> None:
+    COUNTS["arguments_async"] += 1
+
+    async def body(args: Any, ctx: Any) -> Any:
+        await anyio.sleep(0)
+        return _echo(args, ctx)
+
+    registry = ToolRegistry()
+    registry.register(define_tool(name="t", description="d", parameters={}, execute=body))
+    result = anyio.run(registry.execute, ToolExecutionInput("c", "t", arguments), backend=backend)
+    assert_clean(result)
+
+
+@FUZZ
+@given(value=argument_values())
+def test_body_returning_anything_gives_a_clean_result(value: Any) -> None:
+    COUNTS["body_values"] += 1
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(name="plain", description="d", parameters={}, execute=lambda a, c: value)
+    )
+    registry.register(
+        define_tool(
+            name="declared",
+            description="d",
+            parameters={},
+            execute=lambda a, c: value,
+            output=ToolOutput({}, lambda args, v: dumps(v), lambda args, v: v),
+        )
+    )
+    registry.register(
+        define_tool(
+            name="finalized",
+            description="d",
+            parameters={},
+            execute=lambda a, c: "ok",
+            # top-level iteration of a hostile object is the xfail below
+            finalize_content=lambda execution, result: [value],
+        )
+    )
+    for name in ("plain", "declared", "finalized"):
+        assert_clean(registry.execute_sync(ToolExecutionInput("c", name, {})))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="pipeline bug: _Call.finalize catches only JsonValueError around "
+    "content_blocks(), so finalize_content returning an object whose iteration raises "
+    "escapes execute() instead of becoming a failure",
+)
+def test_finalize_content_returning_an_unreadable_sequence_is_a_clean_failure() -> None:
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="finalized",
+            description="d",
+            parameters={},
+            execute=lambda a, c: "ok",
+            finalize_content=lambda execution, result: _LyingList(["x"]),
+        )
+    )
+    result = registry.execute_sync(ToolExecutionInput("c", "finalized", {}))
+    assert isinstance(result, ToolExecutionFailure)
+    assert_clean(result)
+
+
+HUGE = 10**5000
+"""An int past the interpreter's 4300-digit text limit: ``json.dumps`` raises on it."""
+
+
+def test_integers_too_long_for_json_text_are_not_json() -> None:
+    COUNTS["huge_ints"] += 1
+
+    class Replace:
+        @hookimpl
+        def dsh_tools_post_execute(
+            self, execution: ToolExecution, result: ToolExecutionResult
+        ) -> object:
+            return Accept(value={"n": HUGE})
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="declared",
+            description="d",
+            parameters={},
+            execute=lambda a, c: {"n": HUGE},
+            output=ToolOutput({}, lambda args, v: "rendered", lambda args, v: v),
+        )
+    )
+    registry.register(
+        define_tool(name="plain", description="d", parameters={}, execute=lambda a, c: [HUGE])
+    )
+    scoped = registry.scope("replace")
+    scoped.register(define_tool(name="ok", description="d", parameters={}, execute=lambda a, c: 1))
+    scoped.add_plugin(Replace())
+    results = [
+        registry.execute_sync(ToolExecutionInput("c", "declared", {})),
+        registry.execute_sync(ToolExecutionInput("c", "plain", {})),
+        registry.execute_sync(ToolExecutionInput("c", "plain", {"n": -HUGE})),
+        scoped.execute_sync(ToolExecutionInput("c", "ok", {})),
+    ]
+    assert [result.is_error for result in results] == [True] * 4
+    assert [result.code for result in results] == [  # type: ignore[union-attr]
+        "INVALID_TOOL_OUTPUT",
+        "INVALID_TOOL_OUTPUT",
+        "INVALID_JSON",
+        "INVALID_JSON",  # Accept(value=...) raised JsonValueError inside the plugin
+    ]
+    for result in results:
+        assert_clean(result)
+    for value in (HUGE, [HUGE], {"a": -HUGE}):
+        with pytest.raises(JsonValueError, match="too long for JSON text"):
+            snapshot(value)
+        with pytest.raises(JsonValueError):
+            dumps(value)
+    for schema in ({}, {"type": "array"}, {"type": "object"}):
+        assert compile_validator(schema)({"a": [HUGE]}) != [], schema
+    assert compile_validator({})(HUGE) == ['"value" must be a lossless JSON value']
+    with pytest.raises(JsonSchemaError):
+        assert_supported_json_schema({"type": "integer", "enum": [HUGE]})
+    with pytest.raises(CardError):
+        structure_result_view({"card": "web", "kind": "fetch", "url": "u", "statusCode": HUGE})
+    assert snapshot(SMALLEST_UNSAFE - 1) == SMALLEST_UNSAFE - 1
+
+
+SMALLEST_UNSAFE = 10**4300
+"""The smallest int the default limit refuses to print (4301 digits)."""
+
+
+# --------------------------------------------------------------------------- schemas
+
+
+@FUZZ
+@given(schema=raw_schemas(), value=argument_values())
+def test_compiled_validators_return_a_list_for_any_value(schema: Any, value: Any) -> None:
+    COUNTS["validators"] += 1
+    for root in ("value", ""):
+        found = compile_validator(schema, root=root)(value)
+        assert isinstance(found, list)
+        assert all(isinstance(line, str) for line in found)
+
+
+@FUZZ
+@given(spec=junk_specs(), value=argument_values())
+def test_random_specs_and_schemas_compile_or_raise_json_schema_error(spec: Any, value: Any) -> None:
+    COUNTS["junk_specs"] += 1
+    for compile_spec in (schema_spec_to_json_schema, value_spec_to_json_schema):
+        compiled, error = _outcome(lambda: compile_spec(spec))  # noqa: B023
+        if error is None:
+            assert isinstance(compiled, FrozenDict)
+            assert isinstance(compile_validator(compiled)(value), list)
+        else:
+            assert isinstance(error, JsonSchemaError), repr(error)
+            assert error.violations
+    _, error = _outcome(lambda: assert_supported_json_schema(spec))
+    if error is None:
+        assert isinstance(compile_validator(spec)(value), list)
+    else:
+        assert isinstance(error, JsonSchemaError), repr(error)
+        assert error.violations
+    try:
+        tool = define_tool(name="t", description="d", parameters=spec, execute=_echo)
+    except DshToolsError:
+        return
+    registry = ToolRegistry()
+    registry.register(tool)
+    assert_clean(registry.execute_sync(ToolExecutionInput("c", "t", value)))
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+class _Raise:
+    """Marks "this hook raises" in a drawn decision list."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"raise {self.error!r}"
+
+
+ERRORS = st.sampled_from(
+    [ValueError("v"), RuntimeError(""), KeyError("k"), DshToolsError("coded"), TypeError()]
+).map(_Raise)
+JUNK = any_values(3) | st.sampled_from([Allow, Deny, Accept, object()]) | st.builds(_Hostile)
+CONTEXTS = st.lists(
+    st.builds(
+        lambda text: ContextMessage(id="m", content=text, source="fuzz"), st.text(max_size=5)
+    ),
+    max_size=2,
+)
+PRE = st.one_of(
+    st.none(),
+    st.just(Allow()),
+    st.builds(Deny, st.text(max_size=8)),
+    st.builds(Ask, st.none() | st.text(max_size=8)),
+    JUNK,
+    ERRORS,
+)
+GUARD = st.none() | st.text(max_size=8) | JUNK | ERRORS
+CONTENT = st.text(max_size=8) | st.lists(
+    st.text(max_size=5) | st.builds(TextContent, st.text(max_size=5)), max_size=2
+)
+
+
+@st.composite
+def post_decisions(draw: st.DrawFn) -> object:
+    kind = draw(st.integers(0, 5))
+    if kind == 0:
+        return None
+    if kind == 1:
+        return Accept(content=draw(CONTENT), additional_contexts=draw(CONTEXTS))
+    if kind == 2:
+        value = draw(argument_values())
+        try:
+            return Accept(value=value)
+        except (JsonValueError, TypeError, ValueError) as error:
+            return _Raise(error)  # a plugin building a bad decision raises inside its hook
+    if kind == 3:
+        return Block(draw(CONTENT), additional_contexts=draw(CONTEXTS))
+    if kind == 4:
+        return draw(ERRORS)
+    return draw(JUNK)
+
+
+WRAPPERS = st.sampled_from(["pass", "twice", "short_success", "short_junk", "raise", "none"])
+
+
+def _act(decision: object) -> object:
+    if isinstance(decision, _Raise):
+        raise decision.error
+    return decision
+
+
+def _decision_plugin(
+    pre: object, guard: object, post: object, wrapper: str, is_async: bool, seen: list[str]
+) -> object:
+    if is_async:
+
+        class AsyncPolicy:
+            @hookimpl
+            async def dsh_tools_pre_execute(self, execution: ToolExecution) -> object:
+                await anyio.sleep(0)
+                return _act(pre)
+
+            @hookimpl
+            async def dsh_tools_post_execute(
+                self, execution: ToolExecution, result: ToolExecutionResult
+            ) -> object:
+                return _act(post)
+
+            @hookimpl
+            async def dsh_tools_result(
+                self, execution: ToolExecution, result: ToolExecutionResult
+            ) -> None:
+                seen.append("result")
+                _act(guard)  # observers may raise too: contained
+
+        return AsyncPolicy()
+
+    class Policy:
+        @hookimpl
+        def dsh_tools_pre_execute(self, execution: ToolExecution) -> object:
+            return _act(pre)
+
+        @hookimpl
+        def dsh_tools_guard(self, execution: ToolExecution) -> object:
+            return _act(guard)
+
+        @hookimpl
+        def dsh_tools_post_execute(
+            self, execution: ToolExecution, result: ToolExecutionResult
+        ) -> object:
+            return _act(post)
+
+        @hookimpl(wrapper=True)
+        def dsh_tools_execute(self, execution: ToolExecution) -> Any:
+            dispatch = yield
+            if wrapper == "pass":
+                return dispatch
+            if wrapper == "none":
+                return None
+
+            async def wrapped(signal: Any = None) -> Any:
+                if wrapper == "twice":
+                    await dispatch(signal)
+                    return await dispatch(signal)
+                if wrapper == "short_success":
+                    return ToolExecutionSuccess(value="short", content="short")
+                if wrapper == "short_junk":
+                    return {"not": "a result"}
+                raise RuntimeError("wrapper broke")
+
+            return wrapped
+
+        @hookimpl
+        def dsh_tools_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+            seen.append("result")
+
+    return Policy()
+
+
+class _Approval:
+    def __init__(self, outcome: object) -> None:
+        self.outcome = outcome
+
+    def request(self, request: object) -> object:
+        return _act(self.outcome)
+
+
+@FUZZ
+@given(
+    pre=PRE,
+    guard=GUARD,
+    post=post_decisions(),
+    wrapper=WRAPPERS,
+    is_async=st.booleans(),
+    approval=st.none()
+    | st.sampled_from(["allowed-once", "rejected", "cancelled", "unavailable", "bogus", 7])
+    | ERRORS,
+    body_value=argument_values(),
+    agent=st.none() | st.just("agent"),
+    backend=st.sampled_from(["sync", "asyncio", "trio"]),
+)
+def test_random_decisions_never_crash_and_denials_always_hold(
+    pre: object,
+    guard: object,
+    post: object,
+    wrapper: str,
+    is_async: bool,
+    approval: object,
+    body_value: Any,
+    agent: str | None,
+    backend: str,
+) -> None:
+    COUNTS["decisions"] += 1
+    ran: list[str] = []
+    seen: list[str] = []
+
+    def body(args: Any, ctx: Any) -> Any:
+        ran.append("body")
+        return body_value
+
+    registry = ToolRegistry(approval=None if approval is None else _Approval(approval))
+    view = registry if agent is None else registry.scope(agent)
+    view.register(define_tool(name="t", description="d", parameters={}, execute=body))
+    view.add_plugin(_decision_plugin(pre, guard, post, wrapper, is_async, seen))
+    call = ToolExecutionInput("c", "t", {"x": 1})
+    if backend == "sync":
+        result = view.execute_sync(call)
+    else:
+        result = anyio.run(view.execute, call, backend=backend)
+    assert_clean(result)
+    assert seen == ["result"]  # observed exactly once, whatever happened
+    denied_first = isinstance(pre, Deny) or (not is_async and isinstance(guard, str))
+    if isinstance(pre, (Deny, _Raise)) or (not is_async and isinstance(guard, (str, _Raise))):
+        assert ran == [], "a denial or a failing policy stage let the body run"
+        assert result.is_error
+    if denied_first and isinstance(pre, Deny):
+        assert result.code in ("DENIED", "BLOCKED", "POLICY_ERROR")
+    if not is_async and pre is None and isinstance(guard, str):
+        assert result.code in ("DENIED", "BLOCKED", "POLICY_ERROR")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="pipeline bug: a pre-execute decision, guard verdict or approval outcome whose "
+    "repr()/str() raises escapes execute() (_outcome(), the guard trace and the approval "
+    "trace format it outside any try)",
+)
+@pytest.mark.parametrize("stage", ["pre_execute", "guard", "approval"])
+def test_unprintable_decisions_are_contained(stage: str) -> None:
+    class Policy:
+        @hookimpl
+        def dsh_tools_pre_execute(self, execution: ToolExecution) -> object:
+            if stage == "pre_execute":
+                return _Unprintable()
+            return Ask("why") if stage == "approval" else None
+
+        @hookimpl
+        def dsh_tools_guard(self, execution: ToolExecution) -> object:
+            return _Unprintable() if stage == "guard" else None
+
+    ran: list[str] = []
+    registry = ToolRegistry(approval=_Approval(_Unprintable()))
+    registry.register(
+        define_tool(name="t", description="d", parameters={}, execute=lambda a, c: ran.append("x"))
+    )
+    registry.add_plugin(Policy())
+    result = registry.scope("a").execute_sync(ToolExecutionInput("c", "t", {}))
+    assert ran == []
+    assert isinstance(result, ToolExecutionFailure)
+    assert result.code in ("POLICY_ERROR", "DENIED")
+
+
+# --------------------------------------------------------------------------- cards
+
+
+@FUZZ
+@given(payload=card_payloads())
+def test_card_json_structures_or_raises_card_error(payload: tuple[str, Any]) -> None:
+    COUNTS["cards"] += 1
+    which, data = payload
+    structure = structure_call_view if which == "call" else structure_result_view
+    card, error = _outcome(lambda: structure(data))
+    if error is not None:
+        assert isinstance(error, CardError), repr(error)
+        assert str(error)
+        assert error.code == "INVALID_JSON"
+        return
+    again = unstructure_view(card)
+    json.dumps(again, allow_nan=False)
+    assert structure(json.loads(json.dumps(again))) == card
+
+
+# --------------------------------------------------------------------------- deep nesting
+
+
+def _echo_registry() -> ToolRegistry:
+    registry = ToolRegistry()
+    registry.register(define_tool(name="t", description="d", parameters={}, execute=_echo))
+    registry.register(
+        define_tool(
+            name="typed",
+            description="d",
+            parameters={"items": {"type": "array", "items": {"type": "array"}}},
+            execute=_echo,
+        )
+    )
+    return registry
+
+
+@pytest.mark.parametrize("make", [deep_list, deep_dict], ids=["list", "dict"])
+def test_deep_arguments_fail_cleanly_in_bounded_time_and_memory(
+    make: Callable[[int], Any],
+) -> None:
+    COUNTS["deep"] += 1
+    deep = make(DEEP)
+    registry = _echo_registry()
+    for name, arguments in (("t", {"a": deep}), ("typed", {"items": [deep]}), ("t", deep)):
+        result, _ = bounded(
+            lambda: registry.execute_sync(ToolExecutionInput("c", name, arguments))  # noqa: B023
+        )
+        assert isinstance(result, ToolExecutionFailure)
+        assert result.code == "INVALID_JSON"
+        assert "nests deeper than" in result.text or "must be a JSON object" in result.text
+        assert_clean(result)
+
+
+@pytest.mark.anyio
+async def test_deep_arguments_fail_cleanly_through_async_execute() -> None:
+    COUNTS["deep"] += 1
+    result = await _echo_registry().execute(ToolExecutionInput("c", "t", {"a": deep_list(DEEP)}))
+    assert isinstance(result, ToolExecutionFailure)
+    assert result.code == "INVALID_JSON"
+
+
+def test_deep_values_never_crash_validators_or_json_helpers() -> None:
+    COUNTS["deep"] += 1
+    deep = deep_list(DEEP)
+    text = "[" * DEEP + "]" * DEEP
+    schemas = [
+        {},
+        {"type": "array"},
+        {"type": "array", "items": {"type": "array", "items": {}}},
+        {"oneOf": [{"type": "array"}, {"type": "object"}]},
+        {"type": "object", "properties": {"a": {}}},
+    ]
+
+    def work() -> None:
+        for schema in schemas:
+            for value in (deep, deep_dict(DEEP), {"a": deep}):
+                found = compile_validator(schema)(value)
+                assert isinstance(found, list)
+                assert found, (schema, "a 100 000-deep value is not lossless JSON")
+        with pytest.raises(JsonValueError, match="nests deeper than"):
+            snapshot(deep)
+        with pytest.raises(JsonValueError, match="nests deeper than"):
+            loads(text)
+        with pytest.raises(JsonValueError):
+            dumps(deep)
+        with pytest.raises(JsonValueError):
+            thaw(deep)
+
+    bounded(work)
+
+
+def test_deep_specs_and_schemas_are_refused_cleanly() -> None:
+    COUNTS["deep"] += 1
+    spec: dict[str, Any] = {"type": "string"}
+    raw: dict[str, Any] = {"type": "string"}
+    for _ in range(DEEP):
+        spec = {"type": "array", "items": spec}
+        raw = {"type": "array", "items": raw}
+    one_of: dict[str, Any] = {"type": "null"}
+    for _ in range(DEEP):
+        one_of = {"oneOf": [one_of, {"type": "null"}]}
+
+    def work() -> None:
+        with pytest.raises(JsonSchemaError, match="nests deeper than"):
+            value_spec_to_json_schema(spec)
+        with pytest.raises(JsonSchemaError, match="nests deeper than"):
+            schema_spec_to_json_schema({"p": spec})
+        for schema in (raw, one_of, {"type": "object", "default": deep_list(DEEP)}):
+            with pytest.raises(JsonSchemaError):
+                assert_supported_json_schema(schema)
+        with pytest.raises(DshToolsError):
+            define_tool(name="t", description="d", parameters={"p": spec}, execute=_echo)
+
+    bounded(work)
+
+
+def test_deep_outputs_decisions_and_cards_fail_cleanly() -> None:
+    COUNTS["deep"] += 1
+    deep = deep_list(DEEP)
+
+    class DeepAccept:
+        @hookimpl
+        def dsh_tools_post_execute(
+            self, execution: ToolExecution, result: ToolExecutionResult
+        ) -> object:
+            return Accept(value=deep)
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(name="deep", description="d", parameters={}, execute=lambda a, c: deep)
+    )
+    registry.register(
+        define_tool(
+            name="deep_final",
+            description="d",
+            parameters={},
+            execute=lambda a, c: "x",
+            finalize_content=lambda execution, result: [{"type": "text", "nested": deep}],
+        )
+    )
+    scoped = registry.scope("accept")
+    scoped.register(define_tool(name="ok", description="d", parameters={}, execute=lambda a, c: 1))
+    scoped.add_plugin(DeepAccept())
+
+    def work() -> None:
+        first = registry.execute_sync(ToolExecutionInput("c", "deep", {}))
+        assert isinstance(first, ToolExecutionFailure)
+        assert first.code == "TOOL_ERROR" or first.code == "INVALID_TOOL_OUTPUT"
+        second = registry.execute_sync(ToolExecutionInput("c", "deep_final", {}))
+        assert isinstance(second, ToolExecutionFailure)
+        assert second.code == "INVALID_JSON"
+        third = scoped.execute_sync(ToolExecutionInput("c", "ok", {}))
+        assert isinstance(third, ToolExecutionFailure)
+        assert third.code in ("POLICY_ERROR", "INVALID_JSON")
+        for result in (first, second, third):
+            assert_clean(result)
+        with pytest.raises(CardError, match="nests deeper than"):
+            structure_call_view({"card": "generic", "title": "t", "rawInput": deep})
+        with pytest.raises(CardError):
+            structure_result_view({"card": "generic", "content": [{"type": "x", "d": deep}]})
+
+    bounded(work)
+
+
+# --------------------------------------------------------------------------- large inputs
+
+
+def _large_registry() -> ToolRegistry:
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="size",
+            description="d",
+            parameters={
+                "text": {"type": "string"},
+                "numbers": {"type": "array", "items": {"type": "integer"}},
+                "table": {"type": "object"},
+            },
+            execute=lambda args, ctx: {
+                "text": len(args.get("text", "")),
+                "numbers": len(args.get("numbers", ())),
+                "table": len(args.get("table", {})),
+            },
+        )
+    )
+    return registry
+
+
+@pytest.mark.parametrize(
+    ("field", "make", "size"),
+    [
+        ("text", lambda: "x" * TEN_MB, TEN_MB),
+        ("numbers", lambda: list(range(1_000_000)), 1_000_000),
+        ("table", lambda: {f"key-{i:07d}": "v" * 90 for i in range(100_000)}, 100_000),
+    ],
+    ids=["10MB-string", "1M-integers", "10MB-object"],
+)
+def test_large_arguments_succeed_in_bounded_time_and_memory(
+    field: str, make: Callable[[], Any], size: int
+) -> None:
+    COUNTS["large"] += 1
+    registry = _large_registry()
+    arguments = {field: make()}
+    result, _ = bounded(lambda: registry.execute_sync(ToolExecutionInput("c", "size", arguments)))
+    assert isinstance(result, ToolExecutionSuccess), getattr(result, "text", result)
+    assert result.value[field] == size  # type: ignore[index]
+
+
+def test_large_invalid_arguments_fail_cleanly_in_bounded_time_and_memory() -> None:
+    COUNTS["large"] += 1
+    registry = _large_registry()
+    numbers: list[Any] = list(range(1_000_000))
+    numbers[-1] = "not a number"
+    calls = [
+        {"numbers": numbers},  # one violation at the very end
+        {"numbers": ["x"] * 200_000},  # 200 000 violations
+        {"text": "x" * TEN_MB, "bad": math.nan},  # non-JSON next to 10 MB
+        {"text": 7, "numbers": "x" * TEN_MB},
+    ]
+
+    def work() -> list[ToolExecutionResult]:
+        return [registry.execute_sync(ToolExecutionInput("c", "size", a)) for a in calls]
+
+    results, _ = bounded(work)
+    assert isinstance(results, list)
+    codes = [result.code for result in results]
+    assert codes == ["INVALID_ARGS", "INVALID_ARGS", "INVALID_JSON", "INVALID_ARGS"]
+    for result in results:
+        data = assert_clean(result)
+        assert len(json.dumps(data)) < 50 * 1024 * 1024
+
+
+def test_large_json_text_through_loads_is_bounded() -> None:
+    COUNTS["large"] += 1
+    text = json.dumps({"text": "é" * (TEN_MB // 2), "numbers": list(range(500_000))})
+    value, _ = bounded(lambda: loads(text))
+    assert isinstance(value, FrozenDict)
+    assert len(value["text"]) == TEN_MB // 2  # type: ignore[arg-type]
+
+
+def test_recursion_limit_is_untouched() -> None:
+    """The deep tests above must not pass by raising the interpreter's recursion limit."""
+    assert sys.getrecursionlimit() <= 10_000
