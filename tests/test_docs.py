@@ -40,5 +40,5 @@ def test_example_runs(
     page: str, line: int, source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    code = compile(source, f"{page}:{line}", "exec")
+    code = compile(source, f"{page}:{line}", "exec", dont_inherit=True)
     exec(code, {"__name__": f"docs_example_{line}"})

@@ -52,7 +52,8 @@ class ErrorCode(str, enum.Enum):
     idempotent tool."""
 
     TOOL_TIMEOUT = "TOOL_TIMEOUT"
-    """The call ran past its timeout; produced by the timeout wrapper, never by the body."""
+    """The call ran past its timeout (the tool's ``timeout_ms``, the registry's default, or
+    a ``TimeoutPolicy`` budget); the body was cancelled and waited for."""
 
     DENIED = "DENIED"
     """Policy refused the call: a pre-execute ``Deny``, an unanswered or refused ``Ask``,
