@@ -12,6 +12,17 @@ result observers. Each outcome takes one of two paths afterwards:
 Both end in ``finalize_content`` (once, when the tool was visible at entry) and the result
 observers (exactly once). Nothing a tool or plugin does escapes as an exception except the
 caller's own native task cancellation, which is re-raised after the observers ran.
+
+The caller's signal bounds whatever the call awaits, so a plugin that ignores it cannot
+keep a cancelled call pending. The body is interrupted at its next ``await`` at once; a
+pending ``async`` pre-execute, approval request, execute wrapper (once no body is running:
+a started body is drained first), post-execute listener or result observer may still
+settle on its own for :data:`CANCEL_GRACE_S` seconds, then is interrupted at its next
+``await``. An interrupted pre-execute, approval or wrapper ends the call aborted on the
+post path; an interrupted post-execute never decided, so the call fails closed (aborted,
+final path); an interrupted observer is logged. Result observers are shielded from the
+caller's native cancellation, but not past the caller's deadline (``fail_after``,
+``move_on_after``) plus the same grace.
 """
 
 from __future__ import annotations
@@ -19,6 +30,8 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import math
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -58,13 +71,18 @@ from .models import (
 )
 from .tracing import Stage, TraceEvent, Tracer
 
-__all__ = ["Plan", "StageImpl", "ToolEntry", "ToolRunContext", "run_call"]
+__all__ = ["CANCEL_GRACE_S", "Plan", "StageImpl", "ToolEntry", "ToolRunContext", "run_call"]
 
 logger = logging.getLogger("dsh_tools")
 
 Validator = Callable[[object], list[str]]
 
 _TIMEOUT = "timeout"
+
+CANCEL_GRACE_S = 1.0
+"""Seconds an awaited plugin stage (pre-execute, approval, wrapper, post-execute, result
+observer) may still take to settle after the caller's signal fired (or, for observers, the
+caller's deadline passed) before it is interrupted."""
 
 
 @attrs.frozen
@@ -158,6 +176,10 @@ class ToolRunContext:
         self._concluded = True
 
 
+class _Interrupted(Exception):
+    """Internal: the caller's cancellation interrupted an awaited plugin stage."""
+
+
 class _StageFailed(Exception):
     """Internal: a policy stage failed; carries the finished failure (final path)."""
 
@@ -222,6 +244,8 @@ class _Call:
             signal=call.signal,
         )
         self.body_started = False
+        self.bodies_running = 0
+        self.wrappers_expire: Callable[[], None] | None = None
         self.concluded = False
         self.contexts: tuple[ContextMessage, ...] = ()
         self.produced: list[ToolExecutionResult] = []
@@ -239,14 +263,32 @@ class _Call:
         except Exception as error:
             logger.warning("tracer failed on %s of %r: %s", stage, self.name, _message(error))
 
-    async def settle(self, value: Any) -> Any:
+    async def settle(self, value: Any, deadline: float = math.inf) -> Any:
+        """Await a plugin's awaitable, interrupted :data:`CANCEL_GRACE_S` after the caller's
+        signal fires (or at ``deadline``): raises :class:`_Interrupted` then."""
         if not inspect.isawaitable(value):
             return value
-        if self.asynchronous:
+        if not self.asynchronous:
+            # execute_sync drives this call without an event loop (nothing was planned to
+            # await), but a plain callable returned an awaitable: give it a loop of its own.
+            return anyio.run(_awaited, value)
+        signal = self.signal
+        if signal is None and deadline == math.inf:
             return await value
-        # execute_sync drives this call without an event loop (nothing was planned to
-        # await), but a plain callable returned an awaitable: give it a loop of its own.
-        return anyio.run(_awaited, value)
+        with anyio.CancelScope(deadline=deadline) as scope:
+            remove = None if signal is None else signal.add_callback(_expire(scope))
+            try:
+                return await value
+            finally:
+                if remove is not None:
+                    remove()
+        raise _Interrupted
+
+    def interrupt_wrappers(self) -> None:
+        """The caller's signal fired: bound the wrappers, once no body is running (a
+        running body stops through its own scope and is drained first)."""
+        if self.wrappers_expire is not None and not self.bodies_running:
+            self.wrappers_expire()
 
     def cancelled(self) -> bool:
         return self.signal is not None and self.signal.cancelled
@@ -278,8 +320,9 @@ class _Call:
             if not _is_native_cancellation(error):
                 raise
             result = self.aborted()
+            limit = anyio.current_time() + CANCEL_GRACE_S
             with anyio.CancelScope(shield=True):
-                result = await self.finish(result)
+                result = await self.finish(result, limit)
             raise
         return await self.finish(result)
 
@@ -293,12 +336,17 @@ class _Call:
             return failure_result(message, ErrorCode.INVALID_JSON), False
         if self.cancelled():
             return self.aborted(), False
-        decision = await self.pre_execute()
-        if isinstance(decision, Ask):
-            answer = await self.ask(decision)
-            if answer is None:
-                return self.aborted(), True
-            decision = answer
+        try:
+            decision = await self.pre_execute()
+            if isinstance(decision, Ask):
+                answer = await self.ask(decision)
+                if answer is None:
+                    return self.aborted(), True
+                decision = answer
+        except _Interrupted:
+            # The caller cancelled while a policy was still deciding: nothing allowed the
+            # call, so no guard runs and the body never does.
+            return self.aborted(), True
         if isinstance(decision, Deny):
             return self.denied(decision.reason), True
         reason = self.guards()
@@ -315,6 +363,9 @@ class _Call:
         for impl in self.plan.pre:
             try:
                 decision = await self.settle(impl.function(self.execution))
+            except _Interrupted:
+                self.trace("pre_execute", impl.label, "interrupted")
+                raise
             except Exception as error:
                 self.trace("pre_execute", impl.label, f"raised {_message(error)}", error)
                 raise _StageFailed(
@@ -359,6 +410,9 @@ class _Call:
         )
         try:
             outcome = await self.settle(service.request(request))
+        except _Interrupted:
+            self.trace("approval", "approval service", "interrupted")
+            raise
         except Exception as error:
             self.trace("approval", "approval service", f"raised {_message(error)}", error)
             raise _StageFailed(
@@ -422,15 +476,27 @@ class _Call:
             return await self.body(None)
         token = self.execution.token
         self.plan.builtin[token] = self.body
+        signal = self.signal if self.asynchronous else None
+        remove = None
         try:
-            dispatch = caller(execution=self.execution)
-            result: object = await dispatch(None)
+            with anyio.CancelScope() as scope:
+                if signal is not None:
+                    self.wrappers_expire = _expire(scope)
+                    remove = signal.add_callback(self.interrupt_wrappers)
+                dispatch = caller(execution=self.execution)
+                result: object = await dispatch(None)
         except Exception as error:
             raise _StageFailed(
                 _from_exception(error, ErrorCode.POLICY_ERROR, "execute wrapper failed: ")
             ) from None
         finally:
             self.plan.builtin.pop(token, None)
+            self.wrappers_expire = None
+            if remove is not None:
+                remove()
+        if scope.cancelled_caught:
+            # A wrapper was still pending when the caller cancelled: aborted, post path.
+            return self.aborted()
         for produced in self.produced:
             if result is produced:
                 return produced
@@ -463,6 +529,15 @@ class _Call:
 
     async def body(self, replacement: CancelSignal | None) -> ToolExecutionResult:
         """The innermost dispatch: resolve the tool now, validate, run, render."""
+        self.bodies_running += 1
+        try:
+            return await self.run_body(replacement)
+        finally:
+            self.bodies_running -= 1
+            if self.cancelled():
+                self.interrupt_wrappers()
+
+    async def run_body(self, replacement: CancelSignal | None) -> ToolExecutionResult:
         if replacement is not None and not isinstance(replacement, CancelSignal):
             raise TypeError(f"dispatch() takes a CancelSignal or None, got {replacement!r}")
         parents = [s for s in (self.signal, replacement) if s is not None]
@@ -648,6 +723,10 @@ class _Call:
                     )
             except _StageFailed:
                 raise
+            except _Interrupted:
+                # A policy that never decided: fail closed, keeping nothing it did not review.
+                self.trace("post_execute", impl.label, "interrupted")
+                raise _StageFailed(self.aborted(())) from None
             except Exception as error:
                 self.trace("post_execute", impl.label, f"raised {_message(error)}", error)
                 raise _StageFailed(
@@ -680,7 +759,9 @@ class _Call:
 
     # -------------------------------------------------------------- final
 
-    async def finish(self, result: ToolExecutionResult) -> ToolExecutionResult:
+    async def finish(
+        self, result: ToolExecutionResult, limit: float | None = None
+    ) -> ToolExecutionResult:
         if (
             isinstance(result, ToolExecutionSuccess)
             and not self.concluded
@@ -694,17 +775,30 @@ class _Call:
         self.trace("result", None, _code(result), result)
         if self.asynchronous and self.plan.async_observers:
             # Every observer sees the result, even if the caller is cancelled meanwhile;
-            # the cancellation is delivered at the caller's next checkpoint.
+            # the cancellation is delivered at the caller's next checkpoint. A pending
+            # observer is interrupted only past the caller's deadline plus a grace.
+            if limit is None:
+                limit = anyio.current_effective_deadline()
+                if limit != math.inf:
+                    limit = max(limit, anyio.current_time()) + CANCEL_GRACE_S
             with anyio.CancelScope(shield=True):
-                await self.observe(result)
+                await self.observe(result, limit)
         else:
             await self.observe(result)
         return result
 
-    async def observe(self, result: ToolExecutionResult) -> None:
+    async def observe(self, result: ToolExecutionResult, limit: float = math.inf) -> None:
         for impl in self.plan.result:
             try:
-                await self.settle(impl.function(self.execution, result))
+                await self.settle(impl.function(self.execution, result), limit)
+            except _Interrupted:
+                logger.warning(
+                    'tool "%s" (%s): result observer %s was interrupted after the call was '
+                    "cancelled",
+                    self.name,
+                    self.execution.call_id,
+                    impl.label,
+                )
             except Exception as error:
                 logger.warning(
                     'tool "%s" (%s): result observer %s failed: %s',
@@ -742,6 +836,18 @@ def _code(result: ToolExecutionResult) -> str:
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
+
+
+def _expire(scope: anyio.CancelScope) -> Callable[[], None]:
+    """A signal callback that cancels ``scope`` :data:`CANCEL_GRACE_S` seconds later."""
+    # The event loop's clock, read through the monotonic clock: a callback must not fail
+    # whichever thread (wrongly) fires the signal.
+    offset = anyio.current_time() - time.monotonic()
+
+    def expire() -> None:
+        scope.deadline = min(scope.deadline, time.monotonic() + offset + CANCEL_GRACE_S)
+
+    return expire
 
 
 def _is_async_callable(function: object) -> bool:
