@@ -31,11 +31,13 @@ import pytest
 
 from dsh_tools import pipeline
 from dsh_tools.cancel import CancelSignal, CancelSource
+from dsh_tools.content import ContextMessage
 from dsh_tools.define import define_tool
 from dsh_tools.hookspecs import hookimpl
 from dsh_tools.models import (
     ApprovalRequest,
     Ask,
+    Deny,
     ToolExecutionFailure,
     ToolExecutionInput,
     ToolExecutionResult,
@@ -333,3 +335,138 @@ def test_zz_cancel_matrix_summary(capsys: pytest.CaptureFixture[str]) -> None:
             f"native cancellation ({codes})"
         )
     assert TALLY["returned"] + TALLY["propagated"] == TALLY["cells"]
+
+
+# --------------------------------------------------------------------------- the grace
+
+
+@pytest.mark.anyio
+async def test_a_cooperative_policy_settling_within_the_grace_keeps_its_decision() -> None:
+    # B150 for an awaiting policy: a Deny that settles after the abort stays the Deny,
+    # because a stage that answers within CANCEL_GRACE_S is not interrupted.
+    source = CancelSource()
+    ran: list[str] = []
+
+    class Policy:
+        @hookimpl
+        async def dsh_tools_pre_execute(self, execution: Any) -> Any:
+            await execution.signal.wait()
+            await anyio.sleep(0.01)
+            return Deny("stopped by the host")
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="probe",
+            description="A probe tool.",
+            parameters={},
+            execute=lambda args, ctx: ran.append("body"),
+        )
+    )
+    registry.add_plugin(Policy())
+    with anyio.fail_after(2):
+        async with anyio.create_task_group() as group:
+            group.start_soon(_cancel_soon, source)
+            result = await registry.execute(
+                ToolExecutionInput(call_id="c", name="probe", signal=source.signal)
+            )
+    assert isinstance(result, ToolExecutionFailure)
+    assert (result.code, result.error.message) == ("DENIED", "stopped by the host")
+    assert ran == []
+
+
+@pytest.mark.anyio
+async def test_an_interrupted_post_execute_fails_closed_and_drops_unreviewed_contexts() -> None:
+    # Interpretation: a post-execute listener that never decided cannot vouch for the
+    # body's deferred contexts: the call ends ABORTED on the final path without them.
+    source = CancelSource()
+
+    def body(args: Any, ctx: ToolRunContext) -> str:
+        ctx.defer_context(ContextMessage(id="secret", content="unreviewed", source="t"))
+        return "raw output"
+
+    class Stuck:
+        @hookimpl
+        async def dsh_tools_post_execute(self) -> None:
+            await anyio.sleep_forever()
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(name="probe", description="A probe tool.", parameters={}, execute=body)
+    )
+    registry.add_plugin(Stuck())
+    with anyio.fail_after(2):
+        async with anyio.create_task_group() as group:
+            group.start_soon(_cancel_soon, source)
+            result = await registry.execute(
+                ToolExecutionInput(call_id="c", name="probe", signal=source.signal)
+            )
+    assert isinstance(result, ToolExecutionFailure)
+    assert result.code == "ABORTED"
+    assert result.additional_contexts == ()
+    assert "raw output" not in result.text
+
+
+@pytest.mark.anyio
+async def test_an_interrupted_observer_is_logged_and_the_next_one_still_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    source = CancelSource()
+    seen: list[str] = []
+
+    class Stuck:
+        @hookimpl
+        async def dsh_tools_result(self) -> None:
+            await anyio.sleep_forever()
+
+    class Plain:
+        @hookimpl
+        def dsh_tools_result(self, result: ToolExecutionResult) -> None:
+            seen.append("plain")
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="probe", description="A probe tool.", parameters={}, execute=lambda a, c: "ok"
+        )
+    )
+    registry.add_plugin(Plain())
+    registry.add_plugin(Stuck())  # added last: observes first
+    with anyio.fail_after(2):
+        async with anyio.create_task_group() as group:
+            group.start_soon(_cancel_soon, source)
+            result = await registry.execute(
+                ToolExecutionInput(call_id="c", name="probe", signal=source.signal)
+            )
+    assert not result.is_error
+    assert seen == ["plain"]
+    assert "was interrupted after the call was cancelled" in caplog.text
+
+
+@pytest.mark.anyio
+async def test_observers_are_bounded_by_the_callers_deadline_plus_the_grace() -> None:
+    # Before: a hanging async observer kept even a fail_after caller pending forever
+    # (observers are shielded). Now the shield ends at the caller's deadline + grace.
+    class Stuck:
+        @hookimpl
+        async def dsh_tools_result(self) -> None:
+            await anyio.sleep_forever()
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="probe", description="A probe tool.", parameters={}, execute=lambda a, c: "ok"
+        )
+    )
+    registry.add_plugin(Stuck())
+    started = time.monotonic()
+    with anyio.move_on_after(0.05) as scope:
+        await registry.execute(ToolExecutionInput(call_id="c", name="probe"))
+        await anyio.sleep(1)
+    assert scope.cancelled_caught
+    assert time.monotonic() - started < 0.5
+
+
+async def _cancel_soon(source: CancelSource) -> None:
+    await anyio.sleep(0.02)
+    source.cancel("host pressed stop")

@@ -550,7 +550,7 @@ def test_zz_fault_matrix_summary(capsys: pytest.CaptureFixture[str]) -> None:
     )
     with capsys.disabled():
         print(
-            f"\nfault matrix: {TALLY['cells']} cells, {TALLY['ok']} ok, "
+            f"\nfault matrix: {TALLY['cells']} cells (stage x fault x backend), {TALLY['ok']} ok, "
             f"{TALLY['failure']} failures as documented ({codes})"
         )
     assert TALLY["ok"] + TALLY["failure"] == TALLY["cells"]
