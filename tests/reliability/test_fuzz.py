@@ -74,7 +74,7 @@ from strategies import any_values, dsl_parameter_specs, json_values, raw_schemas
 
 settings.register_profile(
     "ci",
-    max_examples=60,
+    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -747,14 +747,15 @@ def test_random_decisions_never_crash_and_denials_always_hold(
         result = anyio.run(view.execute, call, backend=backend)
     assert_clean(result)
     assert seen == ["result"]  # observed exactly once, whatever happened
-    denied_first = isinstance(pre, Deny) or (not is_async and isinstance(guard, str))
     if isinstance(pre, (Deny, _Raise)) or (not is_async and isinstance(guard, (str, _Raise))):
+        # a later stage may replace the denial's code (a failing post-execute keeps its
+        # own), but nothing may turn it into a success or let the body run
         assert ran == [], "a denial or a failing policy stage let the body run"
         assert result.is_error
-    if denied_first and isinstance(pre, Deny):
-        assert result.code in ("DENIED", "BLOCKED", "POLICY_ERROR")
-    if not is_async and pre is None and isinstance(guard, str):
-        assert result.code in ("DENIED", "BLOCKED", "POLICY_ERROR")
+    if isinstance(pre, Deny) and post is None:
+        assert isinstance(result, ToolExecutionFailure)
+        assert result.code == "DENIED"
+        assert result.error.message == pre.reason
 
 
 @pytest.mark.xfail(
@@ -1004,7 +1005,7 @@ def test_large_invalid_arguments_fail_cleanly_in_bounded_time_and_memory() -> No
     numbers[-1] = "not a number"
     calls = [
         {"numbers": numbers},  # one violation at the very end
-        {"numbers": ["x"] * 200_000},  # 200 000 violations
+        {"numbers": ["x"] * 50_000},  # 50 000 violations
         {"text": "x" * TEN_MB, "bad": math.nan},  # non-JSON next to 10 MB
         {"text": 7, "numbers": "x" * TEN_MB},
     ]
