@@ -190,6 +190,30 @@ class ToolExecutionFailure:
 
 ToolExecutionResult = ToolExecutionSuccess | ToolExecutionFailure
 
+_set = object.__setattr__
+
+
+def trusted_success(
+    value: JsonValue,
+    content: FrozenList,
+    meta: JsonValue,
+    contexts: tuple[ContextMessage, ...],
+    concludes_turn: bool,
+) -> ToolExecutionSuccess:
+    """A success from parts the pipeline has already frozen and checked.
+
+    Internal fast path: it skips the converters that re-check every field, which would
+    only find the same frozen values again.
+    """
+    result = object.__new__(ToolExecutionSuccess)
+    _set(result, "value", value)
+    _set(result, "content", content)
+    _set(result, "meta", meta)
+    _set(result, "additional_contexts", contexts)
+    _set(result, "concludes_turn", concludes_turn)
+    _set(result, "is_error", False)
+    return result
+
 
 def result_to_json(result: ToolExecutionResult) -> dict[str, Any]:
     """The result as plain JSON data in the wire style of MCP and the upstream design.

@@ -32,7 +32,7 @@ import inspect
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 import anyio
@@ -68,6 +68,7 @@ from .models import (
     ToolExecutionResult,
     ToolExecutionSuccess,
     failure_result,
+    trusted_success,
 )
 from .tracing import Stage, TraceEvent, Tracer
 
@@ -78,6 +79,7 @@ logger = logging.getLogger("dsh_tools")
 Validator = Callable[[object], list[str]]
 
 _TIMEOUT = "timeout"
+_ALLOW = Allow()
 
 CANCEL_GRACE_S = 1.0
 """Seconds an awaited plugin stage (pre-execute, approval, wrapper, post-execute, result
@@ -312,8 +314,10 @@ class _Call:
     async def run(self) -> ToolExecutionResult:
         try:
             result, post = await self.decide_and_dispatch()
-            if post:
+            if post and self.plan.post:
                 result = await self.post_execute(result)
+            elif post and self.cancelled() and not result.is_error:
+                result = self.aborted(result.additional_contexts)
         except _StageFailed as failed:
             result = failed.result
         except BaseException as error:
@@ -327,7 +331,8 @@ class _Call:
         return await self.finish(result)
 
     async def decide_and_dispatch(self) -> tuple[ToolExecutionResult, bool]:
-        self.trace("call", None, "arguments not JSON" if self.arguments_error else "entered")
+        if self.tracer is not None:
+            self.trace("call", None, "arguments not JSON" if self.arguments_error else "entered")
         if self.arguments_error is not None:
             message = (
                 "tool execution arguments must be losslessly JSON-serializable: "
@@ -337,7 +342,7 @@ class _Call:
         if self.cancelled():
             return self.aborted(), False
         try:
-            decision = await self.pre_execute()
+            decision = await self.pre_execute() if self.plan.pre else _ALLOW
             if isinstance(decision, Ask):
                 answer = await self.ask(decision)
                 if answer is None:
@@ -349,7 +354,7 @@ class _Call:
             return self.aborted(), True
         if isinstance(decision, Deny):
             return self.denied(decision.reason), True
-        reason = self.guards()
+        reason = self.guards() if self.plan.guards else None
         if reason is not None:
             return self.denied(reason), True
         if self.cancelled():
@@ -373,14 +378,15 @@ class _Call:
                         error, ErrorCode.POLICY_ERROR, f"pre-execute {impl.label} failed: "
                     )
                 ) from None
-            self.trace("pre_execute", impl.label, _outcome(decision), decision)
+            if self.tracer is not None:
+                self.trace("pre_execute", impl.label, _outcome(decision), decision)
             if decision is None:
                 continue
             if isinstance(decision, (Allow, Deny, Ask)):
                 return decision
             raise _StageFailed(
                 failure_result(
-                    f"pre-execute {impl.label} returned {decision!r}; "
+                    f"pre-execute {impl.label} returned {_shown(decision)}; "
                     "expected Allow(), Deny(reason), Ask(reason) or None",
                     ErrorCode.POLICY_ERROR,
                 )
@@ -418,13 +424,15 @@ class _Call:
             raise _StageFailed(
                 _from_exception(error, ErrorCode.POLICY_ERROR, "approval service failed: ")
             ) from None
-        self.trace("approval", "approval service", str(getattr(outcome, "value", outcome)), outcome)
+        if self.tracer is not None:
+            shown = outcome.value if isinstance(outcome, ApprovalOutcome) else None
+            self.trace("approval", "approval service", shown or _shown(outcome), outcome)
         try:
             outcome = ApprovalOutcome(outcome)
-        except ValueError:
+        except Exception:  # not an outcome (its repr may even raise while Enum complains)
             raise _StageFailed(
                 failure_result(
-                    f"approval service returned {outcome!r}; expected one of "
+                    f"approval service returned {_shown(outcome)}; expected one of "
                     + ", ".join(repr(o.value) for o in ApprovalOutcome),
                     ErrorCode.POLICY_ERROR,
                 )
@@ -446,16 +454,16 @@ class _Call:
                 raise _StageFailed(
                     _from_exception(error, ErrorCode.DENIED, f"guard {impl.label} failed: ")
                 ) from None
-            self.trace(
-                "guard", impl.label, "abstained" if verdict is None else str(verdict), verdict
-            )
+            if self.tracer is not None:
+                self.trace("guard", impl.label, _outcome(verdict), verdict)
             if verdict is None:
                 continue
             if isinstance(verdict, str):
                 return verdict
             raise _StageFailed(
                 failure_result(
-                    f"guard {impl.label} returned {verdict!r}; guards return a reason or None",
+                    f"guard {impl.label} returned {_shown(verdict)}; "
+                    "guards return a reason or None",
                     ErrorCode.DENIED,
                 )
             )
@@ -464,16 +472,17 @@ class _Call:
     # -------------------------------------------------------------- dispatch
 
     async def dispatch(self) -> ToolExecutionResult:
-        result = await self.wrapped_dispatch()
-        self.trace(
-            "execute", "wrappers" if self.plan.execute_caller else None, _code(result), result
-        )
+        if self.plan.execute_caller is None:
+            result = await self.run_body(None)
+        else:
+            result = await self.wrapped_dispatch()
+        if self.tracer is not None:
+            source = "wrappers" if self.plan.execute_caller else None
+            self.trace("execute", source, _code(result), result)
         return result
 
     async def wrapped_dispatch(self) -> ToolExecutionResult:
         caller = self.plan.execute_caller
-        if caller is None:
-            return await self.body(None)
         token = self.execution.token
         self.plan.builtin[token] = self.body
         signal = self.signal if self.asynchronous else None
@@ -540,8 +549,11 @@ class _Call:
     async def run_body(self, replacement: CancelSignal | None) -> ToolExecutionResult:
         if replacement is not None and not isinstance(replacement, CancelSignal):
             raise TypeError(f"dispatch() takes a CancelSignal or None, got {replacement!r}")
-        parents = [s for s in (self.signal, replacement) if s is not None]
-        if any(parent.cancelled for parent in parents):
+        if replacement is None:
+            parents: tuple[CancelSignal, ...] = () if self.signal is None else (self.signal,)
+        else:
+            parents = (replacement,) if self.signal is None else (self.signal, replacement)
+        if parents and any(parent.cancelled for parent in parents):
             return self.keep(self.aborted())
         entry = self.plan.resolve(self.name)
         if entry is None:
@@ -562,7 +574,12 @@ class _Call:
         try:
             self.parsed = definition.arguments.parse(self.execution.arguments)
             self.body_started = True
-            if not self.asynchronous or signal is NEVER_CANCELLED:
+            if signal is NEVER_CANCELLED and self.asynchronous and not definition.blocking:
+                raw = definition.execute(self.parsed, context)
+                if inspect.isawaitable(raw):
+                    raw = await raw
+                cancelled = False
+            elif not self.asynchronous or signal is NEVER_CANCELLED:
                 raw = await self.invoke(definition, context)
                 cancelled = signal.cancelled
             else:
@@ -606,7 +623,9 @@ class _Call:
 
     def keep(self, result: ToolExecutionResult) -> ToolExecutionResult:
         self.produced.append(result)
-        self.trace("body", None if self.body_started else "not started", _code(result), result)
+        if self.tracer is not None:
+            source = None if self.body_started else "not started"
+            self.trace("body", source, _code(result), result)
         return result
 
     async def invoke(self, definition: ToolDefinition[Any], context: ToolRunContext) -> Any:
@@ -689,13 +708,7 @@ class _Call:
                         value,
                         True,
                     )
-        return ToolExecutionSuccess(
-            value=value,
-            content=content,
-            meta=meta,
-            additional_contexts=self.contexts,
-            concludes_turn=self.concluded,
-        )
+        return trusted_success(value, content, meta, self.contexts, self.concluded)
 
     # -------------------------------------------------------------- post
 
@@ -703,7 +716,8 @@ class _Call:
         for impl in self.plan.post:
             try:
                 decision = await self.settle(impl.function(self.execution, result))
-                self.trace("post_execute", impl.label, _outcome(decision), decision)
+                if self.tracer is not None:
+                    self.trace("post_execute", impl.label, _outcome(decision), decision)
                 if decision is None:
                     continue
                 if isinstance(decision, Accept):
@@ -719,7 +733,8 @@ class _Call:
                     )
                 else:
                     raise TypeError(
-                        f"returned {decision!r}; expected Accept(...), Block(feedback) or None"
+                        f"returned {_shown(decision)}; "
+                        "expected Accept(...), Block(feedback) or None"
                     )
             except _StageFailed:
                 raise
@@ -771,8 +786,12 @@ class _Call:
         finalize = self.entry.definition.finalize_content if self.entry else None
         if finalize is not None:
             result = self.finalize(finalize, result)
-            self.trace("finalize", None, _code(result), result)
-        self.trace("result", None, _code(result), result)
+            if self.tracer is not None:
+                self.trace("finalize", None, _code(result), result)
+        if self.tracer is not None:
+            self.trace("result", None, _code(result), result)
+        if not self.plan.result:
+            return result
         if self.asynchronous and self.plan.async_observers:
             # Every observer sees the result, even if the caller is cancelled meanwhile;
             # the cancellation is delivered at the caller's next checkpoint. A pending
@@ -819,15 +838,30 @@ class _Call:
             return result
         try:
             return attrs.evolve(result, content=content_blocks(content))
-        except JsonValueError as error:
+        except Exception as error:
             return failure_result(
-                f"tool result must be losslessly JSON-serializable: {error.message}",
+                f"tool result must be losslessly JSON-serializable: {_message(error)}",
                 ErrorCode.INVALID_JSON,
             )
 
 
 def _outcome(decision: object) -> str:
-    return "abstained" if decision is None else repr(decision)
+    """How a trace shows a decision: ``abstained``, a guard's reason as is, else its repr."""
+    if decision is None:
+        return "abstained"
+    if isinstance(decision, str):
+        return str.__str__(decision)
+    return _shown(decision)
+
+
+def _shown(value: object, limit: int = 200) -> str:
+    """``repr(value)`` for messages, shortened; a plugin's object whose ``repr`` raises
+    must not turn a clean failure into an escaping exception."""
+    try:
+        text = repr(value)
+    except Exception:
+        return f"<unprintable {type(value).__qualname__}>"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _code(result: ToolExecutionResult) -> str:
@@ -890,6 +924,8 @@ def _call_output(
         ) from None
 
 
-async def run_call(plan: Plan, call: ToolExecutionInput, asynchronous: bool) -> ToolExecutionResult:
+def run_call(
+    plan: Plan, call: ToolExecutionInput, asynchronous: bool
+) -> Coroutine[Any, Any, ToolExecutionResult]:
     """Run ``call`` through every stage of ``plan``; see the module docstring."""
-    return await _Call(plan, call, asynchronous).run()
+    return _Call(plan, call, asynchronous).run()

@@ -427,7 +427,7 @@ def test_body_returning_anything_gives_a_clean_result(value: Any) -> None:
             description="d",
             parameters={},
             execute=lambda a, c: "ok",
-            # top-level iteration of a hostile object is the xfail below
+            # top-level iteration of a hostile object: see the next test
             finalize_content=lambda execution, result: [value],
         )
     )
@@ -435,12 +435,6 @@ def test_body_returning_anything_gives_a_clean_result(value: Any) -> None:
         assert_clean(registry.execute_sync(ToolExecutionInput("c", name, {})))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pipeline bug: _Call.finalize catches only JsonValueError around "
-    "content_blocks(), so finalize_content returning an object whose iteration raises "
-    "escapes execute() instead of becoming a failure",
-)
 def test_finalize_content_returning_an_unreadable_sequence_is_a_clean_failure() -> None:
     registry = ToolRegistry()
     registry.register(
@@ -758,12 +752,6 @@ def test_random_decisions_never_crash_and_denials_always_hold(
         assert result.error.message == pre.reason
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pipeline bug: a pre-execute decision, guard verdict or approval outcome whose "
-    "repr()/str() raises escapes execute() (_outcome(), the guard trace and the approval "
-    "trace format it outside any try)",
-)
 @pytest.mark.parametrize("stage", ["pre_execute", "guard", "approval"])
 def test_unprintable_decisions_are_contained(stage: str) -> None:
     class Policy:
