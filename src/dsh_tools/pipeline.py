@@ -217,6 +217,24 @@ def _is_native_cancellation(error: BaseException) -> bool:
 class _Call:
     """The state of one ``execute()``: read once at entry, shared by every stage."""
 
+    __slots__ = (
+        "arguments_error",
+        "asynchronous",
+        "bodies_running",
+        "body_started",
+        "concluded",
+        "contexts",
+        "entry",
+        "execution",
+        "name",
+        "parsed",
+        "plan",
+        "produced",
+        "signal",
+        "tracer",
+        "wrappers_expire",
+    )
+
     def __init__(self, plan: Plan, call: ToolExecutionInput, asynchronous: bool) -> None:
         self.plan = plan
         self.asynchronous = asynchronous

@@ -199,6 +199,9 @@ class _ViewBase:
         Routing errors (a malformed agent id, a call for another scope) raise at once;
         everything that happens to the call itself ends in a result.
         """
+        if not self._path and type(call) is ToolExecutionInput and call.agent is None:
+            plan = self._registry._plans.get(()) or self._registry._plan(())
+            return run_call(plan, call, True)
         routed = self._route(call)
         return run_call(self._registry._plan(_path_of(routed.agent)), routed, True)
 
