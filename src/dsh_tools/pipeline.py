@@ -377,7 +377,10 @@ class _Call:
             return self.denied(reason), True
         if self.cancelled():
             return self.aborted(), True
-        result = await self.dispatch()
+        if self.plan.execute_caller is None and self.tracer is None:
+            result = await self.run_body(None)
+        else:
+            result = await self.dispatch()
         if self.cancelled() and not result.is_error:
             result = self.aborted(result.additional_contexts)
         return result, True
