@@ -33,6 +33,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from types import CoroutineType
 from typing import Any
 
 import anyio
@@ -286,7 +287,7 @@ class _Call:
     async def settle(self, value: Any, deadline: float = math.inf) -> Any:
         """Await a plugin's awaitable, interrupted :data:`CANCEL_GRACE_S` after the caller's
         signal fires (or at ``deadline``): raises :class:`_Interrupted` then."""
-        if not inspect.isawaitable(value):
+        if not _is_awaitable(value):
             return value
         if not self.asynchronous:
             # execute_sync drives this call without an event loop (nothing was planned to
@@ -508,13 +509,19 @@ class _Call:
         self.plan.builtin[token] = self.body
         signal = self.signal if self.asynchronous else None
         remove = None
+        interrupted = False
         try:
-            with anyio.CancelScope() as scope:
-                if signal is not None:
-                    self.wrappers_expire = _expire(scope)
-                    remove = signal.add_callback(self.interrupt_wrappers)
+            if signal is None:
+                # Nobody can cancel this call: no scope is needed to bound the wrappers.
                 dispatch = caller(execution=self.execution)
                 result: object = await dispatch(None)
+            else:
+                with anyio.CancelScope() as scope:
+                    self.wrappers_expire = _expire(scope)
+                    remove = signal.add_callback(self.interrupt_wrappers)
+                    dispatch = caller(execution=self.execution)
+                    result = await dispatch(None)
+                interrupted = scope.cancelled_caught
         except Exception as error:
             raise _StageFailed(
                 _from_exception(error, ErrorCode.POLICY_ERROR, "execute wrapper failed: ")
@@ -524,7 +531,7 @@ class _Call:
             self.wrappers_expire = None
             if remove is not None:
                 remove()
-        if scope.cancelled_caught:
+        if interrupted:
             # A wrapper was still pending when the caller cancelled: aborted, post path.
             return self.aborted()
         for produced in self.produced:
@@ -597,7 +604,7 @@ class _Call:
             self.body_started = True
             if signal is NEVER_CANCELLED and self.asynchronous and not definition.blocking:
                 raw = definition.execute(self.parsed, context)
-                if inspect.isawaitable(raw):
+                if _is_awaitable(raw):
                     raw = await raw
                 cancelled = False
             elif not self.asynchronous or signal is NEVER_CANCELLED:
@@ -662,7 +669,7 @@ class _Call:
             await anyio.lowlevel.checkpoint_if_cancelled()
             return raw
         raw = definition.execute(self.parsed, context)
-        if inspect.isawaitable(raw):
+        if _is_awaitable(raw):
             raw = await raw
         return raw
 
@@ -864,6 +871,20 @@ class _Call:
                 f"tool result must be losslessly JSON-serializable: {_message(error)}",
                 ErrorCode.INVALID_JSON,
             )
+
+
+_NEVER_AWAITABLE = frozenset({type(None), str, int, float, bool, dict, list, tuple})
+
+
+def _is_awaitable(value: object) -> bool:
+    """``inspect.isawaitable`` with the common answers (coroutines, plain data) first:
+    it runs several times per call."""
+    kind = type(value)
+    if kind is CoroutineType:
+        return True
+    if kind in _NEVER_AWAITABLE:
+        return False
+    return inspect.isawaitable(value)
 
 
 def _outcome(decision: object) -> str:
