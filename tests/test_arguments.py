@@ -299,3 +299,12 @@ def test_class_models_never_raise_from_violations(args: object) -> None:
     found = READ.violations(args)
     if not found:
         assert isinstance(READ.parse(args), ReadArgs)
+
+
+def test_a_flood_of_violations_is_summarised_in_the_message() -> None:
+    model = arguments_model({"items": {"type": "array", "items": {"type": "integer"}}})
+    with pytest.raises(ToolArgsError) as caught:
+        model.parse({"items": ["x"] * 5000})
+    assert len(caught.value.violations) == 5000
+    assert caught.value.message.endswith("; … and 4980 more")
+    assert len(caught.value.message) < 2000

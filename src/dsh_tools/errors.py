@@ -118,11 +118,17 @@ class _ViolationsError(DshToolsError):
     """An error that lists every violation found, in walk order."""
 
     prefix = ""
+    shown = 20
+    """At most this many violations are spelled out in the message (all stay in
+    ``violations``), so a huge invalid input cannot flood a model's context."""
 
     def __init__(self, violations: Sequence[str], *, prefix: str | None = None) -> None:
         self.violations: tuple[str, ...] = tuple(violations)
         head = self.prefix if prefix is None else prefix
-        super().__init__(f"{head}{'; '.join(self.violations)}")
+        listed = "; ".join(self.violations[: self.shown])
+        hidden = len(self.violations) - self.shown
+        more = f"; … and {hidden} more" if hidden > 0 else ""
+        super().__init__(f"{head}{listed}{more}")
 
 
 class JsonSchemaError(_ViolationsError):
