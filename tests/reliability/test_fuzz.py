@@ -15,7 +15,7 @@ Invariants checked on random input:
 Hypothesis profiles (registered here, applied per test, so other modules are unaffected):
 ``ci`` (the default) and ``long`` (5000 examples per property). The long run::
 
-    DSH_TOOLS_FUZZ_PROFILE=long /work/venv/bin/python -m pytest tests/reliability/test_fuzz.py
+    DSH_TOOLS_FUZZ_PROFILE=long python -m pytest tests/reliability/test_fuzz.py
 
 The suite prints how many examples each property ran when the module finishes.
 """
