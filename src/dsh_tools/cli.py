@@ -200,7 +200,7 @@ def _cmd_call(
     import anyio
 
     from .models import ToolExecutionInput, result_to_json
-    from .terminal import render_call_view, render_result
+    from .terminal import emit_card, render_call_view, render_result
 
     arguments = _read_arguments(options.arguments, stdin)
     call = ToolExecutionInput(
@@ -215,13 +215,13 @@ def _cmd_call(
     from .presenting import present_call, present_result
 
     if not options.json:
-        out.write(render_call_view(present_call(registry, call)))
+        emit_card(render_call_view(present_call(registry, call)), out)
         out.flush()
     result: ToolExecutionResult = anyio.run(_run_with_progress, registry, call, err)
     if options.json:
         out.write(json.dumps(result_to_json(result), indent=2, ensure_ascii=False) + "\n")
     else:
-        out.write(render_result(present_result(registry, call, result), result))
+        emit_card(render_result(present_result(registry, call, result), result), out)
     return EXIT_CALL_FAILED if result.is_error else EXIT_OK
 
 
@@ -252,19 +252,19 @@ async def _run_with_progress(registry: ToolRegistry, call: Any, err: TextIO) -> 
 def _cmd_replay(registry: ToolRegistry, options: argparse.Namespace, out: TextIO) -> int:
     from dsh_tools_plugins.audit import replay
 
-    from .terminal import render_call_view, render_result
+    from .terminal import emit_card, render_call_view, render_result
 
     if not os.path.isfile(options.log):
         raise UsageError(f"audit log {options.log!r} does not exist")
     count = 0
     for replayed in replay(options.log, registry, rotated=options.rotated):
         count += 1
-        out.write(f"[{replayed.call.call_id}] ")
-        out.write(render_call_view(replayed.call_card))
+        out.write(f"call {replayed.call.call_id}\n")
+        emit_card(render_call_view(replayed.call_card), out)
         if replayed.result is None:
             out.write("… no result recorded (the call may still have been running)\n")
         else:
-            out.write(render_result(replayed.result_card, replayed.result))
+            emit_card(render_result(replayed.result_card, replayed.result), out)
     out.write(f"{count} call(s)\n")
     return EXIT_OK
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Iterable
+from typing import TextIO
 
 from .content import content_text
 from .json import thaw
@@ -30,7 +31,7 @@ from .presentation import (
     WebSearchView,
 )
 
-__all__ = ["render_call_view", "render_result"]
+__all__ = ["emit_card", "render_call_view", "render_result"]
 
 _MAX_INPUT = 2000
 
@@ -127,6 +128,29 @@ def render_result(
     assert isinstance(view, GenericResultView)
     shown = content_text(view.content) if view.content is not None else text
     return f"{title}\n{_lines(shown)}"
+
+
+def emit_card(text: str, out: TextIO) -> None:
+    """Write a rendered card: framed and coloured by ``rich`` on a terminal when the
+    ``cli`` extra is installed, plain text everywhere else (pipes, logs, CI)."""
+    try:
+        if not out.isatty():
+            raise ImportError("not a terminal")
+        from rich.console import Console
+        from rich.panel import Panel
+        from rich.text import Text
+    except ImportError:
+        out.write(text)
+        return
+    head, _, body = text.partition("\n")
+    style = "red" if head.startswith("✗") else "green" if head.startswith("✓") else "cyan"
+    panel = Panel(
+        Text(body.rstrip("\n")),
+        title=Text(head, style=f"bold {style}"),
+        title_align="left",
+        border_style=style,
+    )
+    Console(file=out, highlight=False).print(panel)
 
 
 def _truncation(truncated: bool, total: int) -> str:
