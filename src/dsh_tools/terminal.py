@@ -144,6 +144,9 @@ def emit_card(text: str, out: TextIO) -> None:
         return
     head, _, body = text.partition("\n")
     style = "red" if head.startswith("✗") else "green" if head.startswith("✓") else "cyan"
+    if not body.strip():
+        Console(file=out, highlight=False).print(Text(head, style=f"bold {style}"))
+        return
     panel = Panel(
         Text(body.rstrip("\n")),
         title=Text(head, style=f"bold {style}"),
