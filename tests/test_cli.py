@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -167,3 +168,53 @@ def test_python_dash_m_runs_the_same_command() -> None:
     )
     assert done.returncode == 0
     assert done.stdout.startswith("dsh-tools ")
+
+
+def test_serve_mcp_answers_an_mcp_client_on_stdio(workspace: Path) -> None:
+    pytest.importorskip("mcp")
+    messages = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "1"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "read_file", "arguments": {"path": "notes.txt"}},
+        },
+    ]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "dsh_tools", "--workspace", str(workspace), "serve-mcp"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdin is not None
+    assert server.stdout is not None
+    server.stdin.write("".join(json.dumps(m) + "\n" for m in messages))
+    server.stdin.flush()
+    replies: dict[int, Any] = {}
+    # Keep stdin open until the last answer arrives: closing it ends the session.
+    while 3 not in replies and (line := server.stdout.readline()):
+        reply = json.loads(line)
+        replies[reply["id"]] = reply
+    server.stdin.close()
+    assert server.wait(timeout=30) == 0, server.stderr.read() if server.stderr else ""
+    server.stdout.close()
+    if server.stderr is not None:
+        server.stderr.close()
+    names = [tool["name"] for tool in replies[2]["result"]["tools"]]
+    assert "read_file" in names
+    call = replies[3]["result"]
+    assert call["isError"] is False
+    assert "beta" in call["content"][0]["text"]
