@@ -21,6 +21,7 @@ from .json import (
     FrozenList,
     JsonValue,
     snapshot,
+    trusted_frozen_dict,
     trusted_frozen_list,
 )
 
@@ -66,15 +67,8 @@ ContentLike = TextContent | ImageContent | str | dict[str, Any] | FrozenDict
 """What authors may put where content is expected: typed blocks, raw block dicts, or text."""
 
 
-_new_tuple = tuple.__new__
-_new_dict = dict.__new__
-_fill_dict = dict.update
-
-
 def _text_block(text: str) -> FrozenDict:
-    block = _new_dict(FrozenDict)
-    _fill_dict(block, type="text", text=str.__str__(text))
-    return block
+    return trusted_frozen_dict({"type": "text", "text": str.__str__(text)})
 
 
 def _is_frozen_blocks(content: object) -> bool:
@@ -100,12 +94,10 @@ def content_blocks(
     A bare string is one text block. Dicts must be JSON objects with a string ``type``;
     their other keys are not checked, so provider-specific blocks pass through.
     """
-    if type(content) is str:
-        return _new_tuple(FrozenList, (_text_block(content),))
-    if _is_frozen_blocks(content):
-        return content  # type: ignore[return-value]
     if isinstance(content, str):
         return trusted_frozen_list([_text_block(content)])
+    if _is_frozen_blocks(content):
+        return content  # type: ignore[return-value]
     if isinstance(content, (dict, bytes)) or not isinstance(content, Iterable):
         raise JsonValueError(label, "must be a string or a list of content blocks")
     blocks: list[JsonValue] = []
