@@ -71,6 +71,12 @@ def _text_block(text: str) -> FrozenDict:
     return trusted_frozen_dict({"type": "text", "text": str.__str__(text)})
 
 
+def text_blocks(text: str) -> FrozenList:
+    """The content of one text block, built without checks: most results carry just
+    this. ``text`` must be a plain ``str`` (not a subclass)."""
+    return trusted_frozen_list((trusted_frozen_dict({"type": "text", "text": text}),))
+
+
 def _is_frozen_blocks(content: object) -> bool:
     if type(content) is not FrozenList:
         return False
@@ -94,8 +100,10 @@ def content_blocks(
     A bare string is one text block. Dicts must be JSON objects with a string ``type``;
     their other keys are not checked, so provider-specific blocks pass through.
     """
+    if type(content) is str:
+        return text_blocks(content)
     if isinstance(content, str):
-        return trusted_frozen_list([_text_block(content)])
+        return text_blocks(str.__str__(content))
     if _is_frozen_blocks(content):
         return content  # type: ignore[return-value]
     if isinstance(content, (dict, bytes)) or not isinstance(content, Iterable):

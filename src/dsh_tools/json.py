@@ -128,21 +128,13 @@ _fill_dict = dict.update
 
 def trusted_frozen_dict(items: dict[str, JsonValue]) -> FrozenDict:
     """Wrap items that are already frozen JSON; internal fast path, no checks."""
-    return _frozen_dict(items)
-
-
-def trusted_frozen_list(items: list[JsonValue]) -> FrozenList:
-    """Wrap items that are already frozen JSON; internal fast path, no checks."""
-    return _frozen_list(items)
-
-
-def _frozen_dict(items: dict[str, JsonValue]) -> FrozenDict:
     result = _new_dict(FrozenDict)
     _fill_dict(result, items)
     return result
 
 
-def _frozen_list(items: list[JsonValue]) -> FrozenList:
+def trusted_frozen_list(items: list[JsonValue] | tuple[JsonValue, ...]) -> FrozenList:
+    """Wrap items that are already frozen JSON; internal fast path, no checks."""
     return _new_tuple(FrozenList, items)
 
 
@@ -279,6 +271,28 @@ def _freeze_array(value: list[Any] | tuple[Any, ...], depth: int, active: set[in
     return _new_tuple(FrozenList, out)
 
 
+def _flat_object(value: dict[Any, Any]) -> FrozenDict | None:
+    """The frozen copy of a dict whose keys are ``str`` and whose members are strings,
+    booleans, ``None``, ordinary ints or frozen values; ``None`` for any other dict.
+
+    Tool arguments usually look like this, and such a dict cannot nest or contain itself,
+    so it skips the general walk's depth and cycle bookkeeping.
+    """
+    for key, item in dict.items(value):
+        kind = type(item)
+        if type(key) is not str or not (
+            kind is str
+            or kind is bool
+            or item is None
+            or kind in _FROZEN
+            or (kind is int and -SMALL_INT < item < SMALL_INT)
+        ):
+            return None
+    result = _new_dict(FrozenDict)
+    _fill_dict(result, value)
+    return result
+
+
 def snapshot(value: object, label: str = "value") -> JsonValue:
     """Copy ``value`` into deep-frozen lossless JSON, or raise :class:`JsonValueError`.
 
@@ -295,6 +309,10 @@ def snapshot(value: object, label: str = "value") -> JsonValue:
         or (kind is int and -SMALL_INT < value < SMALL_INT)  # type: ignore[operator]
     ):
         return value  # type: ignore[return-value]
+    if kind is dict:
+        flat = _flat_object(value)  # type: ignore[arg-type]
+        if flat is not None:
+            return flat
     try:
         return _freeze(value, 0, set())
     except _Rejected as rejected:

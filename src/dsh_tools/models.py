@@ -95,7 +95,7 @@ class ExecutionToken:
         return f"<ExecutionToken {id(self):#x}>"
 
 
-@attrs.frozen
+@attrs.frozen(slots=False)  # one per call: a dict-backed record is filled faster
 class ToolExecutionInput:
     """What a host asks the registry to run: one tool call as the model made it.
 
@@ -113,7 +113,7 @@ class ToolExecutionInput:
     signal: CancelSignal | None = None
 
 
-@attrs.frozen
+@attrs.frozen(slots=False)  # one per call: a dict-backed record is filled faster
 class ToolExecution:
     """One call as every stage sees it: identity, frozen arguments and the caller's signal.
 
@@ -150,7 +150,7 @@ class ToolFailure:
     info: ToolErrorInfo
 
 
-@attrs.frozen
+@attrs.frozen(slots=False)  # one per call: a dict-backed record is filled faster
 class ToolExecutionSuccess:
     """A successful outcome: the canonical JSON ``value`` and the model-facing content."""
 
@@ -167,7 +167,7 @@ class ToolExecutionSuccess:
         return content_text(self.content)
 
 
-@attrs.frozen
+@attrs.frozen(slots=False)  # one per call: a dict-backed record is filled faster
 class ToolExecutionFailure:
     """A failed outcome the model can correct from; ``error.info.code`` says what kind."""
 
@@ -190,7 +190,7 @@ class ToolExecutionFailure:
 
 ToolExecutionResult = ToolExecutionSuccess | ToolExecutionFailure
 
-_set = object.__setattr__
+_new = object.__new__
 
 
 def trusted_success(
@@ -205,13 +205,14 @@ def trusted_success(
     Internal fast path: it skips the converters that re-check every field, which would
     only find the same frozen values again.
     """
-    result = object.__new__(ToolExecutionSuccess)
-    _set(result, "value", value)
-    _set(result, "content", content)
-    _set(result, "meta", meta)
-    _set(result, "additional_contexts", contexts)
-    _set(result, "concludes_turn", concludes_turn)
-    _set(result, "is_error", False)
+    result = _new(ToolExecutionSuccess)
+    fields = result.__dict__
+    fields["value"] = value
+    fields["content"] = content
+    fields["meta"] = meta
+    fields["additional_contexts"] = contexts
+    fields["concludes_turn"] = concludes_turn
+    fields["is_error"] = False
     return result
 
 

@@ -73,7 +73,15 @@ from .models import (
 )
 from .tracing import Stage, TraceEvent, Tracer
 
-__all__ = ["CANCEL_GRACE_S", "Plan", "StageImpl", "ToolEntry", "ToolRunContext", "run_call"]
+__all__ = [
+    "CANCEL_GRACE_S",
+    "Plan",
+    "StageImpl",
+    "ToolEntry",
+    "ToolRunContext",
+    "run_call",
+    "run_call_sync",
+]
 
 logger = logging.getLogger("dsh_tools")
 
@@ -96,6 +104,7 @@ class ToolEntry:
     output_validator: Validator | None
     schema: Any = attrs.field(init=False)
     synchronous: bool = attrs.field(init=False)
+    direct: bool = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         definition = self.definition
@@ -105,6 +114,13 @@ class ToolEntry:
             "synchronous",
             not _is_async_callable(definition.execute) and definition.timeout_ms is None,
         )
+        # No timer, no worker thread and no finalizer: a call may take the direct path.
+        direct = (
+            definition.timeout_ms is None
+            and not definition.blocking
+            and definition.finalize_content is None
+        )
+        object.__setattr__(self, "direct", direct)
 
 
 @attrs.frozen
@@ -135,9 +151,21 @@ class Plan:
     tracer: Tracer | None = None
     synchronous: bool = attrs.field(init=False)
     async_observers: bool = attrs.field(init=False)
+    direct: bool = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "async_observers", any(impl.is_async for impl in self.result))
+        # Nothing to decide, wrap, trace or observe, and no default timer.
+        direct = not (
+            self.pre
+            or self.guards
+            or self.post
+            or self.result
+            or self.execute_caller is not None
+            or self.tracer is not None
+            or self.default_timeout_ms is not None
+        )
+        object.__setattr__(self, "direct", direct)
         stages = (*self.pre, *self.post, *self.result)
         synchronous = (
             self.execute_caller is None
@@ -623,24 +651,81 @@ class _Call:
                     finally:
                         remove()
                 cancelled = scope.cancelled_caught or signal.cancelled
-            self.contexts = tuple(context._contexts)
-            self.concluded = context._concluded
-            if expired:
-                result: ToolExecutionResult = self.timeout(timeout_ms)
-            elif cancelled:
-                result = self.aborted()
-            else:
-                result = self.render(entry, raw)
         except Exception as error:
             self.contexts = tuple(context._contexts)
             if expired:
-                result = self.timeout(timeout_ms)
+                result: ToolExecutionResult = self.timeout(timeout_ms)
             else:
                 result = _from_exception(error, ErrorCode.TOOL_ERROR, contexts=self.contexts)
+        else:
+            if expired or cancelled:
+                self.contexts = tuple(context._contexts)
+                self.concluded = context._concluded
+                result = self.timeout(timeout_ms) if expired else self.aborted()
+            else:
+                result = self.completed(context, raw)
         finally:
             if unlink is not None:
                 unlink()
         return self.keep(result)
+
+    async def run_direct(self) -> ToolExecutionResult:
+        """The whole call when :meth:`is_direct`: :meth:`run_body` without the cancellation
+        work, and no other frame around it."""
+        context = ToolRunContext(self.execution, NEVER_CANCELLED)
+        try:
+            raw = self.call_body(context)
+            if _is_awaitable(raw):
+                raw = await raw
+        except Exception as error:
+            return self.raised(context, error)
+        return self.completed(context, raw)
+
+    def run_direct_sync(self) -> ToolExecutionResult:
+        """:meth:`run_direct` for ``execute_sync``, with no coroutine to drive; a plain
+        callable that returns an awaitable gets an event loop of its own for it."""
+        context = ToolRunContext(self.execution, NEVER_CANCELLED)
+        try:
+            raw = self.call_body(context)
+            if _is_awaitable(raw):
+                raw = anyio.run(_awaited, raw)
+        except Exception as error:
+            return self.raised(context, error)
+        return self.completed(context, raw)
+
+    def is_direct(self) -> bool:
+        """Nothing to decide, observe, time or cancel: the plan has no stage and no default
+        timeout, the tool no timer, thread or finalizer, the call no signal, and its
+        arguments are JSON."""
+        entry = self.entry
+        return (
+            self.plan.direct
+            and entry is not None
+            and entry.direct
+            and self.signal is None
+            and self.arguments_error is None
+        )
+
+    def call_body(self, context: ToolRunContext) -> Any:
+        """Validate the arguments, then call the direct path's body (may raise)."""
+        definition = self.entry.definition  # type: ignore[union-attr]
+        self.parsed = definition.arguments.parse(self.execution.arguments)
+        self.body_started = True
+        return definition.execute(self.parsed, context)
+
+    def raised(self, context: ToolRunContext, error: Exception) -> ToolExecutionFailure:
+        """The direct path's body (or validation) raised ``error``."""
+        self.contexts = tuple(context._contexts)
+        return _from_exception(error, ErrorCode.TOOL_ERROR, contexts=self.contexts)
+
+    def completed(self, context: ToolRunContext, raw: object) -> ToolExecutionResult:
+        """The body returned ``raw``: keep what it deferred and render the value."""
+        self.contexts = tuple(context._contexts)
+        self.concluded = context._concluded
+        try:
+            return self.render(self.entry, raw)  # type: ignore[arg-type]
+        except Exception as error:
+            return _from_exception(error, ErrorCode.TOOL_ERROR, contexts=self.contexts)
 
     def timeout(self, timeout_ms: float | None) -> ToolExecutionFailure:
         return failure_result(
@@ -967,7 +1052,29 @@ def _call_output(
 
 
 def run_call(
-    plan: Plan, call: ToolExecutionInput, asynchronous: bool
+    plan: Plan, call: ToolExecutionInput
 ) -> Coroutine[Any, Any, ToolExecutionResult]:
-    """Run ``call`` through every stage of ``plan``; see the module docstring."""
-    return _Call(plan, call, asynchronous).run()
+    """Run ``call`` through every stage of ``plan``; see the module docstring.
+
+    A call with nothing to decide, observe, time or cancel takes :meth:`_Call.run_direct`:
+    the same steps, minus the frames of stages that would find nothing to do.
+    """
+    state = _Call(plan, call, True)
+    return state.run_direct() if state.is_direct() else state.run()
+
+
+def run_call_sync(plan: Plan, call: ToolExecutionInput) -> ToolExecutionResult:
+    """:func:`run_call` with no event loop, for a plan and tool with nothing to await."""
+    state = _Call(plan, call, False)
+    if state.is_direct():
+        return state.run_direct_sync()
+    coroutine = state.run()
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        result: ToolExecutionResult = done.value
+        return result
+    coroutine.close()
+    raise RuntimeError(  # pragma: no cover - the plan said every part was synchronous
+        "a synchronous call suspended; use `await registry.execute(call)`"
+    )

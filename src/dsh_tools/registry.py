@@ -31,7 +31,7 @@ from .models import (
     ToolOutput,
     ToolSchema,
 )
-from .pipeline import Plan, StageImpl, ToolEntry, run_call
+from .pipeline import Plan, StageImpl, ToolEntry, run_call, run_call_sync
 from .tracing import Tracer
 
 if TYPE_CHECKING:
@@ -201,9 +201,9 @@ class _ViewBase:
         """
         if not self._path and type(call) is ToolExecutionInput and call.agent is None:
             plan = self._registry._plans.get(()) or self._registry._plan(())
-            return run_call(plan, call, True)
+            return run_call(plan, call)
         routed = self._route(call)
-        return run_call(self._registry._plan(_path_of(routed.agent)), routed, True)
+        return run_call(self._registry._plan(_path_of(routed.agent)), routed)
 
     def execute_sync(self, call: ToolExecutionInput) -> ToolExecutionResult:
         """:meth:`execute` for synchronous hosts.
@@ -217,10 +217,10 @@ class _ViewBase:
         plan = self._registry._plan(_path_of(routed.agent))
         entry = plan.tools.get(routed.name)
         if plan.synchronous and (entry is None or entry.synchronous):
-            return _drive(run_call(plan, routed, False))
+            return run_call_sync(plan, routed)
         import anyio
 
-        return anyio.run(run_call, plan, routed, True)
+        return anyio.run(run_call, plan, routed)
 
     def _route(self, call: ToolExecutionInput) -> ToolExecutionInput:
         if not isinstance(call, ToolExecutionInput):
@@ -694,20 +694,12 @@ def _bind(function: Callable[..., Any], argnames: tuple[str, ...]) -> Callable[.
 
 def _running_event_loop() -> str | None:
     # Only a library that was imported can be running a loop: no import needed to ask.
+    # Both questions are asked without raising: execute_sync asks on every call.
     asyncio = sys.modules.get("asyncio")
-    if asyncio is not None:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            return "asyncio"
+    if asyncio is not None and asyncio._get_running_loop() is not None:
+        return "asyncio"
     trio = sys.modules.get("trio")
-    if trio is not None:
-        try:
-            trio.lowlevel.current_trio_token()
-        except RuntimeError:
-            return None
+    if trio is not None and trio.lowlevel.in_trio_run():
         return "trio"
     return None
 
@@ -719,16 +711,3 @@ def _refuse_inside_event_loop() -> None:
             f"execute_sync() was called inside a running {library} event loop; "
             "use `await registry.execute(call)` there"
         )
-
-
-def _drive(coroutine: Any) -> ToolExecutionResult:
-    """Run a coroutine that never suspends to completion, without an event loop."""
-    try:
-        coroutine.send(None)
-    except StopIteration as done:
-        result: ToolExecutionResult = done.value
-        return result
-    coroutine.close()
-    raise RuntimeError(  # pragma: no cover - the plan said every part was synchronous
-        "a synchronous call suspended; use `await registry.execute(call)`"
-    )
