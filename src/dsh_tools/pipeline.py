@@ -48,6 +48,7 @@ from .content import (
     TextContent,
     content_blocks,
     content_text,
+    text_blocks,
 )
 from .errors import DshToolsError, ErrorCode, JsonValueError, ToolOutputError
 from .hookspecs import Dispatch
@@ -246,60 +247,44 @@ def _is_native_cancellation(error: BaseException) -> bool:
 class _Call:
     """The state of one ``execute()``: read once at entry, shared by every stage."""
 
-    __slots__ = (
-        "arguments_error",
-        "asynchronous",
-        "bodies_running",
-        "body_started",
-        "concluded",
-        "contexts",
-        "entry",
-        "execution",
-        "name",
-        "parsed",
-        "plan",
-        "produced",
-        "signal",
-        "tracer",
-        "wrappers_expire",
-    )
+    # State every call starts with; an instance only stores what changes.
+    arguments_error: JsonValueError | None = None
+    body_started = False
+    bodies_running = 0
+    wrappers_expire: Callable[[], None] | None = None
+    concluded = False
+    contexts: tuple[ContextMessage, ...] = ()
+    produced: tuple[ToolExecutionResult, ...] = ()
+    parsed: Any = None
 
     def __init__(self, plan: Plan, call: ToolExecutionInput, asynchronous: bool) -> None:
         self.plan = plan
         self.asynchronous = asynchronous
-        self.name = call.name
+        self.name = name = call.name
         self.signal = call.signal
-        self.entry = plan.tools.get(call.name)
-        self.execution: ToolExecution
-        self.arguments_error: JsonValueError | None = None
+        self.entry = plan.tools.get(name)
+        self.tracer = plan.tracer
         arguments: FrozenDict | None = None
         try:
             snapshotted = snapshot(call.arguments, "arguments")
         except JsonValueError as error:
             self.arguments_error = error
         else:
-            if isinstance(snapshotted, FrozenDict):
+            if type(snapshotted) is FrozenDict:
                 arguments = snapshotted
             else:
                 self.arguments_error = JsonValueError("arguments", "must be a JSON object")
+        call_id = call.call_id
         self.execution = ToolExecution(
-            token=ExecutionToken(),
-            call_id=call.call_id,
-            name=call.name,
-            arguments=arguments,
-            agent=call.agent,
-            parent=call.parent,
-            root_call_id=call.root_call_id or call.call_id,
-            signal=call.signal,
+            ExecutionToken(),
+            call_id,
+            name,
+            arguments,
+            call.agent,
+            call.parent,
+            call.root_call_id or call_id,
+            call.signal,
         )
-        self.body_started = False
-        self.bodies_running = 0
-        self.wrappers_expire: Callable[[], None] | None = None
-        self.concluded = False
-        self.contexts: tuple[ContextMessage, ...] = ()
-        self.produced: list[ToolExecutionResult] = []
-        self.parsed: Any = None
-        self.tracer = plan.tracer
 
     # -------------------------------------------------------------- helpers
 
@@ -407,7 +392,7 @@ class _Call:
         if self.cancelled():
             return self.aborted(), True
         if self.plan.execute_caller is None and self.tracer is None:
-            result = await self.run_body(None)
+            result = await self.body(None)
         else:
             result = await self.dispatch()
         if self.cancelled() and not result.is_error:
@@ -417,7 +402,9 @@ class _Call:
     async def pre_execute(self) -> Allow | Deny | Ask:
         for impl in self.plan.pre:
             try:
-                decision = await self.settle(impl.function(self.execution))
+                decision = impl.function(self.execution)
+                if _is_awaitable(decision):
+                    decision = await self.settle(decision)
             except _Interrupted:
                 self.trace("pre_execute", impl.label, "interrupted")
                 raise
@@ -523,7 +510,7 @@ class _Call:
 
     async def dispatch(self) -> ToolExecutionResult:
         if self.plan.execute_caller is None:
-            result = await self.run_body(None)
+            result = await self.body(None)
         else:
             result = await self.wrapped_dispatch()
         if self.tracer is not None:
@@ -596,81 +583,80 @@ class _Call:
         """The innermost dispatch: resolve the tool now, validate, run, render."""
         self.bodies_running += 1
         try:
-            return await self.run_body(replacement)
+            if replacement is not None and not isinstance(replacement, CancelSignal):
+                raise TypeError(f"dispatch() takes a CancelSignal or None, got {replacement!r}")
+            if replacement is None:
+                parents: tuple[CancelSignal, ...] = () if self.signal is None else (self.signal,)
+            else:
+                parents = (replacement,) if self.signal is None else (self.signal, replacement)
+            if parents and any(parent.cancelled for parent in parents):
+                return self.keep(self.aborted())
+            entry = self.plan.resolve(self.name)
+            if entry is None:
+                return self.keep(
+                    failure_result(f'unknown tool "{self.name}"', ErrorCode.UNKNOWN_TOOL)
+                )
+            definition = entry.definition
+            timeout_ms = definition.timeout_ms or self.plan.default_timeout_ms
+            source: CancelSource | None = None
+            unlink: Callable[[], None] | None = None
+            if self.asynchronous and (len(parents) > 1 or timeout_ms):
+                # Fuse the caller's and the wrapper's signals (and the timer) for the body;
+                # with one signal and no timer the body sees that very signal.
+                source, unlink = linked_source(*parents)
+                signal: CancelSignal = source.signal
+            else:
+                signal = parents[0] if parents else NEVER_CANCELLED
+            context = ToolRunContext(self.execution, signal)
+            expired: list[bool] = []
+            try:
+                self.parsed = definition.arguments.parse(self.execution.arguments)
+                self.body_started = True
+                if signal is NEVER_CANCELLED and self.asynchronous and not definition.blocking:
+                    raw = definition.execute(self.parsed, context)
+                    if _is_awaitable(raw):
+                        raw = await raw
+                    cancelled = False
+                elif not self.asynchronous or signal is NEVER_CANCELLED:
+                    raw = await self.invoke(definition, context)
+                    cancelled = signal.cancelled
+                else:
+                    with anyio.CancelScope() as scope:
+                        remove = signal.add_callback(scope.cancel)
+                        try:
+                            if source is not None and timeout_ms:
+                                raw = await self.invoke_with_timeout(
+                                    definition, context, source, timeout_ms, expired
+                                )
+                            else:
+                                raw = await self.invoke(definition, context)
+                        finally:
+                            remove()
+                    cancelled = scope.cancelled_caught or signal.cancelled
+            except Exception as error:
+                self.contexts = tuple(context._contexts)
+                if expired:
+                    result: ToolExecutionResult = self.timeout(timeout_ms)
+                else:
+                    result = _from_exception(error, ErrorCode.TOOL_ERROR, contexts=self.contexts)
+            else:
+                if expired or cancelled:
+                    self.contexts = tuple(context._contexts)
+                    self.concluded = context._concluded
+                    result = self.timeout(timeout_ms) if expired else self.aborted()
+                else:
+                    result = self.completed(context, raw)
+            finally:
+                if unlink is not None:
+                    unlink()
+            return self.keep(result)
         finally:
             self.bodies_running -= 1
             if self.cancelled():
                 self.interrupt_wrappers()
 
-    async def run_body(self, replacement: CancelSignal | None) -> ToolExecutionResult:
-        if replacement is not None and not isinstance(replacement, CancelSignal):
-            raise TypeError(f"dispatch() takes a CancelSignal or None, got {replacement!r}")
-        if replacement is None:
-            parents: tuple[CancelSignal, ...] = () if self.signal is None else (self.signal,)
-        else:
-            parents = (replacement,) if self.signal is None else (self.signal, replacement)
-        if parents and any(parent.cancelled for parent in parents):
-            return self.keep(self.aborted())
-        entry = self.plan.resolve(self.name)
-        if entry is None:
-            return self.keep(failure_result(f'unknown tool "{self.name}"', ErrorCode.UNKNOWN_TOOL))
-        definition = entry.definition
-        timeout_ms = definition.timeout_ms or self.plan.default_timeout_ms
-        source: CancelSource | None = None
-        unlink: Callable[[], None] | None = None
-        if self.asynchronous and (len(parents) > 1 or timeout_ms):
-            # Fuse the caller's and the wrapper's signals (and the timer) for the body;
-            # with one signal and no timer the body sees that very signal.
-            source, unlink = linked_source(*parents)
-            signal: CancelSignal = source.signal
-        else:
-            signal = parents[0] if parents else NEVER_CANCELLED
-        context = ToolRunContext(self.execution, signal)
-        expired: list[bool] = []
-        try:
-            self.parsed = definition.arguments.parse(self.execution.arguments)
-            self.body_started = True
-            if signal is NEVER_CANCELLED and self.asynchronous and not definition.blocking:
-                raw = definition.execute(self.parsed, context)
-                if _is_awaitable(raw):
-                    raw = await raw
-                cancelled = False
-            elif not self.asynchronous or signal is NEVER_CANCELLED:
-                raw = await self.invoke(definition, context)
-                cancelled = signal.cancelled
-            else:
-                with anyio.CancelScope() as scope:
-                    remove = signal.add_callback(scope.cancel)
-                    try:
-                        if source is not None and timeout_ms:
-                            raw = await self.invoke_with_timeout(
-                                definition, context, source, timeout_ms, expired
-                            )
-                        else:
-                            raw = await self.invoke(definition, context)
-                    finally:
-                        remove()
-                cancelled = scope.cancelled_caught or signal.cancelled
-        except Exception as error:
-            self.contexts = tuple(context._contexts)
-            if expired:
-                result: ToolExecutionResult = self.timeout(timeout_ms)
-            else:
-                result = _from_exception(error, ErrorCode.TOOL_ERROR, contexts=self.contexts)
-        else:
-            if expired or cancelled:
-                self.contexts = tuple(context._contexts)
-                self.concluded = context._concluded
-                result = self.timeout(timeout_ms) if expired else self.aborted()
-            else:
-                result = self.completed(context, raw)
-        finally:
-            if unlink is not None:
-                unlink()
-        return self.keep(result)
-
     async def run_direct(self) -> ToolExecutionResult:
-        """The whole call when :meth:`is_direct`: :meth:`run_body` without the cancellation
+        """The whole call when :meth:`is_direct`: :meth:`body` without the cancellation
         work, and no other frame around it."""
         context = ToolRunContext(self.execution, NEVER_CANCELLED)
         try:
@@ -735,7 +721,7 @@ class _Call:
         )
 
     def keep(self, result: ToolExecutionResult) -> ToolExecutionResult:
-        self.produced.append(result)
+        self.produced += (result,)
         if self.tracer is not None:
             source = None if self.body_started else "not started"
             self.trace("body", source, _code(result), result)
@@ -794,7 +780,7 @@ class _Call:
         output = definition.output
         name = definition.name
         meta: JsonValue = None
-        if output is None and _is_typed_content(raw):
+        if output is None and type(raw) not in _PLAIN_JSON and _is_typed_content(raw):
             content = content_blocks(raw)  # type: ignore[arg-type]
             value: JsonValue = content
         else:
@@ -805,7 +791,7 @@ class _Call:
                     name, [f"value is not lossless JSON: {error.message}"]
                 ) from None
             if output is None:
-                content = content_blocks(value if isinstance(value, str) else dumps(value))
+                content = text_blocks(value if type(value) is str else dumps(value))
             else:
                 assert entry.output_validator is not None
                 violations = entry.output_validator(value)
@@ -828,7 +814,9 @@ class _Call:
     async def post_execute(self, result: ToolExecutionResult) -> ToolExecutionResult:
         for impl in self.plan.post:
             try:
-                decision = await self.settle(impl.function(self.execution, result))
+                decision = impl.function(self.execution, result)
+                if _is_awaitable(decision):
+                    decision = await self.settle(decision)
                 if self.tracer is not None:
                     self.trace("post_execute", impl.label, _outcome(decision), decision)
                 if decision is None:
@@ -922,7 +910,9 @@ class _Call:
     async def observe(self, result: ToolExecutionResult, limit: float = math.inf) -> None:
         for impl in self.plan.result:
             try:
-                await self.settle(impl.function(self.execution, result), limit)
+                observed = impl.function(self.execution, result)
+                if _is_awaitable(observed):
+                    await self.settle(observed, limit)
             except _Interrupted:
                 logger.warning(
                     'tool "%s" (%s): result observer %s was interrupted after the call was '
@@ -959,6 +949,8 @@ class _Call:
 
 
 _NEVER_AWAITABLE = frozenset({type(None), str, int, float, bool, dict, list, tuple})
+_PLAIN_JSON = frozenset({type(None), str, int, float, bool, dict})
+"""Types of values a body returns that can never be typed content blocks."""
 
 
 def _is_awaitable(value: object) -> bool:
@@ -1051,9 +1043,7 @@ def _call_output(
         ) from None
 
 
-def run_call(
-    plan: Plan, call: ToolExecutionInput
-) -> Coroutine[Any, Any, ToolExecutionResult]:
+def run_call(plan: Plan, call: ToolExecutionInput) -> Coroutine[Any, Any, ToolExecutionResult]:
     """Run ``call`` through every stage of ``plan``; see the module docstring.
 
     A call with nothing to decide, observe, time or cancel takes :meth:`_Call.run_direct`:

@@ -199,11 +199,8 @@ class _ViewBase:
         Routing errors (a malformed agent id, a call for another scope) raise at once;
         everything that happens to the call itself ends in a result.
         """
-        if not self._path and type(call) is ToolExecutionInput and call.agent is None:
-            plan = self._registry._plans.get(()) or self._registry._plan(())
-            return run_call(plan, call)
-        routed = self._route(call)
-        return run_call(self._registry._plan(_path_of(routed.agent)), routed)
+        plan, routed = self._planned(call)
+        return run_call(plan, routed)
 
     def execute_sync(self, call: ToolExecutionInput) -> ToolExecutionResult:
         """:meth:`execute` for synchronous hosts.
@@ -212,15 +209,27 @@ class _ViewBase:
         driven directly with no event loop and no thread; otherwise one event loop runs
         for the call. Raises :class:`RuntimeError` inside a running event loop.
         """
-        _refuse_inside_event_loop()
-        routed = self._route(call)
-        plan = self._registry._plan(_path_of(routed.agent))
+        library = _running_event_loop()
+        if library is not None:
+            raise RuntimeError(
+                f"execute_sync() was called inside a running {library} event loop; "
+                "use `await registry.execute(call)` there"
+            )
+        plan, routed = self._planned(call)
         entry = plan.tools.get(routed.name)
         if plan.synchronous and (entry is None or entry.synchronous):
             return run_call_sync(plan, routed)
         import anyio
 
         return anyio.run(run_call, plan, routed)
+
+    def _planned(self, call: ToolExecutionInput) -> tuple[Plan, ToolExecutionInput]:
+        """The plan that runs ``call``, and the call routed to this view's agent."""
+        registry = self._registry
+        if not self._path and type(call) is ToolExecutionInput and call.agent is None:
+            return registry._plans.get(()) or registry._plan(()), call
+        routed = self._route(call)
+        return registry._plan(_path_of(routed.agent)), routed
 
     def _route(self, call: ToolExecutionInput) -> ToolExecutionInput:
         if not isinstance(call, ToolExecutionInput):
@@ -702,12 +711,3 @@ def _running_event_loop() -> str | None:
     if trio is not None and trio.lowlevel.in_trio_run():
         return "trio"
     return None
-
-
-def _refuse_inside_event_loop() -> None:
-    library = _running_event_loop()
-    if library is not None:
-        raise RuntimeError(
-            f"execute_sync() was called inside a running {library} event loop; "
-            "use `await registry.execute(call)` there"
-        )
