@@ -184,13 +184,18 @@ class ToolRunContext:
     body is also interrupted at its next ``await``.
     """
 
-    __slots__ = ("_concluded", "_contexts", "execution", "signal")
+    __slots__ = ("_call", "_concluded", "_contexts", "signal")
 
-    def __init__(self, execution: ToolExecution, signal: CancelSignal) -> None:
-        self.execution = execution
+    def __init__(self, call: _Call, signal: CancelSignal) -> None:
+        self._call = call
         self.signal = signal
-        self._contexts: list[ContextMessage] = []
+        self._contexts: tuple[ContextMessage, ...] = ()
         self._concluded = False
+
+    @property
+    def execution(self) -> ToolExecution:
+        """The call as every stage sees it: identity, frozen arguments, caller's signal."""
+        return self._call.shared_execution()
 
     def defer_context(self, message: str | ContentLike | ContextMessage) -> None:
         """Queue a user-role message for the next model turn (kept on the result)."""
@@ -201,7 +206,7 @@ class ToolRunContext:
                 content=blocks,
                 source=self.execution.name,
             )
-        self._contexts.append(message)
+        self._contexts = (*self._contexts, message)
 
     def conclude_turn(self) -> None:
         """Ask the host to end the agent's turn after this call, if it succeeds."""
@@ -256,6 +261,7 @@ class _Call:
     contexts: tuple[ContextMessage, ...] = ()
     produced: tuple[ToolExecutionResult, ...] = ()
     parsed: Any = None
+    execution: ToolExecution  # see shared_execution
 
     def __init__(self, plan: Plan, call: ToolExecutionInput, asynchronous: bool) -> None:
         self.plan = plan
@@ -264,27 +270,38 @@ class _Call:
         self.signal = call.signal
         self.entry = plan.tools.get(name)
         self.tracer = plan.tracer
-        arguments: FrozenDict | None = None
+        self.call = call
+        self.arguments: FrozenDict | None = None
         try:
             snapshotted = snapshot(call.arguments, "arguments")
         except JsonValueError as error:
             self.arguments_error = error
         else:
             if type(snapshotted) is FrozenDict:
-                arguments = snapshotted
+                self.arguments = snapshotted
             else:
                 self.arguments_error = JsonValueError("arguments", "must be a JSON object")
-        call_id = call.call_id
-        self.execution = ToolExecution(
+
+    def _make_execution(self) -> ToolExecution:
+        call = self.call
+        return ToolExecution(
             ExecutionToken(),
-            call_id,
-            name,
-            arguments,
+            call.call_id,
+            self.name,
+            self.arguments,
             call.agent,
             call.parent,
-            call.root_call_id or call_id,
-            call.signal,
+            call.root_call_id or call.call_id,
+            self.signal,
         )
+
+    def shared_execution(self) -> ToolExecution:
+        """The call's one :class:`ToolExecution`. :meth:`run` makes it first thing; a
+        direct call makes it only if its body asks (most never do)."""
+        execution: ToolExecution | None = self.__dict__.get("execution")
+        if execution is None:
+            execution = self.execution = self._make_execution()
+        return execution
 
     # -------------------------------------------------------------- helpers
 
@@ -344,6 +361,7 @@ class _Call:
     # -------------------------------------------------------------- the run
 
     async def run(self) -> ToolExecutionResult:
+        self.execution = self._make_execution()
         try:
             result, post = await self.decide_and_dispatch()
             if post and self.plan.post:
@@ -607,7 +625,7 @@ class _Call:
                 signal: CancelSignal = source.signal
             else:
                 signal = parents[0] if parents else NEVER_CANCELLED
-            context = ToolRunContext(self.execution, signal)
+            context = ToolRunContext(self, signal)
             expired: list[bool] = []
             try:
                 self.parsed = definition.arguments.parse(self.execution.arguments)
@@ -634,14 +652,14 @@ class _Call:
                             remove()
                     cancelled = scope.cancelled_caught or signal.cancelled
             except Exception as error:
-                self.contexts = tuple(context._contexts)
+                self.contexts = context._contexts
                 if expired:
                     result: ToolExecutionResult = self.timeout(timeout_ms)
                 else:
                     result = _from_exception(error, ErrorCode.TOOL_ERROR, contexts=self.contexts)
             else:
                 if expired or cancelled:
-                    self.contexts = tuple(context._contexts)
+                    self.contexts = context._contexts
                     self.concluded = context._concluded
                     result = self.timeout(timeout_ms) if expired else self.aborted()
                 else:
@@ -658,7 +676,7 @@ class _Call:
     async def run_direct(self) -> ToolExecutionResult:
         """The whole call when :meth:`is_direct`: :meth:`body` without the cancellation
         work, and no other frame around it."""
-        context = ToolRunContext(self.execution, NEVER_CANCELLED)
+        context = ToolRunContext(self, NEVER_CANCELLED)
         try:
             raw = self.call_body(context)
             if _is_awaitable(raw):
@@ -670,7 +688,7 @@ class _Call:
     def run_direct_sync(self) -> ToolExecutionResult:
         """:meth:`run_direct` for ``execute_sync``, with no coroutine to drive; a plain
         callable that returns an awaitable gets an event loop of its own for it."""
-        context = ToolRunContext(self.execution, NEVER_CANCELLED)
+        context = ToolRunContext(self, NEVER_CANCELLED)
         try:
             raw = self.call_body(context)
             if _is_awaitable(raw):
@@ -695,18 +713,18 @@ class _Call:
     def call_body(self, context: ToolRunContext) -> Any:
         """Validate the arguments, then call the direct path's body (may raise)."""
         definition = self.entry.definition  # type: ignore[union-attr]
-        self.parsed = definition.arguments.parse(self.execution.arguments)
+        self.parsed = definition.arguments.parse(self.arguments)
         self.body_started = True
         return definition.execute(self.parsed, context)
 
     def raised(self, context: ToolRunContext, error: Exception) -> ToolExecutionFailure:
         """The direct path's body (or validation) raised ``error``."""
-        self.contexts = tuple(context._contexts)
+        self.contexts = context._contexts
         return _from_exception(error, ErrorCode.TOOL_ERROR, contexts=self.contexts)
 
     def completed(self, context: ToolRunContext, raw: object) -> ToolExecutionResult:
         """The body returned ``raw``: keep what it deferred and render the value."""
-        self.contexts = tuple(context._contexts)
+        self.contexts = context._contexts
         self.concluded = context._concluded
         try:
             return self.render(self.entry, raw)  # type: ignore[arg-type]
@@ -798,7 +816,7 @@ class _Call:
                 if violations:
                     raise ToolOutputError(name, violations)
                 content = _call_output(name, "render", output.render, self.parsed, value)
-                if output.presentation_meta is not None and self.execution.parent is None:
+                if output.presentation_meta is not None and self.call.parent is None:
                     meta = _call_output(
                         name,
                         "presentation_meta",
