@@ -184,10 +184,18 @@ class ToolRunContext:
     body is also interrupted at its next ``await``.
     """
 
-    __slots__ = ("_call", "_concluded", "_contexts", "signal")
+    __slots__ = ("_arguments", "_call", "_concluded", "_contexts", "_execution", "signal")
 
-    def __init__(self, call: _Call, signal: CancelSignal) -> None:
+    def __init__(
+        self,
+        call: ToolExecutionInput,
+        arguments: FrozenDict,
+        signal: CancelSignal,
+        execution: ToolExecution | None = None,
+    ) -> None:
         self._call = call
+        self._arguments = arguments
+        self._execution = execution
         self.signal = signal
         self._contexts: tuple[ContextMessage, ...] = ()
         self._concluded = False
@@ -195,7 +203,11 @@ class ToolRunContext:
     @property
     def execution(self) -> ToolExecution:
         """The call as every stage sees it: identity, frozen arguments, caller's signal."""
-        return self._call.shared_execution()
+        execution = self._execution
+        if execution is None:
+            # A direct call (no stage saw it) makes it only if its body asks; most never do.
+            execution = self._execution = _new_execution(self._call, self._arguments)
+        return execution
 
     def defer_context(self, message: str | ContentLike | ContextMessage) -> None:
         """Queue a user-role message for the next model turn (kept on the result)."""
@@ -261,9 +273,14 @@ class _Call:
     contexts: tuple[ContextMessage, ...] = ()
     produced: tuple[ToolExecutionResult, ...] = ()
     parsed: Any = None
-    execution: ToolExecution  # see shared_execution
 
-    def __init__(self, plan: Plan, call: ToolExecutionInput, asynchronous: bool) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        call: ToolExecutionInput,
+        asynchronous: bool,
+        arguments: FrozenDict | JsonValueError,
+    ) -> None:
         self.plan = plan
         self.asynchronous = asynchronous
         self.name = name = call.name
@@ -271,37 +288,12 @@ class _Call:
         self.entry = plan.tools.get(name)
         self.tracer = plan.tracer
         self.call = call
-        self.arguments: FrozenDict | None = None
-        try:
-            snapshotted = snapshot(call.arguments, "arguments")
-        except JsonValueError as error:
-            self.arguments_error = error
+        if type(arguments) is FrozenDict:
+            self.arguments: FrozenDict | None = arguments
         else:
-            if type(snapshotted) is FrozenDict:
-                self.arguments = snapshotted
-            else:
-                self.arguments_error = JsonValueError("arguments", "must be a JSON object")
-
-    def _make_execution(self) -> ToolExecution:
-        call = self.call
-        return ToolExecution(
-            ExecutionToken(),
-            call.call_id,
-            self.name,
-            self.arguments,
-            call.agent,
-            call.parent,
-            call.root_call_id or call.call_id,
-            self.signal,
-        )
-
-    def shared_execution(self) -> ToolExecution:
-        """The call's one :class:`ToolExecution`. :meth:`run` makes it first thing; a
-        direct call makes it only if its body asks (most never do)."""
-        execution: ToolExecution | None = self.__dict__.get("execution")
-        if execution is None:
-            execution = self.execution = self._make_execution()
-        return execution
+            self.arguments = None
+            self.arguments_error = arguments  # type: ignore[assignment]
+        self.execution = _new_execution(call, self.arguments)
 
     # -------------------------------------------------------------- helpers
 
@@ -361,7 +353,6 @@ class _Call:
     # -------------------------------------------------------------- the run
 
     async def run(self) -> ToolExecutionResult:
-        self.execution = self._make_execution()
         try:
             result, post = await self.decide_and_dispatch()
             if post and self.plan.post:
@@ -625,7 +616,7 @@ class _Call:
                 signal: CancelSignal = source.signal
             else:
                 signal = parents[0] if parents else NEVER_CANCELLED
-            context = ToolRunContext(self, signal)
+            context = ToolRunContext(self.call, self.arguments, signal, self.execution)  # type: ignore[arg-type]
             expired: list[bool] = []
             try:
                 self.parsed = definition.arguments.parse(self.execution.arguments)
@@ -663,7 +654,9 @@ class _Call:
                     self.concluded = context._concluded
                     result = self.timeout(timeout_ms) if expired else self.aborted()
                 else:
-                    result = self.completed(context, raw)
+                    self.contexts = context._contexts
+                    self.concluded = context._concluded
+                    result = _completed(entry, raw, self.parsed, context, self.call.parent)
             finally:
                 if unlink is not None:
                     unlink()
@@ -672,64 +665,6 @@ class _Call:
             self.bodies_running -= 1
             if self.cancelled():
                 self.interrupt_wrappers()
-
-    async def run_direct(self) -> ToolExecutionResult:
-        """The whole call when :meth:`is_direct`: :meth:`body` without the cancellation
-        work, and no other frame around it."""
-        context = ToolRunContext(self, NEVER_CANCELLED)
-        try:
-            raw = self.call_body(context)
-            if _is_awaitable(raw):
-                raw = await raw
-        except Exception as error:
-            return self.raised(context, error)
-        return self.completed(context, raw)
-
-    def run_direct_sync(self) -> ToolExecutionResult:
-        """:meth:`run_direct` for ``execute_sync``, with no coroutine to drive; a plain
-        callable that returns an awaitable gets an event loop of its own for it."""
-        context = ToolRunContext(self, NEVER_CANCELLED)
-        try:
-            raw = self.call_body(context)
-            if _is_awaitable(raw):
-                raw = anyio.run(_awaited, raw)
-        except Exception as error:
-            return self.raised(context, error)
-        return self.completed(context, raw)
-
-    def is_direct(self) -> bool:
-        """Nothing to decide, observe, time or cancel: the plan has no stage and no default
-        timeout, the tool no timer, thread or finalizer, the call no signal, and its
-        arguments are JSON."""
-        entry = self.entry
-        return (
-            self.plan.direct
-            and entry is not None
-            and entry.direct
-            and self.signal is None
-            and self.arguments_error is None
-        )
-
-    def call_body(self, context: ToolRunContext) -> Any:
-        """Validate the arguments, then call the direct path's body (may raise)."""
-        definition = self.entry.definition  # type: ignore[union-attr]
-        self.parsed = definition.arguments.parse(self.arguments)
-        self.body_started = True
-        return definition.execute(self.parsed, context)
-
-    def raised(self, context: ToolRunContext, error: Exception) -> ToolExecutionFailure:
-        """The direct path's body (or validation) raised ``error``."""
-        self.contexts = context._contexts
-        return _from_exception(error, ErrorCode.TOOL_ERROR, contexts=self.contexts)
-
-    def completed(self, context: ToolRunContext, raw: object) -> ToolExecutionResult:
-        """The body returned ``raw``: keep what it deferred and render the value."""
-        self.contexts = context._contexts
-        self.concluded = context._concluded
-        try:
-            return self.render(self.entry, raw)  # type: ignore[arg-type]
-        except Exception as error:
-            return _from_exception(error, ErrorCode.TOOL_ERROR, contexts=self.contexts)
 
     def timeout(self, timeout_ms: float | None) -> ToolExecutionFailure:
         return failure_result(
@@ -793,39 +728,8 @@ class _Call:
     # -------------------------------------------------------------- output
 
     def render(self, entry: ToolEntry, raw: object) -> ToolExecutionSuccess:
-        """Turn a body's (or a replacement) value into a success, by the output contract."""
-        definition = entry.definition
-        output = definition.output
-        name = definition.name
-        meta: JsonValue = None
-        if output is None and type(raw) not in _PLAIN_JSON and _is_typed_content(raw):
-            content = content_blocks(raw)  # type: ignore[arg-type]
-            value: JsonValue = content
-        else:
-            try:
-                value = snapshot(raw)
-            except JsonValueError as error:
-                raise ToolOutputError(
-                    name, [f"value is not lossless JSON: {error.message}"]
-                ) from None
-            if output is None:
-                content = text_blocks(value if type(value) is str else dumps(value))
-            else:
-                assert entry.output_validator is not None
-                violations = entry.output_validator(value)
-                if violations:
-                    raise ToolOutputError(name, violations)
-                content = _call_output(name, "render", output.render, self.parsed, value)
-                if output.presentation_meta is not None and self.call.parent is None:
-                    meta = _call_output(
-                        name,
-                        "presentation_meta",
-                        output.presentation_meta,
-                        self.parsed,
-                        value,
-                        True,
-                    )
-        return trusted_success(value, content, meta, self.contexts, self.concluded)
+        """Turn a value a wrapper or post-execute supplied into a success."""
+        return _render(entry, raw, self.parsed, self.contexts, self.concluded, self.call.parent)
 
     # -------------------------------------------------------------- post
 
@@ -1061,22 +965,157 @@ def _call_output(
         ) from None
 
 
+def _render(
+    entry: ToolEntry,
+    raw: object,
+    parsed: Any,
+    contexts: tuple[ContextMessage, ...],
+    concluded: bool,
+    parent: ExecutionToken | None,
+) -> ToolExecutionSuccess:
+    """Turn a body's (or a replacement) value into a success, by the output contract;
+    raises :class:`ToolOutputError` when the value breaks it."""
+    definition = entry.definition
+    output = definition.output
+    name = definition.name
+    meta: JsonValue = None
+    if output is None and type(raw) not in _PLAIN_JSON and _is_typed_content(raw):
+        content = content_blocks(raw)  # type: ignore[arg-type]
+        value: JsonValue = content
+    else:
+        try:
+            value = snapshot(raw)
+        except JsonValueError as error:
+            raise ToolOutputError(name, [f"value is not lossless JSON: {error.message}"]) from None
+        if output is None:
+            content = text_blocks(value if type(value) is str else dumps(value))
+        else:
+            assert entry.output_validator is not None
+            violations = entry.output_validator(value)
+            if violations:
+                raise ToolOutputError(name, violations)
+            content = _call_output(name, "render", output.render, parsed, value)
+            if output.presentation_meta is not None and parent is None:
+                meta = _call_output(
+                    name,
+                    "presentation_meta",
+                    output.presentation_meta,
+                    parsed,
+                    value,
+                    True,
+                )
+    return trusted_success(value, content, meta, contexts, concluded)
+
+
+def _completed(
+    entry: ToolEntry,
+    raw: object,
+    parsed: Any,
+    context: ToolRunContext,
+    parent: ExecutionToken | None,
+) -> ToolExecutionResult:
+    """The body returned ``raw``: the success it renders to, with what the body deferred
+    (or the failure that says how its value broke the output contract)."""
+    contexts = context._contexts
+    try:
+        return _render(entry, raw, parsed, contexts, context._concluded, parent)
+    except Exception as error:
+        return _from_exception(error, ErrorCode.TOOL_ERROR, contexts=contexts)
+
+
+def _new_execution(call: ToolExecutionInput, arguments: FrozenDict | None) -> ToolExecution:
+    """The call as every stage sees it, with a fresh token."""
+    call_id = call.call_id
+    return ToolExecution(
+        ExecutionToken(),
+        call_id,
+        call.name,
+        arguments,
+        call.agent,
+        call.parent,
+        call.root_call_id or call_id,
+        call.signal,
+    )
+
+
+def _frozen_arguments(value: object) -> FrozenDict | JsonValueError:
+    """The call's arguments snapshotted once, or the error saying why they are not a JSON
+    object (the call then fails before any policy runs)."""
+    try:
+        frozen = snapshot(value, "arguments")
+    except JsonValueError as error:
+        return error
+    if type(frozen) is FrozenDict:
+        return frozen
+    return JsonValueError("arguments", "must be a JSON object")
+
+
+def _direct_entry(
+    plan: Plan, call: ToolExecutionInput, arguments: FrozenDict | JsonValueError
+) -> ToolEntry | None:
+    """The tool, when the call has nothing to decide, observe, time or cancel: the plan has
+    no stage and no default timeout, the tool no timer, thread or finalizer, the call no
+    signal, and its arguments are a JSON object."""
+    if not plan.direct or call.signal is not None or type(arguments) is not FrozenDict:
+        return None
+    entry = plan.tools.get(call.name)
+    return entry if entry is not None and entry.direct else None
+
+
+async def _run_direct(
+    entry: ToolEntry, call: ToolExecutionInput, arguments: FrozenDict
+) -> ToolExecutionResult:
+    """A call with :func:`_direct_entry`: what :meth:`_Call.body` does, without the stages
+    around it and the cancellation work in it."""
+    definition = entry.definition
+    context = ToolRunContext(call, arguments, NEVER_CANCELLED)
+    try:
+        parsed = definition.arguments.parse(arguments)
+        raw = definition.execute(parsed, context)
+        if _is_awaitable(raw):
+            raw = await raw
+    except Exception as error:
+        return _from_exception(error, ErrorCode.TOOL_ERROR, contexts=context._contexts)
+    return _completed(entry, raw, parsed, context, call.parent)
+
+
+def _run_direct_sync(
+    entry: ToolEntry, call: ToolExecutionInput, arguments: FrozenDict
+) -> ToolExecutionResult:
+    """:func:`_run_direct` for ``execute_sync``, with no coroutine to drive; a plain
+    callable that returns an awaitable gets an event loop of its own for it."""
+    definition = entry.definition
+    context = ToolRunContext(call, arguments, NEVER_CANCELLED)
+    try:
+        parsed = definition.arguments.parse(arguments)
+        raw = definition.execute(parsed, context)
+        if _is_awaitable(raw):
+            raw = anyio.run(_awaited, raw)
+    except Exception as error:
+        return _from_exception(error, ErrorCode.TOOL_ERROR, contexts=context._contexts)
+    return _completed(entry, raw, parsed, context, call.parent)
+
+
 def run_call(plan: Plan, call: ToolExecutionInput) -> Coroutine[Any, Any, ToolExecutionResult]:
     """Run ``call`` through every stage of ``plan``; see the module docstring.
 
-    A call with nothing to decide, observe, time or cancel takes :meth:`_Call.run_direct`:
-    the same steps, minus the frames of stages that would find nothing to do.
+    A call with nothing to decide, observe, time or cancel (:func:`_direct_entry`) runs
+    the same steps without the frames of stages that would find nothing to do.
     """
-    state = _Call(plan, call, True)
-    return state.run_direct() if state.is_direct() else state.run()
+    arguments = _frozen_arguments(call.arguments)
+    entry = _direct_entry(plan, call, arguments)
+    if entry is not None:
+        return _run_direct(entry, call, arguments)  # type: ignore[arg-type]
+    return _Call(plan, call, True, arguments).run()
 
 
 def run_call_sync(plan: Plan, call: ToolExecutionInput) -> ToolExecutionResult:
     """:func:`run_call` with no event loop, for a plan and tool with nothing to await."""
-    state = _Call(plan, call, False)
-    if state.is_direct():
-        return state.run_direct_sync()
-    coroutine = state.run()
+    arguments = _frozen_arguments(call.arguments)
+    entry = _direct_entry(plan, call, arguments)
+    if entry is not None:
+        return _run_direct_sync(entry, call, arguments)  # type: ignore[arg-type]
+    coroutine = _Call(plan, call, False, arguments).run()
     try:
         coroutine.send(None)
     except StopIteration as done:
