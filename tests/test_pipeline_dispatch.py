@@ -486,6 +486,107 @@ def test_scoped_wrapper_runs_only_for_its_agents_calls() -> None:
     assert agents == ["a", "a/x"]
 
 
+def chained(label: str, log: list[str], setup: Callable[[], Any] | None = None) -> object:
+    """A wrapper plugin that logs around the yield and around the dispatch it returns."""
+
+    class Chained:
+        @hookimpl(wrapper=True)
+        def dsh_tools_execute(self, execution: ToolExecution) -> Any:
+            log.append(f"{label} start")
+            if setup is not None:
+                setup()
+            try:
+                dispatch = yield
+            except Exception as error:
+                log.append(f"{label} saw {error}")
+                raise
+
+            async def wrapped(signal: CancelSignal | None = None) -> Any:
+                log.append(f"{label} dispatch")
+                return await dispatch(signal)
+
+            return wrapped
+
+    return Chained()
+
+
+def test_wrappers_nest_with_the_last_registered_outermost() -> None:
+    log: list[str] = []
+    registry = ToolRegistry()
+    registry.register(tool(lambda args, ctx: log.append("body") or "ok"))
+    registry.add_plugin(chained("inner", log))
+    registry.add_plugin(chained("outer", log))
+    assert success(registry.execute_sync(call())).value == "ok"
+    assert log == ["outer start", "inner start", "outer dispatch", "inner dispatch", "body"]
+
+
+def test_a_wrapper_raising_before_its_yield_is_thrown_into_the_outer_ones() -> None:
+    log: list[str] = []
+
+    def broken() -> None:
+        raise RuntimeError("inner broke")
+
+    registry = ToolRegistry()
+    registry.register(tool(lambda args, ctx: log.append("body")))
+    registry.add_plugin(chained("inner", log, broken))
+    registry.add_plugin(chained("outer", log))
+    result = failure(registry.execute_sync(call()))
+    assert result.code == "POLICY_ERROR"
+    assert "inner broke" in result.error.message
+    assert log == ["outer start", "inner start", "outer saw inner broke"]
+
+
+def test_a_wrapper_that_never_yields_or_yields_twice_fails_closed() -> None:
+    class NoYield:
+        @hookimpl(wrapper=True)
+        def dsh_tools_execute(self, execution: ToolExecution) -> Any:
+            return None
+            yield  # a generator that returns at once
+
+    class TwoYields:
+        @hookimpl(wrapper=True)
+        def dsh_tools_execute(self, execution: ToolExecution) -> Any:
+            dispatch = yield
+            yield
+            return dispatch
+
+    ran: list[str] = []
+    for plugin, problem in ((NoYield(), "did not yield"), (TwoYields(), "yielded twice")):
+        registry = ToolRegistry()
+        registry.register(tool(lambda args, ctx: ran.append("body")))
+        registry.add_plugin(plugin)
+        result = failure(registry.execute_sync(call()))
+        assert result.code == "POLICY_ERROR"
+        assert problem in result.error.message
+    assert ran == []
+
+
+def test_an_outer_wrapper_may_recover_from_an_inner_wrapper_error() -> None:
+    class Broken:
+        @hookimpl(wrapper=True)
+        def dsh_tools_execute(self, execution: ToolExecution) -> Any:
+            yield
+            raise RuntimeError("inner broke after its yield")
+
+    class Recovering:
+        @hookimpl(wrapper=True)
+        def dsh_tools_execute(self, execution: ToolExecution) -> Any:
+            try:
+                return (yield)
+            except RuntimeError:
+
+                async def fallback(signal: CancelSignal | None = None) -> Any:
+                    return ToolExecutionSuccess(value="recovered", content="recovered")
+
+                return fallback
+
+    registry = ToolRegistry()
+    registry.register(tool())
+    registry.add_plugin(Broken())
+    registry.add_plugin(Recovering())
+    assert success(registry.execute_sync(call())).value == "recovered"
+
+
 def test_invalid_arguments_never_reach_the_body_and_still_pass_post() -> None:
     # B117 + E1: INVALID_ARGS lists every violation.
     log: list[str] = []

@@ -406,7 +406,7 @@ def test_a_scoped_plugin_disposer_unregisters_it(registry: ToolRegistry) -> None
     assert registry.scope("a").execute_sync(call()).is_error
     dispose()
     assert not registry.scope("a").execute_sync(call()).is_error
-    assert plugin_state(registry) == {"dsh_tools.builtin_dispatch"}
+    assert plugin_state(registry) == set()
 
 
 # --------------------------------------------------------------------------- order

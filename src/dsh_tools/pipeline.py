@@ -143,8 +143,7 @@ class Plan:
     guards: tuple[StageImpl, ...]
     post: tuple[StageImpl, ...]
     result: tuple[StageImpl, ...]
-    execute_caller: Any
-    builtin: dict[ExecutionToken, Dispatch]
+    wrappers: tuple[StageImpl, ...]
     resolve: Callable[[str], ToolEntry | None]
     approval: ApprovalService | None
     approval_async: bool
@@ -162,14 +161,14 @@ class Plan:
             or self.guards
             or self.post
             or self.result
-            or self.execute_caller is not None
+            or self.wrappers
             or self.tracer is not None
             or self.default_timeout_ms is not None
         )
         object.__setattr__(self, "direct", direct)
         stages = (*self.pre, *self.post, *self.result)
         synchronous = (
-            self.execute_caller is None
+            not self.wrappers
             and not any(impl.is_async for impl in stages)
             and not self.approval_async
             and self.default_timeout_ms is None
@@ -400,10 +399,13 @@ class _Call:
             return self.denied(reason), True
         if self.cancelled():
             return self.aborted(), True
-        if self.plan.execute_caller is None and self.tracer is None:
-            result = await self.body(None)
+        if self.plan.wrappers:
+            result = await self.wrapped_dispatch()
         else:
-            result = await self.dispatch()
+            result = await self.body(None)
+        if self.tracer is not None:
+            source = "wrappers" if self.plan.wrappers else None
+            self.trace("execute", source, _code(result), result)
         if self.cancelled() and not result.is_error:
             result = self.aborted(result.additional_contexts)
         return result, True
@@ -517,33 +519,21 @@ class _Call:
 
     # -------------------------------------------------------------- dispatch
 
-    async def dispatch(self) -> ToolExecutionResult:
-        if self.plan.execute_caller is None:
-            result = await self.body(None)
-        else:
-            result = await self.wrapped_dispatch()
-        if self.tracer is not None:
-            source = "wrappers" if self.plan.execute_caller else None
-            self.trace("execute", source, _code(result), result)
-        return result
-
     async def wrapped_dispatch(self) -> ToolExecutionResult:
-        caller = self.plan.execute_caller
-        token = self.execution.token
-        self.plan.builtin[token] = self.body
+        wrappers = self.plan.wrappers
         signal = self.signal if self.asynchronous else None
         remove = None
         interrupted = False
         try:
             if signal is None:
                 # Nobody can cancel this call: no scope is needed to bound the wrappers.
-                dispatch = caller(execution=self.execution)
+                dispatch = _wrapped(wrappers, self.execution, self.body)
                 result: object = await dispatch(None)
             else:
                 with anyio.CancelScope() as scope:
                     self.wrappers_expire = _expire(scope)
                     remove = signal.add_callback(self.interrupt_wrappers)
-                    dispatch = caller(execution=self.execution)
+                    dispatch = _wrapped(wrappers, self.execution, self.body)
                     result = await dispatch(None)
                 interrupted = scope.cancelled_caught
         except Exception as error:
@@ -551,7 +541,6 @@ class _Call:
                 _from_exception(error, ErrorCode.POLICY_ERROR, "execute wrapper failed: ")
             ) from None
         finally:
-            self.plan.builtin.pop(token, None)
             self.wrappers_expire = None
             if remove is not None:
                 remove()
@@ -963,6 +952,44 @@ def _call_output(
         raise ToolOutputError(
             tool, [f"output.{label} returned non-lossless JSON: {error.message}"]
         ) from None
+
+
+def _wrapped(wrappers: tuple[StageImpl, ...], execution: ToolExecution, body: Dispatch) -> Any:
+    """The dispatch that the ``dsh_tools_execute`` wrappers build around ``body``.
+
+    Called the way pluggy calls ``wrapper=True`` implementations (outermost first; an
+    error before or after a wrapper's ``yield`` is thrown into the wrappers outside it),
+    without pluggy's per-call bookkeeping: this runs on every wrapped call.
+    """
+    started: list[Any] = []
+    error: BaseException | None = None
+    for wrapper in wrappers:
+        try:
+            generator = wrapper.function(execution)
+            next(generator)
+        except StopIteration:
+            error = RuntimeError(f"execute wrapper {wrapper.label} did not yield")
+            break
+        except BaseException as raised:
+            error = raised
+            break
+        started.append(generator)
+    result: Any = body
+    for generator in reversed(started):
+        try:
+            if error is None:
+                generator.send(result)
+            else:
+                generator.throw(error)
+            generator.close()
+            error = RuntimeError("an execute wrapper yielded twice")
+        except StopIteration as done:
+            result, error = done.value, None
+        except BaseException as raised:
+            error = raised
+    if error is not None:
+        raise error
+    return result
 
 
 def _render(

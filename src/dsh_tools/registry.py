@@ -18,11 +18,10 @@ import pluggy
 
 from . import hookspecs
 from .errors import DefinitionError, RegistrationError
-from .hookspecs import PROJECT_NAME, Dispatch
+from .hookspecs import PROJECT_NAME
 from .jsonschema import assert_supported_json_schema, compile_validator
 from .models import (
     ApprovalService,
-    ExecutionToken,
     PresentableResult,
     ToolDefinition,
     ToolExecution,
@@ -95,17 +94,6 @@ class _PluginRecord:
 
     def __init__(self, path: tuple[str, ...]) -> None:
         self.path = path
-
-
-class _BuiltinDispatch:
-    """The innermost ``dsh_tools_execute`` implementation: hands out the body dispatch."""
-
-    def __init__(self) -> None:
-        self.pending: dict[ExecutionToken, Dispatch] = {}
-
-    @hookspecs.hookimpl(trylast=True)
-    def dsh_tools_execute(self, execution: ToolExecution) -> Dispatch:
-        return self.pending[execution.token]
 
 
 class _ViewBase:
@@ -271,8 +259,6 @@ class ToolRegistry(_ViewBase):
         self._plans: dict[tuple[str, ...], Plan] = {}
         self._pm = _PluginManager(PROJECT_NAME)
         self._pm.add_hookspecs(hookspecs)
-        self._builtin = _BuiltinDispatch()
-        self._pm.register(self._builtin, name="dsh_tools.builtin_dispatch")
         self.approval = approval
         self.default_timeout_ms = default_timeout_ms
         self.tracer = tracer
@@ -490,19 +476,7 @@ class ToolRegistry(_ViewBase):
         guards.extend(self._stage_impls(hook.dsh_tools_guard, path))
         post = self._stage_impls(hook.dsh_tools_post_execute, path)
         result = self._stage_impls(hook.dsh_tools_result, path)
-        wrappers = [
-            impl
-            for impl in hook.dsh_tools_execute.get_hookimpls()
-            if impl.wrapper and self._applies(impl.plugin_name, path)
-        ]
-        execute_caller = None
-        if wrappers:
-            outside = [
-                self._pm.get_plugin(name)
-                for name, record in self._plugins.items()
-                if not _is_prefix(record.path, path)
-            ]
-            execute_caller = self._pm.subset_hook_caller(_WRAPPER_HOOK, outside)
+        wrappers = self._stage_impls(hook.dsh_tools_execute, path)
         approval_async = self.approval is not None and inspect.iscoroutinefunction(
             getattr(self.approval, "request", None)
         )
@@ -513,8 +487,7 @@ class ToolRegistry(_ViewBase):
             guards=tuple(guards),
             post=post,
             result=result,
-            execute_caller=execute_caller,
-            builtin=self._builtin.pending,
+            wrappers=wrappers,
             resolve=lambda name: self._plan(path).tools.get(name),
             approval=self.approval,
             approval_async=approval_async,
@@ -529,6 +502,7 @@ class ToolRegistry(_ViewBase):
     def _stage_impls(
         self, caller: pluggy.HookCaller, path: tuple[str, ...]
     ) -> tuple[StageImpl, ...]:
+        passed = tuple(caller.spec.argnames) if caller.spec else ()
         # get_hookimpls() lists in call order reversed (last is called first).
         impls = [
             impl
@@ -537,7 +511,7 @@ class ToolRegistry(_ViewBase):
         ]
         return tuple(
             StageImpl(
-                _bind(impl.function, impl.argnames),
+                _bind(impl.function, impl.argnames, passed),
                 "plugin "
                 + (_label(impl.plugin) if impl.plugin_name.isdigit() else repr(impl.plugin_name)),
                 inspect.iscoroutinefunction(impl.function),
@@ -685,18 +659,19 @@ def _label(thing: object, name: str | None = None) -> str:
     )
 
 
-def _bind(function: Callable[..., Any], argnames: tuple[str, ...]) -> Callable[..., Any]:
-    """Adapt a hookimpl taking any subset of (execution, result) to a positional call."""
+def _bind(
+    function: Callable[..., Any], argnames: tuple[str, ...], passed: tuple[str, ...]
+) -> Callable[..., Any]:
+    """Adapt a hookimpl taking any subset of its hook's arguments ``passed`` (in order) to
+    a positional call with all of them; one that takes them all is used as it is."""
+    if argnames == passed:
+        return function
     if argnames == ("execution",):
         return lambda execution, result=None: function(execution)
-    if argnames == ("execution", "result"):
-        return function
-    if argnames == ():
-        return lambda execution, result=None: function()
 
-    def call(execution: ToolExecution, result: ToolExecutionResult | None = None) -> Any:
-        values = {"execution": execution, "result": result}
-        return function(*[values[name] for name in argnames])
+    def call(*values: Any) -> Any:
+        named = dict(zip(passed, values, strict=True))
+        return function(*[named[name] for name in argnames])
 
     return call
 
