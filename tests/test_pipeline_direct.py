@@ -1,0 +1,196 @@
+"""A call with nothing to decide, observe, time or cancel runs without the empty stages'
+frames (the *direct* path). It must end exactly as the full pipeline would: every body
+outcome here runs both ways and the results must match, field for field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import pytest
+
+from dsh_tools import (
+    CancelSource,
+    ImageContent,
+    TextContent,
+    ToolExecution,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    ToolOutput,
+    ToolRegistry,
+    ToolRunContext,
+    define_tool,
+    hookimpl,
+    pipeline,
+    result_to_json,
+)
+from dsh_tools.errors import ToolError
+
+PNG = "iVBORw0KGgo="
+
+
+class Bystander:
+    """A result observer that does nothing: its presence forces the full pipeline."""
+
+    @hookimpl
+    def dsh_tools_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+        return None
+
+
+def _sync_bodies() -> dict[str, Callable[[Any, ToolRunContext], Any]]:
+    def defers(args: Any, ctx: ToolRunContext) -> str:
+        ctx.defer_context("remember this")
+        ctx.conclude_turn()
+        return "done"
+
+    def defers_then_raises(args: Any, ctx: ToolRunContext) -> str:
+        ctx.defer_context("kept on the failure")
+        raise ToolError("it broke", code="CUSTOM_CODE")
+
+    def reads_execution(args: Any, ctx: ToolRunContext) -> Any:
+        execution = ctx.execution
+        return {
+            "call": execution.call_id,
+            "root": execution.root_call_id,
+            "args": execution.arguments,
+            "same": ctx.execution is execution,
+        }
+
+    async def later() -> str:
+        return "awaited"
+
+    return {
+        "int": lambda args, ctx: args["n"] + 1,
+        "text": lambda args, ctx: f"n={args['n']}",
+        "object": lambda args, ctx: {"n": args["n"], "list": [1, "two", None]},
+        "none": lambda args, ctx: None,
+        "blocks": lambda args, ctx: [TextContent("a"), ImageContent(PNG, "image/png")],
+        "not JSON": lambda args, ctx: {1, 2},
+        "nan": lambda args, ctx: float("nan"),
+        "raises": lambda args, ctx: 1 / 0,
+        "defers": defers,
+        "defers then raises": defers_then_raises,
+        "reads execution": reads_execution,
+        "returns an awaitable": lambda args, ctx: later(),
+    }
+
+
+def _async_version(body: Callable[[Any, ToolRunContext], Any]) -> Any:
+    async def run(args: Any, ctx: ToolRunContext) -> Any:
+        value = body(args, ctx)
+        return (await value) if asyncio.iscoroutine(value) else value
+
+    return run
+
+
+def _registries(body: Any, output: ToolOutput | None = None) -> tuple[ToolRegistry, ToolRegistry]:
+    direct, full = ToolRegistry(), ToolRegistry()
+    full.add_plugin(Bystander())
+    for registry in (direct, full):
+        registry.register(
+            define_tool(
+                name="t",
+                description="A test tool.",
+                parameters={"n": {"type": "integer", "required": True}},
+                execute=body,
+                output=output,
+            )
+        )
+    return direct, full
+
+
+CALLS = {
+    "valid": ToolExecutionInput("c1", "t", {"n": 1}, root_call_id="root"),
+    "invalid arguments": ToolExecutionInput("c2", "t", {"n": "one", "extra": True}),
+    "non-JSON arguments": ToolExecutionInput("c3", "t", {"n": {1}}),
+    "unknown tool": ToolExecutionInput("c4", "missing", {"n": 1}),
+}
+
+
+def _same(one: ToolExecutionResult, other: ToolExecutionResult) -> None:
+    assert type(one) is type(other)
+    assert result_to_json(one) == result_to_json(other)
+
+
+@pytest.mark.parametrize("call", CALLS.values(), ids=list(CALLS))
+@pytest.mark.parametrize("name", list(_sync_bodies()))
+def test_sync_bodies_end_the_same_both_ways(name: str, call: ToolExecutionInput) -> None:
+    direct, full = _registries(_sync_bodies()[name])
+    _same(direct.execute_sync(call), full.execute_sync(call))
+    _same(asyncio.run(direct.execute(call)), asyncio.run(full.execute(call)))
+
+
+@pytest.mark.parametrize("call", CALLS.values(), ids=list(CALLS))
+@pytest.mark.parametrize("name", list(_sync_bodies()))
+def test_async_bodies_end_the_same_both_ways(name: str, call: ToolExecutionInput) -> None:
+    direct, full = _registries(_async_version(_sync_bodies()[name]))
+    _same(asyncio.run(direct.execute(call)), asyncio.run(full.execute(call)))
+    _same(direct.execute_sync(call), full.execute_sync(call))
+
+
+@pytest.mark.parametrize("value", [3, "three", -1], ids=["valid", "renders badly", "invalid"])
+def test_output_contracts_end_the_same_both_ways(value: Any) -> None:
+    def render(args: Any, produced: Any) -> Any:
+        if produced == "three":
+            raise ValueError("cannot render that")
+        return f"value {produced}"
+
+    output = ToolOutput(schema={"type": "integer"}, render=render)
+    direct, full = _registries(lambda args, ctx: value, output)
+    call = CALLS["valid"]
+    _same(direct.execute_sync(call), full.execute_sync(call))
+
+
+@pytest.fixture(autouse=True)
+def paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Which way each call went, so the comparisons above are known to compare both."""
+    taken: list[str] = []
+    for name in ("_run_direct", "_run_direct_sync"):
+        original = getattr(pipeline, name)
+
+        def spy(*args: Any, _original: Any = original) -> Any:
+            taken.append("direct")
+            return _original(*args)
+
+        monkeypatch.setattr(pipeline, name, spy)
+    original_run = pipeline._Call.run
+
+    def run(self: Any) -> Any:
+        taken.append("full")
+        return original_run(self)
+
+    monkeypatch.setattr(pipeline._Call, "run", run)
+    return taken
+
+
+def test_each_registry_takes_the_way_it_should(paths: list[str]) -> None:
+    direct, full = _registries(lambda args, ctx: 1)
+    direct.execute_sync(CALLS["valid"])
+    asyncio.run(direct.execute(CALLS["valid"]))
+    full.execute_sync(CALLS["valid"])
+    assert paths == ["direct", "direct", "full"]
+    # Anything that must run makes the call take the full pipeline.
+    del paths[:]
+    direct.execute_sync(CALLS["non-JSON arguments"])
+    direct.execute_sync(CALLS["unknown tool"])
+    source = CancelSource()
+    direct.execute_sync(attrs.evolve(CALLS["valid"], signal=source.signal))
+    assert paths == ["full", "full", "full"]
+
+
+def test_a_direct_body_makes_its_execution_once_on_request() -> None:
+    seen: list[ToolExecution] = []
+
+    def body(args: Any, ctx: ToolRunContext) -> int:
+        seen.append(ctx.execution)
+        seen.append(ctx.execution)
+        return 1
+
+    direct, _ = _registries(body)
+    direct.execute_sync(CALLS["valid"])
+    first, second = seen
+    assert first is second
+    assert (first.call_id, first.root_call_id, first.arguments) == ("c1", "root", {"n": 1})
