@@ -279,12 +279,13 @@ class _Call:
         call: ToolExecutionInput,
         asynchronous: bool,
         arguments: FrozenDict | JsonValueError,
+        entry: ToolEntry | None,
     ) -> None:
         self.plan = plan
         self.asynchronous = asynchronous
-        self.name = name = call.name
+        self.name = call.name
         self.signal = call.signal
-        self.entry = plan.tools.get(name)
+        self.entry = entry
         self.tracer = plan.tracer
         self.call = call
         if type(arguments) is FrozenDict:
@@ -1077,22 +1078,28 @@ def _frozen_arguments(value: object) -> FrozenDict | JsonValueError:
     return JsonValueError("arguments", "must be a JSON object")
 
 
-def _direct_entry(
-    plan: Plan, call: ToolExecutionInput, arguments: FrozenDict | JsonValueError
-) -> ToolEntry | None:
-    """The tool, when the call has nothing to decide, observe, time or cancel: the plan has
-    no stage and no default timeout, the tool no timer, thread or finalizer, the call no
+def _is_direct(
+    plan: Plan,
+    call: ToolExecutionInput,
+    entry: ToolEntry | None,
+    arguments: FrozenDict | JsonValueError,
+) -> bool:
+    """Whether the call has nothing to decide, observe, time or cancel: the plan has no
+    stage and no default timeout, the tool no timer, thread or finalizer, the call no
     signal, and its arguments are a JSON object."""
-    if not plan.direct or call.signal is not None or type(arguments) is not FrozenDict:
-        return None
-    entry = plan.tools.get(call.name)
-    return entry if entry is not None and entry.direct else None
+    return (
+        entry is not None
+        and entry.direct
+        and plan.direct
+        and call.signal is None
+        and type(arguments) is FrozenDict
+    )
 
 
 async def _run_direct(
     entry: ToolEntry, call: ToolExecutionInput, arguments: FrozenDict
 ) -> ToolExecutionResult:
-    """A call with :func:`_direct_entry`: what :meth:`_Call.body` does, without the stages
+    """A call that :func:`_is_direct`: what :meth:`_Call.body` does, without the stages
     around it and the cancellation work in it."""
     definition = entry.definition
     context = ToolRunContext(call, arguments, NEVER_CANCELLED)
@@ -1116,7 +1123,7 @@ def _run_direct_sync(
     try:
         parsed = definition.arguments.parse(arguments)
         raw = definition.execute(parsed, context)
-        if _is_awaitable(raw):
+        if type(raw) not in _NEVER_AWAITABLE and _is_awaitable(raw):
             raw = anyio.run(_awaited, raw)
     except Exception as error:
         return _from_exception(error, ErrorCode.TOOL_ERROR, contexts=context._contexts)
@@ -1126,23 +1133,26 @@ def _run_direct_sync(
 def run_call(plan: Plan, call: ToolExecutionInput) -> Coroutine[Any, Any, ToolExecutionResult]:
     """Run ``call`` through every stage of ``plan``; see the module docstring.
 
-    A call with nothing to decide, observe, time or cancel (:func:`_direct_entry`) runs
-    the same steps without the frames of stages that would find nothing to do.
+    A call with nothing to decide, observe, time or cancel (:func:`_is_direct`) runs the
+    same steps without the frames of stages that would find nothing to do.
     """
     arguments = _frozen_arguments(call.arguments)
-    entry = _direct_entry(plan, call, arguments)
-    if entry is not None:
+    entry = plan.tools.get(call.name)
+    if _is_direct(plan, call, entry, arguments):
         return _run_direct(entry, call, arguments)  # type: ignore[arg-type]
-    return _Call(plan, call, True, arguments).run()
+    return _Call(plan, call, True, arguments, entry).run()
 
 
 def run_call_sync(plan: Plan, call: ToolExecutionInput) -> ToolExecutionResult:
-    """:func:`run_call` with no event loop, for a plan and tool with nothing to await."""
+    """:func:`run_call` for synchronous hosts: with no event loop when neither the plan nor
+    the tool has anything to await, else in one event loop of its own."""
     arguments = _frozen_arguments(call.arguments)
-    entry = _direct_entry(plan, call, arguments)
-    if entry is not None:
+    entry = plan.tools.get(call.name)
+    if _is_direct(plan, call, entry, arguments):
         return _run_direct_sync(entry, call, arguments)  # type: ignore[arg-type]
-    coroutine = _Call(plan, call, False, arguments).run()
+    if not plan.synchronous or (entry is not None and not entry.synchronous):
+        return anyio.run(_Call(plan, call, True, arguments, entry).run)
+    coroutine = _Call(plan, call, False, arguments, entry).run()
     try:
         coroutine.send(None)
     except StopIteration as done:

@@ -204,12 +204,7 @@ class _ViewBase:
                 "use `await registry.execute(call)` there"
             )
         plan, routed = self._planned(call)
-        entry = plan.tools.get(routed.name)
-        if plan.synchronous and (entry is None or entry.synchronous):
-            return run_call_sync(plan, routed)
-        import anyio
-
-        return anyio.run(run_call, plan, routed)
+        return run_call_sync(plan, routed)
 
     def _planned(self, call: ToolExecutionInput) -> tuple[Plan, ToolExecutionInput]:
         """The plan that runs ``call``, and the call routed to this view's agent."""
