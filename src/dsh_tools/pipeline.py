@@ -151,12 +151,13 @@ class Plan:
     tracer: Tracer | None = None
     synchronous: bool = attrs.field(init=False)
     async_observers: bool = attrs.field(init=False)
-    direct: bool = attrs.field(init=False)
+    direct_tools: Mapping[str, ToolEntry] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "async_observers", any(impl.is_async for impl in self.result))
-        # Nothing to decide, wrap, trace or observe, and no default timer.
-        direct = not (
+        # A call of these tools may run directly (see run_call): nothing to decide, wrap,
+        # trace or observe, no default timer, and a tool with no timer, thread or finalizer.
+        stageless = not (
             self.pre
             or self.guards
             or self.post
@@ -165,7 +166,10 @@ class Plan:
             or self.tracer is not None
             or self.default_timeout_ms is not None
         )
-        object.__setattr__(self, "direct", direct)
+        direct_tools = (
+            {name: entry for name, entry in self.tools.items() if entry.direct} if stageless else {}
+        )
+        object.__setattr__(self, "direct_tools", direct_tools)
         stages = (*self.pre, *self.post, *self.result)
         synchronous = (
             not self.wrappers
@@ -646,7 +650,12 @@ class _Call:
                 else:
                     self.contexts = context._contexts
                     self.concluded = context._concluded
-                    result = _completed(entry, raw, self.parsed, context, self.call.parent)
+                    try:
+                        result = self.render(entry, raw)
+                    except Exception as error:
+                        result = _from_exception(
+                            error, ErrorCode.TOOL_ERROR, contexts=self.contexts
+                        )
             finally:
                 if unlink is not None:
                     unlink()
@@ -1035,22 +1044,6 @@ def _render(
     return trusted_success(value, content, meta, contexts, concluded)
 
 
-def _completed(
-    entry: ToolEntry,
-    raw: object,
-    parsed: Any,
-    context: ToolRunContext,
-    parent: ExecutionToken | None,
-) -> ToolExecutionResult:
-    """The body returned ``raw``: the success it renders to, with what the body deferred
-    (or the failure that says how its value broke the output contract)."""
-    contexts = context._contexts
-    try:
-        return _render(entry, raw, parsed, contexts, context._concluded, parent)
-    except Exception as error:
-        return _from_exception(error, ErrorCode.TOOL_ERROR, contexts=contexts)
-
-
 def _new_execution(call: ToolExecutionInput, arguments: FrozenDict | None) -> ToolExecution:
     """The call as every stage sees it, with a fresh token."""
     call_id = call.call_id
@@ -1078,29 +1071,12 @@ def _frozen_arguments(value: object) -> FrozenDict | JsonValueError:
     return JsonValueError("arguments", "must be a JSON object")
 
 
-def _is_direct(
-    plan: Plan,
-    call: ToolExecutionInput,
-    entry: ToolEntry | None,
-    arguments: FrozenDict | JsonValueError,
-) -> bool:
-    """Whether the call has nothing to decide, observe, time or cancel: the plan has no
-    stage and no default timeout, the tool no timer, thread or finalizer, the call no
-    signal, and its arguments are a JSON object."""
-    return (
-        entry is not None
-        and entry.direct
-        and plan.direct
-        and call.signal is None
-        and type(arguments) is FrozenDict
-    )
-
-
 async def _run_direct(
     entry: ToolEntry, call: ToolExecutionInput, arguments: FrozenDict
 ) -> ToolExecutionResult:
-    """A call that :func:`_is_direct`: what :meth:`_Call.body` does, without the stages
-    around it and the cancellation work in it."""
+    """A call with nothing to decide, observe, time or cancel (see :func:`run_call`):
+    what :meth:`_Call.body` does, without the stages around it and the cancellation work
+    in it."""
     definition = entry.definition
     context = ToolRunContext(call, arguments, NEVER_CANCELLED)
     try:
@@ -1108,9 +1084,9 @@ async def _run_direct(
         raw = definition.execute(parsed, context)
         if _is_awaitable(raw):
             raw = await raw
+        return _render(entry, raw, parsed, context._contexts, context._concluded, call.parent)
     except Exception as error:
         return _from_exception(error, ErrorCode.TOOL_ERROR, contexts=context._contexts)
-    return _completed(entry, raw, parsed, context, call.parent)
 
 
 def _run_direct_sync(
@@ -1125,31 +1101,33 @@ def _run_direct_sync(
         raw = definition.execute(parsed, context)
         if type(raw) not in _NEVER_AWAITABLE and _is_awaitable(raw):
             raw = anyio.run(_awaited, raw)
+        return _render(entry, raw, parsed, context._contexts, context._concluded, call.parent)
     except Exception as error:
         return _from_exception(error, ErrorCode.TOOL_ERROR, contexts=context._contexts)
-    return _completed(entry, raw, parsed, context, call.parent)
 
 
 def run_call(plan: Plan, call: ToolExecutionInput) -> Coroutine[Any, Any, ToolExecutionResult]:
     """Run ``call`` through every stage of ``plan``; see the module docstring.
 
-    A call with nothing to decide, observe, time or cancel (:func:`_is_direct`) runs the
-    same steps without the frames of stages that would find nothing to do.
+    A call with nothing to decide, observe, time or cancel (a tool in the plan's
+    ``direct_tools``, no signal, arguments that are a JSON object) runs the same steps
+    without the frames of stages that would find nothing to do.
     """
     arguments = _frozen_arguments(call.arguments)
-    entry = plan.tools.get(call.name)
-    if _is_direct(plan, call, entry, arguments):
-        return _run_direct(entry, call, arguments)  # type: ignore[arg-type]
-    return _Call(plan, call, True, arguments, entry).run()
+    direct = plan.direct_tools.get(call.name)
+    if direct is not None and call.signal is None and type(arguments) is FrozenDict:
+        return _run_direct(direct, call, arguments)
+    return _Call(plan, call, True, arguments, plan.tools.get(call.name)).run()
 
 
 def run_call_sync(plan: Plan, call: ToolExecutionInput) -> ToolExecutionResult:
     """:func:`run_call` for synchronous hosts: with no event loop when neither the plan nor
     the tool has anything to await, else in one event loop of its own."""
     arguments = _frozen_arguments(call.arguments)
+    direct = plan.direct_tools.get(call.name)
+    if direct is not None and call.signal is None and type(arguments) is FrozenDict:
+        return _run_direct_sync(direct, call, arguments)
     entry = plan.tools.get(call.name)
-    if _is_direct(plan, call, entry, arguments):
-        return _run_direct_sync(entry, call, arguments)  # type: ignore[arg-type]
     if not plan.synchronous or (entry is not None and not entry.synchronous):
         return anyio.run(_Call(plan, call, True, arguments, entry).run)
     coroutine = _Call(plan, call, False, arguments, entry).run()

@@ -197,7 +197,16 @@ class _ViewBase:
         driven directly with no event loop and no thread; otherwise one event loop runs
         for the call. Raises :class:`RuntimeError` inside a running event loop.
         """
-        library = _running_event_loop()
+        # Only a library that was imported can be running a loop, and neither question
+        # raises: this runs on every call.
+        asyncio = sys.modules.get("asyncio")
+        trio = sys.modules.get("trio")
+        if asyncio is not None and asyncio._get_running_loop() is not None:
+            library: str | None = "asyncio"
+        elif trio is not None and trio.lowlevel.in_trio_run():
+            library = "trio"
+        else:
+            library = None
         if library is not None:
             raise RuntimeError(
                 f"execute_sync() was called inside a running {library} event loop; "
@@ -669,15 +678,3 @@ def _bind(
         return function(*[named[name] for name in argnames])
 
     return call
-
-
-def _running_event_loop() -> str | None:
-    # Only a library that was imported can be running a loop: no import needed to ask.
-    # Both questions are asked without raising: execute_sync asks on every call.
-    asyncio = sys.modules.get("asyncio")
-    if asyncio is not None and asyncio._get_running_loop() is not None:
-        return "asyncio"
-    trio = sys.modules.get("trio")
-    if trio is not None and trio.lowlevel.in_trio_run():
-        return "trio"
-    return None
