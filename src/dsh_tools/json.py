@@ -282,10 +282,10 @@ def _flat_object(value: dict[Any, Any]) -> FrozenDict | None:
         kind = type(item)
         if type(key) is not str or not (
             kind is str
+            or (kind is int and -SMALL_INT < item < SMALL_INT)
             or kind is bool
             or item is None
             or kind in _FROZEN
-            or (kind is int and -SMALL_INT < item < SMALL_INT)
         ):
             return None
     result = _new_dict(FrozenDict)
@@ -301,7 +301,11 @@ def snapshot(value: object, label: str = "value") -> JsonValue:
     paths, for example ``arguments`` gives ``"arguments.items[2]" is a set; ...``.
     """
     kind = type(value)
-    if (
+    if kind is dict:
+        flat = _flat_object(value)  # type: ignore[arg-type]
+        if flat is not None:
+            return flat
+    elif (
         kind is str
         or kind is bool
         or value is None
@@ -309,10 +313,6 @@ def snapshot(value: object, label: str = "value") -> JsonValue:
         or (kind is int and -SMALL_INT < value < SMALL_INT)  # type: ignore[operator]
     ):
         return value  # type: ignore[return-value]
-    if kind is dict:
-        flat = _flat_object(value)  # type: ignore[arg-type]
-        if flat is not None:
-            return flat
     try:
         return _freeze(value, 0, set())
     except _Rejected as rejected:
