@@ -419,7 +419,7 @@ class _Call:
         for impl in self.plan.pre:
             try:
                 decision = impl.function(self.execution)
-                if _is_awaitable(decision):
+                if decision is not None and _is_awaitable(decision):
                     decision = await self.settle(decision)
             except _Interrupted:
                 self.trace("pre_execute", impl.label, "interrupted")
@@ -444,7 +444,7 @@ class _Call:
                     ErrorCode.POLICY_ERROR,
                 )
             )
-        return Allow()
+        return _ALLOW
 
     async def ask(self, ask: Ask) -> Allow | Deny | None:
         """Route an ``Ask`` to the approval service; ``None`` means the caller cancelled."""
@@ -736,7 +736,7 @@ class _Call:
         for impl in self.plan.post:
             try:
                 decision = impl.function(self.execution, result)
-                if _is_awaitable(decision):
+                if decision is not None and _is_awaitable(decision):
                     decision = await self.settle(decision)
                 if self.tracer is not None:
                     self.trace("post_execute", impl.label, _outcome(decision), decision)
@@ -832,7 +832,7 @@ class _Call:
         for impl in self.plan.result:
             try:
                 observed = impl.function(self.execution, result)
-                if _is_awaitable(observed):
+                if observed is not None and _is_awaitable(observed):
                     await self.settle(observed, limit)
             except _Interrupted:
                 logger.warning(
