@@ -12,7 +12,7 @@ from hypothesis import given
 
 from dsh_tools.arguments import arguments_model, raw_arguments_model
 from dsh_tools.errors import DefinitionError, JsonSchemaError, JsonValueError, ToolArgsError
-from dsh_tools.json import FrozenDict, FrozenList
+from dsh_tools.json import FrozenDict, FrozenList, snapshot
 from dsh_tools.jsonschema import assert_supported_json_schema
 from strategies import any_values, dsl_parameter_specs
 
@@ -308,3 +308,33 @@ def test_a_flood_of_violations_is_summarised_in_the_message() -> None:
     assert len(caught.value.violations) == 5000
     assert caught.value.message.endswith("; … and 4980 more")
     assert len(caught.value.message) < 2000
+
+
+def test_parse_returns_the_pipelines_snapshot_itself() -> None:
+    model = arguments_model({"a": {"type": "integer", "required": True}, "b": {"type": "json"}})
+    frozen = FrozenDict({"a": 1, "b": [1, {"c": None}]})
+    assert model.parse(frozen) is frozen
+    plain = {"a": 2.0, "b": [1]}
+    parsed = model.parse(plain)
+    assert isinstance(parsed, FrozenDict)
+    assert parsed is not plain
+    assert parsed == plain
+    assert isinstance(parsed["b"], FrozenList)
+    with pytest.raises(ToolArgsError, match='"a" must be an integer'):
+        model.parse(FrozenDict({"a": True}))
+    raw = raw_arguments_model({"type": "object"})
+    assert raw.parse(frozen) is frozen
+    assert isinstance(READ.parse(FrozenDict({"path": "/x"})), ReadArgs)
+
+
+@given(dsl_parameter_specs(), any_values())
+def test_parse_agrees_on_plain_and_frozen_arguments(spec: dict[str, Any], args: object) -> None:
+    model = arguments_model(spec)
+    try:
+        frozen = snapshot(args)
+    except JsonValueError:
+        return
+    assert model.violations(frozen) == model.violations(args)
+    if not model.violations(frozen):
+        assert model.parse(frozen) is frozen
+        assert model.parse(args) == frozen

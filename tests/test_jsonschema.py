@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import math
 from types import MappingProxyType
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh_tools.errors import JsonSchemaError, OutputSchemaError
-from dsh_tools.json import MAX_DEPTH, FrozenDict, snapshot
+from dsh_tools.json import MAX_DEPTH, FrozenDict, FrozenList, snapshot
 from dsh_tools.jsonschema import (
+    _compile_closures,
+    _compile_predicate,
     assert_supported_json_schema,
     assert_supported_output_schema,
     compile_validator,
     validate_json_schema_value,
     validate_structured_value,
 )
-from strategies import any_values, json_values, raw_schemas
+from strategies import KEYS, any_values, json_values, raw_schemas
 
 SUBSET = "type/oneOf/properties/required/additionalProperties/items/enum/const + annotations"
 
@@ -541,3 +544,292 @@ def test_hostile_leaves_never_raise(schema: dict[str, Any]) -> None:
 def test_mappings_that_are_not_dicts_are_not_objects() -> None:
     assert check({"type": "object"}, MappingProxyType({"a": 1})) == ['"value" must be an object']
     assert check({}, MappingProxyType({"a": 1})) == ['"value" must be a lossless JSON value']
+
+
+# --------------------------------------------------------------------------- accelerator
+
+
+class _Text(str):
+    """A str subclass: a string to the closures, a miss for the accelerator."""
+
+
+_TRICKY = st.sampled_from(
+    [
+        *[None, True, False, 0, 1, 2.0, 2.5, -0.0, 2**80, math.nan, math.inf, -math.inf],
+        *["", "a", _Text("a"), [], (), {}, FrozenDict(), FrozenList(), b"x", {1: 2}],
+    ]
+)
+
+_VALID_SCALARS: dict[str, st.SearchStrategy[Any]] = {
+    "string": st.text(max_size=3) | st.builds(_Text, st.text(max_size=2)),
+    "number": st.integers(-3, 3) | st.floats(-3, 3, allow_nan=False) | st.just(2**80),
+    "integer": st.integers(-3, 3) | st.sampled_from([2.0, -0.0, 2**80]),
+    "boolean": st.booleans(),
+    "null": st.none(),
+}
+_NEAR_MISSES: dict[str, st.SearchStrategy[Any]] = {
+    "string": st.sampled_from([1, None, b"a", ["a"]]),
+    "number": st.sampled_from([True, math.nan, math.inf, "1", None]),
+    "integer": st.sampled_from([2.5, True, False, math.inf, math.nan, "2", None]),
+    "boolean": st.sampled_from([0, 1, "true", None]),
+    "null": st.sampled_from([0, False, "", (), {}]),
+}
+
+
+def _object_value(
+    members: dict[str, Any], drop: set[str], extra: dict[Any, Any], frozen: bool
+) -> object:
+    value = {name: item for name, item in members.items() if name not in drop}
+    value.update((key, item) for key, item in extra.items() if key not in members)
+    return _frozen(value) if frozen else value
+
+
+def _frozen(value: object) -> object:
+    """The snapshot of ``value`` when it has one (what the pipeline passes), else itself."""
+    try:
+        return snapshot(value)
+    except Exception:
+        return value
+
+
+def near_values(schema: Any, clean: bool) -> st.SearchStrategy[Any]:
+    """Values shaped by ``schema``: mostly valid when ``clean`` (so the fast path is taken),
+    else with the classic near misses (bool for int, NaN, missing and undeclared keys)."""
+    if "oneOf" in schema:
+        base = st.one_of([near_values(branch, clean) for branch in schema["oneOf"]])
+    elif "type" not in schema:
+        base = json_values(4) if clean else any_values(4)
+    elif schema["type"] == "object":
+        properties = schema.get("properties", {})
+        names = sorted(properties)
+        base = st.builds(
+            _object_value,
+            st.fixed_dictionaries(
+                {name: near_values(sub, clean) for name, sub in properties.items()}
+            ),
+            st.just(set()) if clean or not names else st.sets(st.sampled_from(names), max_size=2),
+            st.just({}) if clean else st.dictionaries(KEYS | st.just(1), any_values(3), max_size=2),
+            st.booleans(),
+        )
+    elif schema["type"] == "array":
+        items = near_values(schema["items"], clean) if "items" in schema else json_values(3)
+        base = st.lists(items, max_size=3).flatmap(
+            lambda members: st.sampled_from([members, tuple(members), _frozen(members)])
+        )
+    else:
+        kind = schema["type"]
+        literals = list(schema.get("enum", ())) + ([schema["const"]] if "const" in schema else [])
+        base = st.sampled_from(literals) if literals else _VALID_SCALARS[kind]
+        if not clean:
+            base = base | _VALID_SCALARS[kind] | _NEAR_MISSES[kind]
+    return base if clean else base | _TRICKY
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+def _plain(value: object) -> bool:
+    """Made only of exact builtin JSON-ish types, the values the accelerator answers for."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return True
+    if kind in (dict, FrozenDict):
+        return all(type(key) is str and _plain(item) for key, item in value.items())  # type: ignore[attr-defined]
+    if kind in (list, tuple, FrozenList):
+        return all(_plain(item) for item in value)  # type: ignore[attr-defined]
+    return False
+
+
+def _checks(schema: Any) -> tuple[Any, Any]:
+    return compile_validator(schema), _compile_predicate(schema)
+
+
+def _differential(schema: Any, value: object) -> None:
+    validator = compile_validator(schema, root="")
+    accept = _compile_predicate(schema)
+    reference = _compile_closures(schema, root="")(value)
+    assert validator(value) == reference
+    accepted = accept(value)
+    assert type(accepted) is bool
+    if accepted:
+        assert reference == []
+    generated = accept.__name__ == "_accept"
+    if generated and _plain(value):  # no false misses on plain data, so it accelerates
+        assert accepted == (reference == [])
+
+
+@settings(max_examples=200)
+@given(st.data())
+def test_accelerator_matches_the_closure_tree(data: st.DataObject) -> None:
+    schema = data.draw(raw_schemas())
+    value = data.draw(near_values(schema, data.draw(st.booleans())) | any_values(4))
+    _differential(schema, value)
+
+
+_EDGE_VALUES = [
+    *[None, True, False, 0, 1, -1, 2.0, -0.0, 2.5, 2**80, math.nan, math.inf, -math.inf],
+    *["", "x", _Text("x"), b"x", bytearray(b"x"), [], ["x"], (), {}, {"x": 1}, {1: 2}],
+    *[FrozenDict(), FrozenList(), _Hostile(), object()],
+]
+
+
+@pytest.mark.parametrize("kind", ["string", "number", "integer", "boolean", "null"])
+@pytest.mark.parametrize("value", _EDGE_VALUES, ids=repr)
+def test_accelerator_on_every_scalar_edge(kind: str, value: object) -> None:
+    _differential({"type": kind}, value)
+    nested = {"type": "object", "properties": {"p": {"type": kind}}, "required": ["p"]}
+    _differential(nested, {"p": value})
+    _differential({"type": "array", "items": {"type": kind}}, [value])
+    _differential({"oneOf": [{"type": kind}, {"type": "array"}]}, value)
+
+
+_ARGS_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "a": {"type": "integer"},
+        "b": {"type": "number", "enum": [1, 2.5]},
+        "s": {"type": "string", "const": "x"},
+        "flag": {"type": "boolean"},
+        "n": {"oneOf": [{"type": "string"}, {"type": "null"}]},
+        "both": {"oneOf": [{"type": "integer"}, {"type": "number"}]},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "any": {},
+        "raw": {"type": "array"},
+        "cfg": {
+            "type": "object",
+            "properties": {"host": {"type": "string"}},
+            "required": ["host"],
+        },
+    },
+    "required": ["a", "n"],
+    "additionalProperties": False,
+}
+
+
+@given(near_values(_ARGS_SCHEMA, clean=True) | near_values(_ARGS_SCHEMA, clean=False))
+def test_accelerator_on_an_argument_shaped_schema(value: object) -> None:
+    _differential(_ARGS_SCHEMA, value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": 1, "n": None},
+        {"a": 2.0, "n": "x", "b": 2.5, "s": "x", "flag": False, "both": 1.5},
+        {"a": 1, "n": None, "tags": ("x",), "any": {"k": [1]}, "raw": [None], "cfg": {"host": ""}},
+        {"a": True, "n": None},
+        {"a": 1, "n": None, "b": 2},
+        {"a": 1, "n": None, "both": 1},
+        {"a": 1, "n": _Text("x")},
+        {"a": 1},
+        {"a": 1, "n": None, "extra": 1},
+        {"a": 1, "n": None, "cfg": {}},
+        {"a": 1, "n": None, "cfg": {"host": "h", 1: 2}},
+        {"a": 1, "n": None, "any": math.nan},
+        {"a": math.inf, "n": None},
+    ],
+)
+def test_accelerator_examples(value: dict[Any, Any]) -> None:
+    _differential(_ARGS_SCHEMA, value)
+    _differential(_ARGS_SCHEMA, _frozen(value))
+
+
+def test_the_small_schema_is_accelerated() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"],
+        "additionalProperties": False,
+    }
+    validator, accept = _checks(schema)
+    assert accept({"a": 1, "b": 2}) is True
+    assert accept(snapshot({"a": 1, "b": 2.0})) is True
+    assert accept({"a": 1, "b": True}) is False
+    assert validator({"a": 1, "b": 2}) == []
+    assert validator({"a": 1, "b": True}) == ['"value.b" must be an integer']
+
+
+def test_overlapping_one_of_roots_and_huge_schemas_fall_back() -> None:
+    overlapping = {"oneOf": [{"type": "integer"}, {"type": "number"}]}
+    validator, accept = _checks(overlapping)
+    assert accept(1.5) is False
+    assert validator(1.5) == []
+    assert validator(1) == ['"value" must match exactly one oneOf branch (matched 2)']
+    node: dict[str, Any] = {"type": "string"}
+    for _ in range(12):  # a shared node: 4 096 paths through a small schema
+        node = {"type": "object", "properties": {"l": node, "r": node}}
+    validator, accept = _checks(node)
+    assert accept({}) is False
+    assert validator({"l": {"r": 1}}) == ['"value.l.r" must be an object']
+
+
+def test_deep_schemas_call_the_closures_below_the_inline_limit() -> None:
+    schema: dict[str, Any] = {"type": "integer"}
+    value: Any = 1
+    for _ in range(40):
+        schema = {"type": "array", "items": schema}
+        value = [value]
+    validator, accept = _checks(schema)
+    assert accept(value) is True
+    assert validator(value) == []
+    bad = value
+    for _ in range(39):
+        bad = bad[0]
+    bad[0] = "x"
+    assert accept(value) is False
+    assert validator(value) == [f'"value{"[0]" * 40}" must be an integer']
+
+
+HOSTILE_NAMES = [
+    "a\nimport builtins; builtins.DSH_INJECTED = True\n",
+    "'); builtins.DSH_INJECTED = True; ('",
+    '"""',
+    "\\",
+    "__import__('os').system('false')",
+    "{v}",
+    "\x00",
+    "é\u2028ß",
+    "",
+    "_k0",
+    "v",
+]
+
+
+def test_hostile_property_names_cannot_inject_code() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            name: {"type": "string", "enum": [name, "x"], "const": name} for name in HOSTILE_NAMES
+        },
+        "required": HOSTILE_NAMES[:3],
+        "additionalProperties": False,
+    }
+    validator, accept = compile_validator(schema), _compile_predicate(schema)
+    assert validator.__name__ == "_validate"
+    good = {name: name for name in HOSTILE_NAMES}
+    assert accept(good) is True
+    assert accept(snapshot(good)) is True
+    assert validator(good) == []
+    bad = {**good, HOSTILE_NAMES[4]: "x"}
+    assert accept(bad) is False
+    assert validator(bad) == [f'"value.{HOSTILE_NAMES[4]}" must be "{HOSTILE_NAMES[4]}"']
+    assert validator({"{v}": "{v}"}) == [
+        f'missing required property "value.{name}"' for name in HOSTILE_NAMES[:3]
+    ]
+    assert not hasattr(builtins, "DSH_INJECTED")
+    for code in (validator.__code__, accept.__code__):  # type: ignore[attr-defined]
+        assert not set(HOSTILE_NAMES) & {c for c in code.co_consts if isinstance(c, str)}
+
+
+def test_str_subclasses_in_schemas_are_left_to_the_closures() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            _Text("a"): {"type": "string", "enum": [_Text("x"), "y"]},
+            "b": {"type": "string", "const": _Text("z")},
+        },
+        "required": [_Text("a")],
+    }
+    for value in ({"a": "x"}, {"a": "y", "b": "z"}, {"a": "q"}, {"b": "z"}, {"a": "x", "b": 1}):
+        _differential(schema, value)
+        _differential(schema, snapshot(value))

@@ -79,14 +79,19 @@ def _converter() -> Any:
 class ArgumentsModel(Generic[A]):
     """The parameters schema of one tool and the compiled way to check and build its args."""
 
-    __slots__ = ("_build", "_check", "json_schema")
+    __slots__ = ("_build", "_check", "_keeps_frozen", "json_schema")
 
     def __init__(
-        self, json_schema: FrozenDict, check: Validator, build: Callable[[object], A]
+        self,
+        json_schema: FrozenDict,
+        check: Validator,
+        build: Callable[[object], A],
+        keeps_frozen: bool = False,
     ) -> None:
         self.json_schema = json_schema
         self._check = check
         self._build = build
+        self._keeps_frozen = keeps_frozen  # build returns a FrozenDict argument unchanged
 
     def violations(self, arguments: object) -> list[str]:
         """Every violation of ``arguments`` (``[]`` when valid); never raises."""
@@ -100,6 +105,8 @@ class ArgumentsModel(Generic[A]):
         found = self._check(arguments)
         if found:
             raise ToolArgsError(found)
+        if self._keeps_frozen and type(arguments) is FrozenDict:
+            return arguments  # type: ignore[return-value]  # the pipeline's snapshot
         return self._build(arguments)
 
     def __repr__(self) -> str:
@@ -132,7 +139,7 @@ def arguments_model(parameters: object) -> ArgumentsModel[Any]:
             )
         return _class_model(parameters)
     schema = schema_spec_to_json_schema(parameters)
-    return ArgumentsModel(schema, compile_validator(schema, root=""), _frozen_arguments)
+    return ArgumentsModel(schema, compile_validator(schema, root=""), _frozen_arguments, True)
 
 
 def raw_arguments_model(schema: object) -> ArgumentsModel[Any]:
@@ -140,7 +147,7 @@ def raw_arguments_model(schema: object) -> ArgumentsModel[Any]:
     frozen = snapshot(schema, "parameters")
     if not isinstance(frozen, FrozenDict):
         raise DefinitionError("raw parameters schema must be a JSON object")
-    return ArgumentsModel(frozen, _trusted, _frozen_arguments)
+    return ArgumentsModel(frozen, _trusted, _frozen_arguments, True)
 
 
 # --------------------------------------------------------------------------- attrs classes

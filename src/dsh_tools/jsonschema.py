@@ -5,8 +5,19 @@ value that comes back. So :func:`assert_supported_json_schema` rejects anything 
 small subset (``type oneOf properties required additionalProperties items enum const`` plus
 the annotations ``description title default examples``), listing every violation with its
 path. Accepted schemas compile once (:func:`compile_validator`) into a tree of small
-closures: a valid value costs a handful of function calls and builds no path strings; paths
-are only assembled, innermost segment first, for the violations that are reported.
+closures, the one place violations come from: paths are only assembled, innermost segment
+first, for the violations that are reported.
+
+Every tool call validates its arguments, so a valid value must cost next to nothing. In
+front of the tree sits an accelerator: straight-line Python source generated per schema
+(one call, no loop over the schema) that answers "certainly valid" by the tree's own rules,
+or "not sure". It only reads values of exact builtin types (``str int float bool None``,
+``dict``/``FrozenDict``, ``list``/``tuple``/``FrozenList``), so no user ``__eq__`` or
+``__iter__`` runs; anything else, any exception, and any value it does not accept go to the
+closure tree, which gives the verdict and the messages exactly as without it. Property
+names and literals are bound as constants in the namespace, never written into the source,
+so no schema text can inject code. Nodes it cannot inline exactly (a ``oneOf`` whose
+branches can both match, anything nested too deep) call their own closure from it.
 
 Python mapping of JSON: ``None`` is null (and counts as present), ``bool`` is never a
 number, a float without a fractional part (``2.0``) is an integer, tuples are arrays.
@@ -16,6 +27,7 @@ so no walker here can hit ``RecursionError``, and no validator raises for any va
 
 from __future__ import annotations
 
+import builtins
 import json as _stdlib_json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -532,6 +544,183 @@ def finish(check: Check, root: str) -> Validator:
     return validate
 
 
+# --------------------------------------------------------------------------- accelerator
+# A compiled schema also gets straight-line Python source for its valid path. It only
+# reads builtin values of exact types, so no user code (``__eq__``, ``__iter__``,
+# ``__class__``) runs before the closure tree would run it too; anything else is a miss.
+
+Predicate: TypeAlias = Callable[[object], bool]
+"""Internal: ``True`` only for a value its closure tree certainly accepts."""
+
+_INLINE_LEVELS = 12
+"""Deepest indentation the generator writes (the compiler allows 20 nested loops); a node
+below it is checked by its own closure, called from the generated code."""
+
+_MAX_NODES = 2000
+"""Schema nodes one generated source may visit; shared subtrees are inlined once per use,
+so a schema reusing a node at many places could otherwise grow without bound."""
+
+_FAMILIES = {
+    "string": "str",
+    "number": "num",
+    "integer": "num",
+    "boolean": "bool",
+    "null": "null",
+    "object": "obj",
+    "array": "arr",
+}
+"""The JSON type families no value can belong to two of (``oneOf`` dispatch)."""
+
+_FAMILY_TEST = {
+    "str": "{t} is str",
+    "num": "{t} is int or {t} is float",
+    "bool": "{t} is bool",
+    "null": "{v} is None",
+    "obj": "{t} is dict or {t} is _FD",
+    "arr": "{t} is list or {t} is tuple or {t} is _FL",
+}
+
+_SCALAR_MISS = {
+    "string": "type({v}) is not str",
+    "number": "type({v}) is not int and (type({v}) is not float or not _isfinite({v}))",
+    "integer": "type({v}) is not int and (type({v}) is not float or not {v}.is_integer())",
+    "boolean": "{v} is not True and {v} is not False",
+    "null": "{v} is not None",
+}
+"""When a value of exactly a builtin type fails the scalar check (``_number`` etc.)."""
+
+_OBJECT_MISS = "type({v}) is not dict and type({v}) is not _FD"
+_ARRAY_MISS = "type({v}) is not list and type({v}) is not tuple and type({v}) is not _FL"
+
+_PLAIN_LITERALS = frozenset({str, int, float, bool, type(None)})
+_FAIL = "\x00"  # stands for the miss action; schema text never enters the source
+
+
+class _TooBig(Exception):
+    """Internal: the schema is too large to inline; it gets no accelerator."""
+
+
+class _Generator:
+    """Writes the body shared by the predicate and the validator of one schema."""
+
+    def __init__(self, memo: dict[tuple[int, int], Check]) -> None:
+        self.memo = memo
+        self.lines: list[str] = []
+        self.names: dict[str, object] = {}
+        self.visited = 0
+
+    def bind(self, prefix: str, value: object) -> str:
+        name = f"_{prefix}{len(self.names)}"
+        self.names[name] = value
+        return name
+
+    def var(self) -> str:
+        self.visited += 1
+        if self.visited > _MAX_NODES:
+            raise _TooBig
+        return f"x{self.visited}"
+
+    def emit(self, level: int, text: str) -> None:
+        self.lines.append("    " * (level + 2) + text)
+
+    def miss_if(self, level: int, condition: str) -> None:
+        self.emit(level, f"if {condition}: {_FAIL}")
+
+    def node(self, node: Mapping[str, Any], v: str, depth: int, level: int) -> None:
+        """Write the checks of ``node`` on the variable ``v``, or call its closure."""
+        self.visited += 1
+        if self.visited > _MAX_NODES:
+            raise _TooBig
+        kind = node.get("type")
+        if level >= _INLINE_LEVELS or not self.inline(node, v, depth, level, kind):
+            check = self.bind("c", self.memo[(id(node), depth)])
+            self.miss_if(level, f"{check}({v}) is not None")
+
+    def inline(self, node: Mapping[str, Any], v: str, depth: int, level: int, kind: object) -> bool:
+        if "oneOf" in node:
+            return self.one_of(node["oneOf"], v, depth, level)
+        if kind is None:
+            self.miss_if(level, f"not _lossless({v}, {depth})")
+        elif kind == "object":
+            return self.object(node, v, depth, level)
+        elif kind == "array":
+            self.miss_if(level, _ARRAY_MISS.format(v=v))
+            items = node.get("items")
+            if items is None:
+                self.miss_if(level, f"not _lossless({v}, {depth})")
+            else:
+                item = self.var()
+                self.emit(level, f"for {item} in {v}:")
+                self.node(items, item, depth + 1, level + 1)
+        else:
+            return self.scalar(node, v, kind, level)
+        return True
+
+    def scalar(self, node: Mapping[str, Any], v: str, kind: Any, level: int) -> bool:
+        enum = node.get("enum")
+        literals = list(enum or ())
+        if "const" in node:
+            literals.append(node["const"])
+        if any(type(literal) not in _PLAIN_LITERALS for literal in literals):
+            return False  # a str subclass in the schema could run its own __eq__
+        self.miss_if(level, _SCALAR_MISS[kind].format(v=v))
+        if enum is not None:
+            self.miss_if(level, f"{v} not in {self.bind('e', frozenset(enum))}")
+        if "const" in node:
+            self.miss_if(level, f"{v} != {self.bind('e', node['const'])}")
+        return True
+
+    def object(self, node: Mapping[str, Any], v: str, depth: int, level: int) -> bool:
+        properties: Mapping[str, Any] = node.get("properties", {})
+        names = node.get("required", ())
+        if any(type(name) is not str for name in (*properties, *names)):
+            return False  # a str subclass could run its own __hash__/__eq__
+        required = set(names)
+        self.miss_if(level, _OBJECT_MISS.format(v=v))
+        count = sum(1 for name in properties if name in required)
+        counter = ""
+        for name, child in properties.items():
+            key = self.bind("k", name)
+            member = self.var()
+            if name in required:
+                self.emit(level, f"{member} = {v}[{key}]")  # KeyError: a miss
+                self.node(child, member, depth + 1, level)
+            else:
+                if not counter:
+                    counter = self.var()
+                    self.emit(level, f"{counter} = {count}")
+                self.emit(level, f"{member} = {v}.get({key}, _ABSENT)")
+                self.emit(level, f"if {member} is not _ABSENT:")
+                self.emit(level + 1, f"{counter} += 1")
+                self.node(child, member, depth + 1, level + 1)
+        size = counter or str(count)
+        if node.get("additionalProperties") is False:
+            self.miss_if(level, f"len({v}) != {size}")
+            return True
+        declared = self.bind("d", frozenset(properties))
+        key, item = self.var(), self.var()
+        self.emit(level, f"if len({v}) != {size}:")
+        self.emit(level + 1, f"for {key}, {item} in {v}.items():")
+        self.miss_if(level + 2, f"type({key}) is not str")
+        self.miss_if(level + 2, f"{key} not in {declared} and not _lossless({item}, {depth + 1})")
+        return True
+
+    def one_of(self, branches: Sequence[Any], v: str, depth: int, level: int) -> bool:
+        """Branches of distinct type families: the value's type picks the only candidate."""
+        families = [_FAMILIES.get(branch.get("type")) for branch in branches]
+        if None in families or len(set(families)) != len(families):
+            return False  # an untyped or nested-oneOf branch, or two that can both match
+        t = self.var()
+        self.emit(level, f"{t} = type({v})")
+        word = "if"
+        for branch, family in zip(branches, families, strict=True):
+            self.emit(level, f"{word} {_FAMILY_TEST[family].format(t=t, v=v)}:")  # type: ignore[index]
+            self.node(branch, v, depth, level + 1)
+            word = "elif"
+        self.emit(level, f"else: {_FAIL}")
+        return True
+
+
 # --------------------------------------------------------------------------- compile
 
 
@@ -563,6 +752,53 @@ def _compile(node: Mapping[str, Any], depth: int, memo: dict[tuple[int, int], Ch
     return check
 
 
+def _never(value: object) -> bool:
+    return False
+
+
+_SOURCE = "def {name}(v):\n    try:\n{body}\n    except Exception:\n        {miss}\n    {hit}\n"
+_CODE_CACHE: dict[str, Any] = {}
+"""Compiled accelerators by source: the source holds only structure (names and literals
+are bound in the namespace), so every schema of one shape shares one ``compile()``."""
+
+
+def _generate(
+    schema: JsonSchema,
+    memo: dict[tuple[int, int], Check],
+    name: str,
+    miss: str,
+    hit: str,
+    slow: Validator | None = None,
+) -> Any:
+    """The generated function ``name``; ``None`` when the root itself cannot be inlined
+    (a ``oneOf`` whose branches can overlap) or the schema is too big to inline."""
+    generator = _Generator(memo)
+    try:
+        if not generator.inline(schema, "v", 0, 0, schema.get("type")):
+            return None
+    except _TooBig:
+        return None
+    body = "\n".join(generator.lines).replace(_FAIL, miss)
+    source = _SOURCE.format(name=name, body=body, miss=miss, hit=hit)
+    code = _CODE_CACHE.get(source)
+    if code is None:
+        if len(_CODE_CACHE) >= _CACHE_SIZE:
+            _CODE_CACHE.clear()
+        code = _CODE_CACHE[source] = compile(source, "<dsh_tools accelerator>", "exec")
+    namespace: dict[str, Any] = {
+        **generator.names,
+        "__builtins__": builtins,
+        "_ABSENT": _ABSENT,
+        "_FD": FrozenDict,
+        "_FL": FrozenList,
+        "_isfinite": _isfinite,
+        "_lossless": is_lossless,
+        "_slow": slow,
+    }
+    exec(code, namespace)
+    return namespace[name]
+
+
 def compile_validator(schema: JsonSchema, *, root: str = "value") -> Validator:
     """Check ``schema`` against the subset once, then return a fast validator for it.
 
@@ -570,6 +806,24 @@ def compile_validator(schema: JsonSchema, *, root: str = "value") -> Validator:
     is the argument validator's: ``"arguments" must be an object``, ``"config.host"``.
     Raises :class:`JsonSchemaError` for an unsupported schema.
     """
+    assert_supported_json_schema(schema)
+    memo: dict[tuple[int, int], Check] = {}
+    slow = finish(_compile(schema, 0, memo), root)
+    fast = _generate(schema, memo, "_validate", "return _slow(v)", "return []", slow)
+    return slow if fast is None else fast
+
+
+def _compile_predicate(schema: JsonSchema) -> Predicate:
+    """The validator's fast path alone, answering ``True``/``False`` (for tests)."""
+    assert_supported_json_schema(schema)
+    memo: dict[tuple[int, int], Check] = {}
+    _compile(schema, 0, memo)
+    fast = _generate(schema, memo, "_accept", "return False", "return True")
+    return _never if fast is None else fast
+
+
+def _compile_closures(schema: JsonSchema, *, root: str = "value") -> Validator:
+    """The closure tree alone: the reference the accelerator is tested against."""
     assert_supported_json_schema(schema)
     return finish(_compile(schema, 0, {}), root)
 
