@@ -52,7 +52,7 @@ from .content import (
 )
 from .errors import DshToolsError, ErrorCode, JsonValueError, ToolOutputError
 from .hookspecs import Dispatch
-from .json import FrozenDict, JsonValue, dumps, snapshot
+from .json import SMALL_INT, FrozenDict, JsonValue, dumps, snapshot
 from .models import (
     Accept,
     Allow,
@@ -1014,33 +1014,39 @@ def _render(
     raises :class:`ToolOutputError` when the value breaks it."""
     definition = entry.definition
     output = definition.output
+    if output is None:
+        # The usual returns first, exactly as snapshot() and dumps() treat them.
+        if type(raw) is str:
+            return trusted_success(raw, text_blocks(raw), None, contexts, concluded)
+        if type(raw) is int and -SMALL_INT < raw < SMALL_INT:
+            text = int.__repr__(raw)
+            return trusted_success(raw, text_blocks(text), None, contexts, concluded)
+        if type(raw) not in _PLAIN_JSON and _is_typed_content(raw):
+            content = content_blocks(raw)  # type: ignore[arg-type]
+            return trusted_success(content, content, None, contexts, concluded)
     name = definition.name
+    try:
+        value = snapshot(raw)
+    except JsonValueError as error:
+        raise ToolOutputError(name, [f"value is not lossless JSON: {error.message}"]) from None
+    if output is None:
+        return trusted_success(
+            value,
+            text_blocks(value if type(value) is str else dumps(value)),
+            None,
+            contexts,
+            concluded,
+        )
+    assert entry.output_validator is not None
+    violations = entry.output_validator(value)
+    if violations:
+        raise ToolOutputError(name, violations)
+    content = _call_output(name, "render", output.render, parsed, value)
     meta: JsonValue = None
-    if output is None and type(raw) not in _PLAIN_JSON and _is_typed_content(raw):
-        content = content_blocks(raw)  # type: ignore[arg-type]
-        value: JsonValue = content
-    else:
-        try:
-            value = snapshot(raw)
-        except JsonValueError as error:
-            raise ToolOutputError(name, [f"value is not lossless JSON: {error.message}"]) from None
-        if output is None:
-            content = text_blocks(value if type(value) is str else dumps(value))
-        else:
-            assert entry.output_validator is not None
-            violations = entry.output_validator(value)
-            if violations:
-                raise ToolOutputError(name, violations)
-            content = _call_output(name, "render", output.render, parsed, value)
-            if output.presentation_meta is not None and parent is None:
-                meta = _call_output(
-                    name,
-                    "presentation_meta",
-                    output.presentation_meta,
-                    parsed,
-                    value,
-                    True,
-                )
+    if output.presentation_meta is not None and parent is None:
+        meta = _call_output(
+            name, "presentation_meta", output.presentation_meta, parsed, value, True
+        )
     return trusted_success(value, content, meta, contexts, concluded)
 
 
