@@ -131,17 +131,24 @@ def test_async_bodies_end_the_same_both_ways(name: str, call: ToolExecutionInput
     _same(direct.execute_sync(call), full.execute_sync(call))
 
 
-@pytest.mark.parametrize("value", [3, "three", -1], ids=["valid", "renders badly", "invalid"])
-def test_output_contracts_end_the_same_both_ways(value: Any) -> None:
+@pytest.mark.parametrize(
+    ("value", "code"),
+    [(3, None), (-1, "INVALID_TOOL_OUTPUT"), ("three", "INVALID_TOOL_OUTPUT")],
+    ids=["valid", "render raises", "breaks the schema"],
+)
+def test_output_contracts_end_the_same_both_ways(value: Any, code: str | None) -> None:
     def render(args: Any, produced: Any) -> Any:
-        if produced == "three":
-            raise ValueError("cannot render that")
+        if produced < 0:
+            raise ValueError("cannot render a negative value")
         return f"value {produced}"
 
     output = ToolOutput(schema={"type": "integer"}, render=render)
     direct, full = _registries(lambda args, ctx: value, output)
     call = CALLS["valid"]
-    _same(direct.execute_sync(call), full.execute_sync(call))
+    result = direct.execute_sync(call)
+    _same(result, full.execute_sync(call))
+    _same(asyncio.run(direct.execute(call)), asyncio.run(full.execute(call)))
+    assert getattr(result, "code", None) == code
 
 
 @pytest.fixture(autouse=True)
