@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import sys
 import threading
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -361,6 +363,29 @@ async def test_execute_sync_refuses_to_run_inside_an_event_loop(anyio_backend: s
     registry.register(tool())
     with pytest.raises(RuntimeError, match=f"running {anyio_backend} event loop"):
         registry.execute_sync(call())
+
+
+@pytest.mark.parametrize("running", [False, True])
+def test_execute_sync_asks_an_older_trio_whether_it_runs(
+    monkeypatch: pytest.MonkeyPatch, running: bool
+) -> None:
+    # trio before 0.23 has no lowlevel.in_trio_run: the current token answers instead.
+    def current_trio_token() -> object:
+        if not running:
+            raise RuntimeError("must be called from async context")
+        return object()
+
+    old_trio = types.SimpleNamespace(
+        lowlevel=types.SimpleNamespace(current_trio_token=current_trio_token)
+    )
+    monkeypatch.setitem(sys.modules, "trio", old_trio)
+    registry = ToolRegistry()
+    registry.register(tool())
+    if running:
+        with pytest.raises(RuntimeError, match="running trio event loop"):
+            registry.execute_sync(call())
+    else:
+        assert not registry.execute_sync(call()).is_error
 
 
 @pytest.mark.anyio

@@ -203,7 +203,7 @@ class _ViewBase:
         trio = sys.modules.get("trio")
         if asyncio is not None and asyncio._get_running_loop() is not None:
             library: str | None = "asyncio"
-        elif trio is not None and trio.lowlevel.in_trio_run():
+        elif trio is not None and _in_trio_run(trio):
             library = "trio"
         else:
             library = None
@@ -678,3 +678,15 @@ def _bind(
         return function(*[named[name] for name in argnames])
 
     return call
+
+
+def _in_trio_run(trio: Any) -> bool:
+    """Whether a trio run is active in this thread; trio before 0.23 has no in_trio_run."""
+    lowlevel = trio.lowlevel
+    if hasattr(lowlevel, "in_trio_run"):
+        return bool(lowlevel.in_trio_run())
+    try:
+        lowlevel.current_trio_token()
+    except RuntimeError:
+        return False
+    return True
