@@ -201,3 +201,40 @@ def test_a_direct_body_makes_its_execution_once_on_request() -> None:
     first, second = seen
     assert first is second
     assert (first.call_id, first.root_call_id, first.arguments) == ("c1", "root", {"n": 1})
+
+
+@pytest.mark.parametrize("way", ["direct", "full"])
+def test_a_call_resolves_its_tool_when_it_starts_not_when_it_is_made(way: str) -> None:
+    # Both ways resolve late: a tool removed or replaced between execute() and the first
+    # await is the one the call finds.
+    registry = ToolRegistry()
+    if way == "full":
+        registry.add_plugin(Bystander())
+
+    def register(value: str) -> Callable[[], None]:
+        return registry.register(
+            define_tool(
+                name="t",
+                description="A test tool.",
+                parameters={"n": {"type": "integer"}},
+                execute=lambda args, ctx: value,
+            )
+        )
+
+    async def replaced() -> ToolExecutionResult:
+        dispose = register("old")
+        pending = registry.execute(CALLS["valid"])
+        dispose()
+        register("new")
+        return await pending
+
+    async def removed() -> ToolExecutionResult:
+        dispose = registry.register(
+            define_tool(name="gone", description="d", parameters={}, execute=lambda a, c: 1)
+        )
+        pending = registry.execute(ToolExecutionInput("c9", "gone", {}))
+        dispose()
+        return await pending
+
+    assert asyncio.run(replaced()).value == "new"  # type: ignore[union-attr]
+    assert asyncio.run(removed()).code == "UNKNOWN_TOOL"  # type: ignore[union-attr]

@@ -150,6 +150,8 @@ class Plan:
     result: tuple[StageImpl, ...]
     wrappers: tuple[StageImpl, ...]
     resolve: Callable[[str], ToolEntry | None]
+    current: Mapping[tuple[str, ...], Plan]
+    """The registry's plans now: this one is stale once it is not among them."""
     approval: ApprovalService | None
     approval_async: bool
     default_timeout_ms: float | None
@@ -1082,11 +1084,15 @@ def _frozen_arguments(value: object) -> FrozenDict | JsonValueError:
 
 
 async def _run_direct(
-    entry: ToolEntry, call: ToolExecutionInput, arguments: FrozenDict
+    plan: Plan, entry: ToolEntry, call: ToolExecutionInput, arguments: FrozenDict
 ) -> ToolExecutionResult:
     """A call with nothing to decide, observe, time or cancel (see :func:`run_call`):
     what :meth:`_Call.body` does, without the stages around it and the cancellation work
     in it."""
+    if plan.current.get(plan.agent_path) is not plan:
+        # The registry changed between execute() and this first step: resolve the tool
+        # now, as the full pipeline does inside its dispatch.
+        return await _Call(plan, call, True, arguments, entry).run()
     definition = entry.definition
     context = ToolRunContext(call, arguments, NEVER_CANCELLED)
     try:
@@ -1126,7 +1132,7 @@ def run_call(plan: Plan, call: ToolExecutionInput) -> Coroutine[Any, Any, ToolEx
     arguments = _frozen_arguments(call.arguments)
     direct = plan.direct_tools.get(call.name)
     if direct is not None and call.signal is None and type(arguments) is FrozenDict:
-        return _run_direct(direct, call, arguments)
+        return _run_direct(plan, direct, call, arguments)
     return _Call(plan, call, True, arguments, plan.tools.get(call.name)).run()
 
 

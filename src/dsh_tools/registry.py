@@ -493,6 +493,7 @@ class ToolRegistry(_ViewBase):
             result=result,
             wrappers=wrappers,
             resolve=lambda name: self._plan(path).tools.get(name),
+            current=self._plans,
             approval=self.approval,
             approval_async=approval_async,
             default_timeout_ms=self.default_timeout_ms,
