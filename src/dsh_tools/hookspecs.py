@@ -11,7 +11,9 @@ Stages 1, 2, 4 and 5 are run by the pipeline as a loop over the implementations 
 pluggy's order (``tryfirst``/``trylast`` honoured, later registrations first), so one
 implementation raising can never skip a later one's protection and an ``async def``
 implementation is awaited before the next runs. ``wrapper=True`` implementations are
-accepted only on :func:`dsh_tools_execute`.
+accepted only on :func:`dsh_tools_execute`; the pipeline chains them the way pluggy chains
+wrappers (the last registered outermost unless ``tryfirst``/``trylast`` say otherwise; an
+error before or after a wrapper's ``yield`` is thrown into the wrappers outside it).
 """
 
 from __future__ import annotations
