@@ -71,19 +71,10 @@ def _text_block(text: str) -> FrozenDict:
     return trusted_frozen_dict({"type": "text", "text": str.__str__(text)})
 
 
-# ``text_blocks`` runs once per call: it builds the frozen values itself, as
-# ``trusted_frozen_dict`` and ``trusted_frozen_list`` do, without their two calls.
-_new_dict = dict.__new__
-_fill_dict = dict.update
-_new_tuple = tuple.__new__
-
-
 def text_blocks(text: str) -> FrozenList:
     """The content of one text block, built without checks: most results carry just
     this. ``text`` must be a plain ``str`` (not a subclass)."""
-    block = _new_dict(FrozenDict)
-    _fill_dict(block, {"type": "text", "text": text})
-    return _new_tuple(FrozenList, (block,))
+    return trusted_frozen_list((trusted_frozen_dict({"type": "text", "text": text}),))
 
 
 def _is_frozen_blocks(content: object) -> bool:
