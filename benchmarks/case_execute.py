@@ -21,7 +21,7 @@ from dsh_tools import (
     define_tool,
     hookimpl,
 )
-from dsh_tools.json import SMALL_INT, FrozenDict, FrozenList
+from dsh_tools.json import NEG_SMALL_INT, SMALL_INT, FrozenDict, FrozenList
 from dsh_tools.models import trusted_success
 from dsh_tools.pipeline import NEVER_CANCELLED, ToolRunContext
 
@@ -186,7 +186,11 @@ def _floor(body: Callable[..., Any]) -> Callable[[ToolExecutionInput], object]:
     def floor(call: ToolExecutionInput) -> object:
         arguments: Any = call.arguments
         for key, item in arguments.items():
-            if type(key) is not str or type(item) is not int or not -SMALL_INT < item < SMALL_INT:
+            if (
+                type(key) is not str
+                or type(item) is not int
+                or not NEG_SMALL_INT < item < SMALL_INT
+            ):
                 raise AssertionError("the floor only takes two small ints")
         frozen = new_dict(FrozenDict)
         fill(frozen, arguments)

@@ -338,3 +338,24 @@ def test_parse_agrees_on_plain_and_frozen_arguments(spec: dict[str, Any], args: 
     if not model.violations(frozen):
         assert model.parse(frozen) is frozen
         assert model.parse(args) == frozen
+
+
+@given(dsl_parameter_specs(), any_values())
+def test_what_a_model_admits_is_what_it_would_parse(spec: dict[str, Any], args: object) -> None:
+    model = arguments_model(spec)
+    admitted = model.admit(args)
+    if admitted is not None:
+        assert type(admitted) is FrozenDict
+        assert admitted == model.parse(args) == snapshot(args)
+
+
+def test_models_admit_the_usual_flat_call() -> None:
+    model = arguments_model({"a": {"type": "integer", "required": True}, "b": {"type": "string"}})
+    assert model.admit({"a": 1, "b": "x"}) == {"a": 1, "b": "x"}
+    assert model.admit({"a": "1"}) is None  # invalid: left to parse, which says why
+    assert model.admit({"a": 1, "c": [1]}) is None  # valid, but nested: left to the snapshot
+    raw = raw_arguments_model({"type": "object"})
+    assert raw.admit({"a": 1, "b": "x"}) == {"a": 1, "b": "x"}
+    assert raw.admit({"a": [1]}) is None
+    assert raw.admit([1]) is None
+    assert READ.admit({"path": "/x"}) is None  # the body gets an attrs instance

@@ -19,6 +19,7 @@ from dsh_tools.jsonschema import (
     _compile_predicate,
     assert_supported_json_schema,
     assert_supported_output_schema,
+    compile_admitter,
     compile_validator,
     validate_json_schema_value,
     validate_structured_value,
@@ -833,3 +834,122 @@ def test_str_subclasses_in_schemas_are_left_to_the_closures() -> None:
     for value in ({"a": "x"}, {"a": "y", "b": "z"}, {"a": "q"}, {"b": "z"}, {"a": "x", "b": 1}):
         _differential(schema, value)
         _differential(schema, snapshot(value))
+
+
+# --------------------------------------------------------------------------- admitter
+
+
+class _LookAlike:
+    """Hashes and compares like the key ``"a"`` but is no str: a dict lookup finds it."""
+
+    def __hash__(self) -> int:
+        return hash("a")
+
+    def __eq__(self, other: object) -> bool:
+        return other == "a"
+
+
+_FLAT_PROPERTIES = {
+    "a": {"type": "integer"},
+    "b": {"type": "number", "enum": [1, 2.5]},
+    "s": {"type": "string", "const": "x"},
+    "flag": {"type": "boolean"},
+    "n": {"oneOf": [{"type": "string"}, {"type": "null"}]},
+}
+_FLAT_SCHEMAS = [
+    {"type": "object", "properties": _FLAT_PROPERTIES, "required": ["a", "n"]},
+    {**{"type": "object", "properties": _FLAT_PROPERTIES}, "additionalProperties": False},
+    {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]},
+]
+
+
+def _flat_and_plain(value: object, schema: Any) -> bool:
+    """A plain dict of scalars an admitter must take: declared str keys, exact builtin
+    scalars, ints short enough for JSON text, finite floats."""
+    if type(value) is not dict:
+        return False
+    for key, item in value.items():
+        if type(key) is not str or key not in schema["properties"]:
+            return False
+        if type(item) not in _PLAIN or item != item or item in (math.inf, -math.inf):
+            return False
+        if type(item) is int and abs(item) >= 10**4000:
+            return False
+    return True
+
+
+def _admit_differential(schema: Any, value: object) -> None:
+    """The admitter answers as snapshot-then-validate would, or leaves the value to them."""
+    admit = compile_admitter(schema)
+    assert admit is not None
+    admitted = admit(value)
+    valid = _compile_closures(schema, root="")
+    if admitted is None:
+        if _flat_and_plain(value, schema):  # no false misses: the usual call is admitted
+            assert valid(snapshot(value)) != []
+        return
+    frozen = snapshot(value, "arguments")
+    assert type(admitted) is FrozenDict
+    assert list(admitted.items()) == list(frozen.items())  # type: ignore[union-attr]
+    assert [type(item) for item in admitted.values()] == [type(item) for item in frozen.values()]  # type: ignore[union-attr]
+    assert valid(frozen) == []
+    assert admitted is not value
+
+
+@settings(max_examples=200)
+@given(st.data())
+def test_the_admitter_matches_snapshot_then_validation(data: st.DataObject) -> None:
+    schema = data.draw(st.sampled_from(_FLAT_SCHEMAS))
+    value = data.draw(near_values(schema, data.draw(st.booleans())) | any_values(4))
+    _admit_differential(schema, value)
+
+
+_ADMITTED = [{"x": 1}, {"x": 2.0}, {"x": 2**80}]
+_LEFT = [
+    *[{"x": True}, {"x": 10**4000}, {"x": math.inf}, {"x": 1, "y": [1]}, {"x": 1, "y": 2}],
+    *[{_Text("x"): 1}, {_LookAlike(): 1, "x": 1}, {"x": 1, 1: 2}, {}],
+    *[FrozenDict({"x": 1}), MappingProxyType({"x": 1}), [("x", 1)], None],
+]
+
+
+@pytest.mark.parametrize(
+    ("value", "admitted"),
+    [*[(value, True) for value in _ADMITTED], *[(value, False) for value in _LEFT]],
+    ids=lambda value: f"{type(value).__name__}:{value!r}",
+)
+def test_the_admitter_leaves_anything_unusual_to_the_general_path(
+    value: object, admitted: bool
+) -> None:
+    schema = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+    admit = compile_admitter(schema)
+    assert admit is not None
+    assert (admit(value) is not None) is admitted
+    _admit_differential(schema, value)
+
+
+def test_the_admitter_copies_in_the_callers_order() -> None:
+    admit = compile_admitter(_FLAT_SCHEMAS[0])
+    assert admit is not None
+    value = {"n": None, "flag": True, "a": -3}
+    admitted = admit(value)
+    assert list(admitted) == ["n", "flag", "a"]  # type: ignore[arg-type]
+    value["a"] = 4  # the caller's dict is copied, never kept
+    assert admitted == {"n": None, "flag": True, "a": -3}
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}}}},
+        {"type": "object", "properties": {"cfg": {"type": "object"}}},
+        {"type": "object", "properties": {"any": {}}},
+        {"type": "string"},
+        {"oneOf": [{"type": "object"}, {"type": "null"}]},
+        {
+            "type": "object",
+            "properties": {"n": {"oneOf": [{"type": "integer"}, {"type": "number"}]}},
+        },
+    ],
+)
+def test_only_flat_objects_of_scalars_get_an_admitter(schema: dict[str, Any]) -> None:
+    assert compile_admitter(schema) is None

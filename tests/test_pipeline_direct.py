@@ -28,6 +28,7 @@ from dsh_tools import (
     result_to_json,
 )
 from dsh_tools.errors import ToolError
+from dsh_tools.json import FrozenDict
 
 PNG = "iVBORw0KGgo="
 
@@ -104,6 +105,9 @@ def _registries(body: Any, output: ToolOutput | None = None) -> tuple[ToolRegist
 
 CALLS = {
     "valid": ToolExecutionInput("c1", "t", {"n": 1}, root_call_id="root"),
+    # Valid, but not flat or not a plain dict: snapshotted, then parsed (not admitted).
+    "valid, nested extra": ToolExecutionInput("c5", "t", {"n": 2, "note": [1, {"k": None}]}),
+    "valid, already frozen": ToolExecutionInput("c6", "t", FrozenDict({"n": 3})),
     "invalid arguments": ToolExecutionInput("c2", "t", {"n": "one", "extra": True}),
     "non-JSON arguments": ToolExecutionInput("c3", "t", {"n": {1}}),
     "unknown tool": ToolExecutionInput("c4", "missing", {"n": 1}),
@@ -159,7 +163,8 @@ def paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         original = getattr(pipeline, name)
 
         def spy(*args: Any, _original: Any = original) -> Any:
-            taken.append("direct")
+            # The last argument is the admitted arguments, or None when they get parsed.
+            taken.append("direct" if args[-1] is None else "admitted")
             return _original(*args)
 
         monkeypatch.setattr(pipeline, name, spy)
@@ -178,7 +183,13 @@ def test_each_registry_takes_the_way_it_should(paths: list[str]) -> None:
     direct.execute_sync(CALLS["valid"])
     asyncio.run(direct.execute(CALLS["valid"]))
     full.execute_sync(CALLS["valid"])
-    assert paths == ["direct", "direct", "full"]
+    assert paths == ["admitted", "admitted", "full"]
+    # Arguments the tool's model cannot vouch for in one step are snapshotted and parsed.
+    del paths[:]
+    for name in ("invalid arguments", "valid, nested extra", "valid, already frozen"):
+        direct.execute_sync(CALLS[name])
+        asyncio.run(direct.execute(CALLS[name]))
+    assert paths == ["direct"] * 6
     # Anything that must run makes the call take the full pipeline.
     del paths[:]
     direct.execute_sync(CALLS["non-JSON arguments"])

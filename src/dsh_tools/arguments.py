@@ -30,13 +30,15 @@ from typing import Annotated, Any, Generic, Literal, TypeVar, Union, get_args, g
 import attrs
 
 from .errors import DefinitionError, ToolArgsError
-from .json import FrozenDict, snapshot
+from .json import FrozenDict, flat_object, snapshot
 from .jsonschema import (
+    Admitter,
     Check,
     Validator,
     Violation,
     array_check,
     assert_supported_json_schema,
+    compile_admitter,
     compile_validator,
     finish,
     is_lossless,
@@ -77,9 +79,15 @@ def _converter() -> Any:
 
 
 class ArgumentsModel(Generic[A]):
-    """The parameters schema of one tool and the compiled way to check and build its args."""
+    """The parameters schema of one tool and the compiled way to check and build its args.
 
-    __slots__ = ("_build", "_check", "_keeps_frozen", "json_schema")
+    ``admit`` is the one-step path for the usual call, used by the pipeline: given the
+    caller's raw arguments, it returns their frozen copy when that copy is certainly what
+    :meth:`parse` would return (a DSL or raw model, a plain dict of scalars the schema
+    accepts), else ``None``, and the caller snapshots and parses as usual.
+    """
+
+    __slots__ = ("_build", "_check", "_keeps_frozen", "admit", "json_schema")
 
     def __init__(
         self,
@@ -87,11 +95,13 @@ class ArgumentsModel(Generic[A]):
         check: Validator,
         build: Callable[[object], A],
         keeps_frozen: bool = False,
+        admit: Admitter | None = None,
     ) -> None:
         self.json_schema = json_schema
         self._check = check
         self._build = build
         self._keeps_frozen = keeps_frozen  # build returns a FrozenDict argument unchanged
+        self.admit: Admitter = admit or _admits_nothing
 
     def violations(self, arguments: object) -> list[str]:
         """Every violation of ``arguments`` (``[]`` when valid); never raises."""
@@ -117,6 +127,15 @@ def _trusted(arguments: object) -> list[str]:
     return []
 
 
+def _admits_nothing(arguments: object) -> None:
+    return None
+
+
+def _admit_flat(arguments: object) -> FrozenDict | None:
+    """A trusted schema checks nothing: a plain flat dict only needs its snapshot."""
+    return flat_object(arguments) if type(arguments) is dict else None
+
+
 def _frozen_arguments(arguments: object) -> Any:
     return snapshot(arguments, "arguments")
 
@@ -139,7 +158,13 @@ def arguments_model(parameters: object) -> ArgumentsModel[Any]:
             )
         return _class_model(parameters)
     schema = schema_spec_to_json_schema(parameters)
-    return ArgumentsModel(schema, compile_validator(schema, root=""), _frozen_arguments, True)
+    return ArgumentsModel(
+        schema,
+        compile_validator(schema, root=""),
+        _frozen_arguments,
+        True,
+        compile_admitter(schema),
+    )
 
 
 def raw_arguments_model(schema: object) -> ArgumentsModel[Any]:
@@ -147,7 +172,7 @@ def raw_arguments_model(schema: object) -> ArgumentsModel[Any]:
     frozen = snapshot(schema, "parameters")
     if not isinstance(frozen, FrozenDict):
         raise DefinitionError("raw parameters schema must be a JSON object")
-    return ArgumentsModel(frozen, _trusted, _frozen_arguments, True)
+    return ArgumentsModel(frozen, _trusted, _frozen_arguments, True, _admit_flat)
 
 
 # --------------------------------------------------------------------------- attrs classes

@@ -39,12 +39,15 @@ SMALL_INT = 10**4000
 """Integers strictly between ``-SMALL_INT`` and ``SMALL_INT`` always have a JSON text
 (under the interpreter's default 4300-digit conversion limit); larger ones are checked
 with :func:`int_has_text`, so the common case costs two comparisons."""
+NEG_SMALL_INT = -SMALL_INT
+"""The lower bound, kept: writing ``-SMALL_INT`` in a check would build a 1.8 KB integer
+on every evaluation."""
 
 
 def int_has_text(value: int) -> bool:
     """Whether ``int`` ``value`` converts to decimal text under the interpreter's limit
     (``sys.set_int_max_str_digits``); ``json.dumps`` and ``json.loads`` raise past it."""
-    if -SMALL_INT < value < SMALL_INT:
+    if NEG_SMALL_INT < value < SMALL_INT:
         return True
     try:
         int.__repr__(value)
@@ -231,7 +234,7 @@ def _freeze_object(value: dict[Any, Any], depth: int, active: set[int]) -> Froze
             or kind is bool
             or item is None
             or kind in _FROZEN
-            or (kind is int and -SMALL_INT < item < SMALL_INT)
+            or (kind is int and NEG_SMALL_INT < item < SMALL_INT)
         ):
             out[key] = item
             continue
@@ -258,7 +261,7 @@ def _freeze_array(value: list[Any] | tuple[Any, ...], depth: int, active: set[in
             or kind is bool
             or item is None
             or kind in _FROZEN
-            or (kind is int and -SMALL_INT < item < SMALL_INT)
+            or (kind is int and NEG_SMALL_INT < item < SMALL_INT)
         ):
             append(item)
             continue
@@ -271,7 +274,7 @@ def _freeze_array(value: list[Any] | tuple[Any, ...], depth: int, active: set[in
     return _new_tuple(FrozenList, out)
 
 
-def _flat_object(value: dict[Any, Any]) -> FrozenDict | None:
+def flat_object(value: dict[Any, Any]) -> FrozenDict | None:
     """The frozen copy of a dict whose keys are ``str`` and whose members are strings,
     booleans, ``None``, ordinary ints or frozen values; ``None`` for any other dict.
 
@@ -282,7 +285,7 @@ def _flat_object(value: dict[Any, Any]) -> FrozenDict | None:
         kind = type(item)
         if type(key) is not str or not (
             kind is str
-            or (kind is int and -SMALL_INT < item < SMALL_INT)
+            or (kind is int and NEG_SMALL_INT < item < SMALL_INT)
             or kind is bool
             or item is None
             or kind in _FROZEN
@@ -302,7 +305,7 @@ def snapshot(value: object, label: str = "value") -> JsonValue:
     """
     kind = type(value)
     if kind is dict:
-        flat = _flat_object(value)  # type: ignore[arg-type]
+        flat = flat_object(value)  # type: ignore[arg-type]
         if flat is not None:
             return flat
     elif (
@@ -310,7 +313,7 @@ def snapshot(value: object, label: str = "value") -> JsonValue:
         or kind is bool
         or value is None
         or kind in _FROZEN
-        or (kind is int and -SMALL_INT < value < SMALL_INT)  # type: ignore[operator]
+        or (kind is int and NEG_SMALL_INT < value < SMALL_INT)  # type: ignore[operator]
     ):
         return value  # type: ignore[return-value]
     try:
@@ -343,7 +346,7 @@ _SCALAR_TEXT = {True: "true", False: "false", None: "null"}
 def dumps(value: object) -> str:
     """Compact JSON text for a lossless JSON value (non-ASCII kept as is)."""
     kind = type(value)
-    if kind is int and -SMALL_INT < value < SMALL_INT:  # type: ignore[operator]
+    if kind is int and NEG_SMALL_INT < value < SMALL_INT:  # type: ignore[operator]
         return int.__repr__(value)
     if kind is str:
         return _encode(value)

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from .errors import JsonSchemaError, OutputSchemaError
-from .json import MAX_DEPTH, FrozenDict, FrozenList, int_has_text
+from .json import MAX_DEPTH, NEG_SMALL_INT, SMALL_INT, FrozenDict, FrozenList, int_has_text
 
 __all__ = [
     "JsonSchema",
@@ -590,21 +590,30 @@ _SCALAR_MISS = {
 """When a value of exactly a builtin type fails the scalar check (``_number`` etc.)."""
 
 _OBJECT_MISS = "type({v}) is not dict and type({v}) is not _FD"
+_BIG_INT_MISS = "type({v}) is int and not _NEG_SMALL < {v} < _SMALL"
+"""An admitter's extra miss: an int this large needs the snapshot's digit-limit check."""
 _ARRAY_MISS = "type({v}) is not list and type({v}) is not tuple and type({v}) is not _FL"
 
 _PLAIN_LITERALS = frozenset({str, int, float, bool, type(None)})
 _FAIL = "\x00"  # stands for the miss action; schema text never enters the source
 
 
-class _TooBig(Exception):
-    """Internal: the schema is too large to inline; it gets no accelerator."""
+class _NotInlined(Exception):
+    """Internal: the schema is too large to inline, or (for an admitter) not flat; it gets
+    no generated function."""
 
 
 class _Generator:
-    """Writes the body shared by the predicate and the validator of one schema."""
+    """Writes the body shared by the predicate and the validator of one schema.
 
-    def __init__(self, memo: dict[tuple[int, int], Check]) -> None:
+    ``admitting`` writes an admitter's instead: its value is the caller's, not yet
+    snapshotted, so only a flat object of scalars can be inlined, and each check also
+    rules out what the snapshot would reject or change.
+    """
+
+    def __init__(self, memo: dict[tuple[int, int], Check], admitting: bool = False) -> None:
         self.memo = memo
+        self.admitting = admitting
         self.lines: list[str] = []
         self.names: dict[str, object] = {}
         self.visited = 0
@@ -617,7 +626,7 @@ class _Generator:
     def var(self) -> str:
         self.visited += 1
         if self.visited > _MAX_NODES:
-            raise _TooBig
+            raise _NotInlined
         return f"x{self.visited}"
 
     def emit(self, level: int, text: str) -> None:
@@ -630,15 +639,19 @@ class _Generator:
         """Write the checks of ``node`` on the variable ``v``, or call its closure."""
         self.visited += 1
         if self.visited > _MAX_NODES:
-            raise _TooBig
+            raise _NotInlined
         kind = node.get("type")
         if level >= _INLINE_LEVELS or not self.inline(node, v, depth, level, kind):
+            if self.admitting:
+                raise _NotInlined  # a closure checks frozen values, not the caller's
             check = self.bind("c", self.memo[(id(node), depth)])
             self.miss_if(level, f"{check}({v}) is not None")
 
     def inline(self, node: Mapping[str, Any], v: str, depth: int, level: int, kind: object) -> bool:
         if "oneOf" in node:
             return self.one_of(node["oneOf"], v, depth, level)
+        if self.admitting and (kind is None or kind == "array" or (kind == "object" and depth)):
+            return False  # a nested or untyped value needs the snapshot's general walk
         if kind is None:
             self.miss_if(level, f"not _lossless({v}, {depth})")
         elif kind == "object":
@@ -664,6 +677,8 @@ class _Generator:
         if any(type(literal) not in _PLAIN_LITERALS for literal in literals):
             return False  # a str subclass in the schema could run its own __eq__
         self.miss_if(level, _SCALAR_MISS[kind].format(v=v))
+        if self.admitting and kind in ("integer", "number"):
+            self.miss_if(level, _BIG_INT_MISS.format(v=v))
         if enum is not None:
             self.miss_if(level, f"{v} not in {self.bind('e', frozenset(enum))}")
         if "const" in node:
@@ -676,7 +691,15 @@ class _Generator:
         if any(type(name) is not str for name in (*properties, *names)):
             return False  # a str subclass could run its own __hash__/__eq__
         required = set(names)
-        self.miss_if(level, _OBJECT_MISS.format(v=v))
+        if self.admitting:
+            # Only a plain dict with str keys: a key equal to a declared name but of
+            # another type would otherwise be found by the lookups below.
+            self.miss_if(level, f"type({v}) is not dict")
+            key = self.var()
+            self.emit(level, f"for {key} in {v}:")
+            self.miss_if(level + 1, f"type({key}) is not str")
+        else:
+            self.miss_if(level, _OBJECT_MISS.format(v=v))
         count = sum(1 for name in properties if name in required)
         counter = ""
         for name, child in properties.items():
@@ -694,7 +717,8 @@ class _Generator:
                 self.emit(level + 1, f"{counter} += 1")
                 self.node(child, member, depth + 1, level + 1)
         size = counter or str(count)
-        if node.get("additionalProperties") is False:
+        if self.admitting or node.get("additionalProperties") is False:
+            # An admitter leaves any undeclared key (and its value) to the general path.
             self.miss_if(level, f"len({v}) != {size}")
             return True
         declared = self.bind("d", frozenset(properties))
@@ -769,14 +793,15 @@ def _generate(
     miss: str,
     hit: str,
     slow: Validator | None = None,
+    admitting: bool = False,
 ) -> Any:
     """The generated function ``name``; ``None`` when the root itself cannot be inlined
     (a ``oneOf`` whose branches can overlap) or the schema is too big to inline."""
-    generator = _Generator(memo)
+    generator = _Generator(memo, admitting)
     try:
         if not generator.inline(schema, "v", 0, 0, schema.get("type")):
             return None
-    except _TooBig:
+    except _NotInlined:
         return None
     body = "\n".join(generator.lines).replace(_FAIL, miss)
     source = _SOURCE.format(name=name, body=body, miss=miss, hit=hit)
@@ -794,6 +819,10 @@ def _generate(
         "_isfinite": _isfinite,
         "_lossless": is_lossless,
         "_slow": slow,
+        "_SMALL": SMALL_INT,
+        "_NEG_SMALL": NEG_SMALL_INT,
+        "_new": dict.__new__,
+        "_fill": dict.update,
     }
     exec(code, namespace)
     return namespace[name]
@@ -811,6 +840,30 @@ def compile_validator(schema: JsonSchema, *, root: str = "value") -> Validator:
     slow = finish(_compile(schema, 0, memo), root)
     fast = _generate(schema, memo, "_validate", "return _slow(v)", "return []", slow)
     return slow if fast is None else fast
+
+
+Admitter: TypeAlias = Callable[[object], "FrozenDict | None"]
+"""Internal: the frozen copy of a caller's value its schema certainly accepts, else ``None``."""
+
+_ADMIT_HIT = "r = _new(_FD)\n    _fill(r, v)\n    return r"
+
+
+def compile_admitter(schema: JsonSchema) -> Admitter | None:
+    """Snapshot and validation in one step, for the usual call: arguments that are a plain
+    dict of scalars.
+
+    The admitter returns what ``snapshot`` would make of such a value once it is certain
+    that ``schema`` accepts it, and ``None`` for anything else (a nested or undeclared
+    member, a value of another type, one the schema rejects), which then takes the general
+    path. ``None`` instead of an admitter when the schema is not a flat object of scalars.
+    """
+    assert_supported_json_schema(schema)
+    if schema.get("type") != "object" or "oneOf" in schema:
+        return None
+    admitter: Admitter | None = _generate(
+        schema, {}, "_admit", "return None", _ADMIT_HIT, admitting=True
+    )
+    return admitter
 
 
 def _compile_predicate(schema: JsonSchema) -> Predicate:

@@ -57,7 +57,8 @@ from .content import (
 )
 from .errors import DshToolsError, ErrorCode, JsonValueError, ToolOutputError
 from .hookspecs import Dispatch
-from .json import SMALL_INT, FrozenDict, JsonValue, dumps, snapshot
+from .json import NEG_SMALL_INT, SMALL_INT, FrozenDict, JsonValue, dumps, snapshot
+from .jsonschema import Admitter
 from .models import (
     Accept,
     Allow,
@@ -111,10 +112,12 @@ class ToolEntry:
     schema: Any = attrs.field(init=False)
     synchronous: bool = attrs.field(init=False)
     direct: bool = attrs.field(init=False)
+    admit: Admitter = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         definition = self.definition
         object.__setattr__(self, "schema", definition.schema())
+        object.__setattr__(self, "admit", definition.arguments.admit)
         object.__setattr__(
             self,
             "synchronous",
@@ -1024,7 +1027,7 @@ def _render(
         # The usual returns first, exactly as snapshot() and dumps() treat them.
         if type(raw) is str:
             return trusted_success(raw, text_blocks(raw), None, contexts, concluded)
-        if type(raw) is int and -SMALL_INT < raw < SMALL_INT:
+        if type(raw) is int and NEG_SMALL_INT < raw < SMALL_INT:
             text = int.__repr__(raw)
             return trusted_success(raw, text_blocks(text), None, contexts, concluded)
         if type(raw) not in _PLAIN_JSON and _is_typed_content(raw):
@@ -1084,11 +1087,11 @@ def _frozen_arguments(value: object) -> FrozenDict | JsonValueError:
 
 
 async def _run_direct(
-    plan: Plan, entry: ToolEntry, call: ToolExecutionInput, arguments: FrozenDict
+    plan: Plan, entry: ToolEntry, call: ToolExecutionInput, arguments: FrozenDict, parsed: Any
 ) -> ToolExecutionResult:
     """A call with nothing to decide, observe, time or cancel (see :func:`run_call`):
     what :meth:`_Call.body` does, without the stages around it and the cancellation work
-    in it."""
+    in it. ``parsed`` is the admitted arguments, or ``None`` to parse them first."""
     if plan.current.get(plan.agent_path) is not plan:
         # The registry changed between execute() and this first step: resolve the tool
         # now, as the full pipeline does inside its dispatch.
@@ -1096,7 +1099,8 @@ async def _run_direct(
     definition = entry.definition
     context = ToolRunContext(call, arguments, NEVER_CANCELLED)
     try:
-        parsed = definition.arguments.parse(arguments)
+        if parsed is None:
+            parsed = definition.arguments.parse(arguments)
         raw = definition.execute(parsed, context)
         if _is_awaitable(raw):
             raw = await raw
@@ -1106,14 +1110,15 @@ async def _run_direct(
 
 
 def _run_direct_sync(
-    entry: ToolEntry, call: ToolExecutionInput, arguments: FrozenDict
+    entry: ToolEntry, call: ToolExecutionInput, arguments: FrozenDict, parsed: Any
 ) -> ToolExecutionResult:
     """:func:`_run_direct` for ``execute_sync``, with no coroutine to drive; a plain
     callable that returns an awaitable gets an event loop of its own for it."""
     definition = entry.definition
     context = ToolRunContext(call, arguments, NEVER_CANCELLED)
     try:
-        parsed = definition.arguments.parse(arguments)
+        if parsed is None:
+            parsed = definition.arguments.parse(arguments)
         raw = definition.execute(parsed, context)
         if type(raw) not in _NEVER_AWAITABLE and _is_awaitable(raw):
             raw = anyio.run(_awaited, raw)
@@ -1127,22 +1132,32 @@ def run_call(plan: Plan, call: ToolExecutionInput) -> Coroutine[Any, Any, ToolEx
 
     A call with nothing to decide, observe, time or cancel (a tool in the plan's
     ``direct_tools``, no signal, arguments that are a JSON object) runs the same steps
-    without the frames of stages that would find nothing to do.
+    without the frames of stages that would find nothing to do. Its arguments, when the
+    tool's model admits them (see :class:`~dsh_tools.arguments.ArgumentsModel`), are
+    snapshotted and validated in one step.
     """
-    arguments = _frozen_arguments(call.arguments)
     direct = plan.direct_tools.get(call.name)
+    if direct is not None and call.signal is None:
+        admitted = direct.admit(call.arguments)
+        if admitted is not None:
+            return _run_direct(plan, direct, call, admitted, admitted)
+    arguments = _frozen_arguments(call.arguments)
     if direct is not None and call.signal is None and type(arguments) is FrozenDict:
-        return _run_direct(plan, direct, call, arguments)
+        return _run_direct(plan, direct, call, arguments, None)
     return _Call(plan, call, True, arguments, plan.tools.get(call.name)).run()
 
 
 def run_call_sync(plan: Plan, call: ToolExecutionInput) -> ToolExecutionResult:
     """:func:`run_call` for synchronous hosts: with no event loop when neither the plan nor
     the tool has anything to await, else in one event loop of its own."""
-    arguments = _frozen_arguments(call.arguments)
     direct = plan.direct_tools.get(call.name)
+    if direct is not None and call.signal is None:
+        admitted = direct.admit(call.arguments)
+        if admitted is not None:
+            return _run_direct_sync(direct, call, admitted, admitted)
+    arguments = _frozen_arguments(call.arguments)
     if direct is not None and call.signal is None and type(arguments) is FrozenDict:
-        return _run_direct_sync(direct, call, arguments)
+        return _run_direct_sync(direct, call, arguments, None)
     entry = plan.tools.get(call.name)
     if not plan.synchronous or (entry is not None and not entry.synchronous):
         return anyio.run(_Call(plan, call, True, arguments, entry).run)
