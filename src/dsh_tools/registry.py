@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pluggy
 
@@ -199,21 +199,12 @@ class _ViewBase:
         """
         # Only a library that was imported can be running a loop, and neither question
         # raises: this runs on every call.
-        asyncio = sys.modules.get("asyncio")
-        trio = sys.modules.get("trio")
+        asyncio = _modules.get("asyncio")
         if asyncio is not None and asyncio._get_running_loop() is not None:
-            library: str | None = "asyncio"
-        elif trio is not None and _in_trio_run(trio):
-            library = "trio"
-        else:
-            library = None
-        if library is not None:
-            raise RuntimeError(
-                f"execute_sync() was called inside a running {library} event loop; "
-                "use `await registry.execute(call)` there"
-            )
-        plan, routed = self._planned(call)
-        return run_call_sync(plan, routed)
+            _refuse_inside("asyncio")
+        if "trio" in _modules and _in_trio_run(_modules["trio"]):
+            _refuse_inside("trio")
+        return run_call_sync(*self._planned(call))
 
     def _planned(self, call: ToolExecutionInput) -> tuple[Plan, ToolExecutionInput]:
         """The plan that runs ``call``, and the call routed to this view's agent."""
@@ -679,6 +670,16 @@ def _bind(
         return function(*[named[name] for name in argnames])
 
     return call
+
+
+_modules = sys.modules
+
+
+def _refuse_inside(library: str) -> NoReturn:
+    raise RuntimeError(
+        f"execute_sync() was called inside a running {library} event loop; "
+        "use `await registry.execute(call)` there"
+    )
 
 
 def _in_trio_run(trio: Any) -> bool:
