@@ -26,7 +26,8 @@ caller's native cancellation, but not past the caller's deadline (``fail_after``
 
 Most calls have nothing to decide, observe, time or cancel: no plugin, guard or tracer
 for their agent and no signal. Those run the same steps (validate, call the body, render)
-in one frame, without the frames of the stages that would find nothing to do; this is
+in one frame, without the frames of the stages that would find nothing to do; the usual
+flat arguments are snapshotted and validated in one step by the tool's admitter. This is
 what keeps the per-call overhead of a plain tool call a fraction of its peers'.
 """
 
