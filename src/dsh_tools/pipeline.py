@@ -54,7 +54,6 @@ from .content import (
     TextContent,
     content_blocks,
     content_text,
-    text_blocks,
 )
 from .errors import DshToolsError, ErrorCode, JsonValueError, ToolOutputError
 from .hookspecs import Dispatch
@@ -77,6 +76,7 @@ from .models import (
     ToolExecutionResult,
     ToolExecutionSuccess,
     failure_result,
+    text_success,
     trusted_success,
 )
 from .tracing import Stage, TraceEvent, Tracer
@@ -1027,10 +1027,9 @@ def _render(
     if output is None:
         # The usual returns first, exactly as snapshot() and dumps() treat them.
         if type(raw) is str:
-            return trusted_success(raw, text_blocks(raw), None, contexts, concluded)
+            return text_success(raw, raw, contexts, concluded)
         if type(raw) is int and NEG_SMALL_INT < raw < SMALL_INT:
-            text = int.__repr__(raw)
-            return trusted_success(raw, text_blocks(text), None, contexts, concluded)
+            return text_success(raw, int.__repr__(raw), contexts, concluded)
         if type(raw) not in _PLAIN_JSON and _is_typed_content(raw):
             content = content_blocks(raw)  # type: ignore[arg-type]
             return trusted_success(content, content, None, contexts, concluded)
@@ -1040,13 +1039,8 @@ def _render(
     except JsonValueError as error:
         raise ToolOutputError(name, [f"value is not lossless JSON: {error.message}"]) from None
     if output is None:
-        return trusted_success(
-            value,
-            text_blocks(value if type(value) is str else dumps(value)),
-            None,
-            contexts,
-            concluded,
-        )
+        text = value if type(value) is str else dumps(value)
+        return text_success(value, text, contexts, concluded)
     assert entry.output_validator is not None
     violations = entry.output_validator(value)
     if violations:
@@ -1121,7 +1115,16 @@ def _run_direct_sync(
         if parsed is None:
             parsed = definition.arguments.parse(arguments)
         raw = definition.execute(parsed, context)
-        if type(raw) not in _NEVER_AWAITABLE and _is_awaitable(raw):
+        kind = type(raw)
+        if definition.output is None and (kind is str or kind is int):
+            # The usual returns, rendered as _render would, without its frame: this path's
+            # budget is a few times a bare function call.
+            if kind is str:
+                return text_success(raw, raw, context._contexts, context._concluded)
+            if NEG_SMALL_INT < raw < SMALL_INT:
+                text = int.__repr__(raw)
+                return text_success(raw, text, context._contexts, context._concluded)
+        if kind not in _NEVER_AWAITABLE and _is_awaitable(raw):
             raw = anyio.run(_awaited, raw)
         return _render(entry, raw, parsed, context._contexts, context._concluded, call.parent)
     except Exception as error:
