@@ -590,8 +590,15 @@ _SCALAR_MISS = {
 """When a value of exactly a builtin type fails the scalar check (``_number`` etc.)."""
 
 _OBJECT_MISS = "type({v}) is not dict and type({v}) is not _FD"
-_BIG_INT_MISS = "type({v}) is int and not _NEG_SMALL < {v} < _SMALL"
-"""An admitter's extra miss: an int this large needs the snapshot's digit-limit check."""
+_ADMIT_NUMBER_MISS = {
+    kind: "(not _NEG_SMALL < {v} < _SMALL) if type({v}) is int else " + float_miss
+    for kind, float_miss in (
+        ("number", "(type({v}) is not float or not _isfinite({v}))"),
+        ("integer", "(type({v}) is not float or not {v}.is_integer())"),
+    )
+}
+"""An admitter's number checks: an int must also be short enough for the snapshot's
+digit limit (asked first, as ints are the usual case)."""
 _ARRAY_MISS = "type({v}) is not list and type({v}) is not tuple and type({v}) is not _FL"
 
 _PLAIN_LITERALS = frozenset({str, int, float, bool, type(None)})
@@ -676,9 +683,8 @@ class _Generator:
             literals.append(node["const"])
         if any(type(literal) not in _PLAIN_LITERALS for literal in literals):
             return False  # a str subclass in the schema could run its own __eq__
-        self.miss_if(level, _SCALAR_MISS[kind].format(v=v))
-        if self.admitting and kind in ("integer", "number"):
-            self.miss_if(level, _BIG_INT_MISS.format(v=v))
+        misses = _ADMIT_NUMBER_MISS if self.admitting else _SCALAR_MISS
+        self.miss_if(level, misses.get(kind, _SCALAR_MISS[kind]).format(v=v))
         if enum is not None:
             self.miss_if(level, f"{v} not in {self.bind('e', frozenset(enum))}")
         if "const" in node:
