@@ -27,6 +27,7 @@ from dsh_tools import (
     pipeline,
     result_to_json,
 )
+from dsh_tools.arguments import ArgumentsModel
 from dsh_tools.errors import ToolError
 from dsh_tools.json import FrozenDict
 
@@ -156,47 +157,55 @@ def test_output_contracts_end_the_same_both_ways(value: Any, code: str | None) -
 
 
 @pytest.fixture(autouse=True)
-def paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Which way each call went, so the comparisons above are known to compare both."""
-    taken: list[str] = []
-    for name in ("_run_direct", "_run_direct_sync"):
-        original = getattr(pipeline, name)
+def events(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What each call went through (the full pipeline, a parse of frozen arguments), so
+    the comparisons above are known to compare both ways."""
+    seen: list[str] = []
 
-        def spy(*args: Any, _original: Any = original) -> Any:
-            # The last argument is the admitted arguments, or None when they get parsed.
-            taken.append("direct" if args[-1] is None else "admitted")
-            return _original(*args)
+    def spy(label: str, original: Any) -> Any:
+        def record(*args: Any) -> Any:
+            seen.append(label)
+            return original(*args)
 
-        monkeypatch.setattr(pipeline, name, spy)
-    original_run = pipeline._Call.run
+        return record
 
-    def run(self: Any) -> Any:
-        taken.append("full")
-        return original_run(self)
-
-    monkeypatch.setattr(pipeline._Call, "run", run)
-    return taken
+    monkeypatch.setattr(pipeline._Call, "run", spy("full", pipeline._Call.run))
+    monkeypatch.setattr(ArgumentsModel, "parse", spy("parse", ArgumentsModel.parse))
+    return seen
 
 
-def test_each_registry_takes_the_way_it_should(paths: list[str]) -> None:
+def _way(events: list[str], run: Callable[[], object]) -> str:
+    """``full``, ``parsed`` (direct, arguments snapshotted then parsed) or ``admitted``
+    (direct, arguments admitted in one step) for the call ``run`` makes."""
+    del events[:]
+    run()
+    if "full" in events:
+        return "full"
+    return "parsed" if "parse" in events else "admitted"
+
+
+def test_each_registry_takes_the_way_it_should(events: list[str]) -> None:
     direct, full = _registries(lambda args, ctx: 1)
-    direct.execute_sync(CALLS["valid"])
-    asyncio.run(direct.execute(CALLS["valid"]))
-    full.execute_sync(CALLS["valid"])
-    assert paths == ["admitted", "admitted", "full"]
+
+    def ways(registry: ToolRegistry, call: ToolExecutionInput) -> set[str]:
+        return {
+            _way(events, lambda: registry.execute_sync(call)),
+            _way(events, lambda: asyncio.run(registry.execute(call))),
+        }
+
+    assert ways(direct, CALLS["valid"]) == {"admitted"}
+    assert ways(full, CALLS["valid"]) == {"full"}
     # Arguments the tool's model cannot vouch for in one step are snapshotted and parsed.
-    del paths[:]
     for name in ("invalid arguments", "valid, nested extra", "valid, already frozen"):
-        direct.execute_sync(CALLS[name])
-        asyncio.run(direct.execute(CALLS[name]))
-    assert paths == ["direct"] * 6
+        assert ways(direct, CALLS[name]) == {"parsed"}
     # Anything that must run makes the call take the full pipeline.
-    del paths[:]
-    direct.execute_sync(CALLS["non-JSON arguments"])
-    direct.execute_sync(CALLS["unknown tool"])
     source = CancelSource()
-    direct.execute_sync(attrs.evolve(CALLS["valid"], signal=source.signal))
-    assert paths == ["full", "full", "full"]
+    for call in (
+        CALLS["non-JSON arguments"],
+        CALLS["unknown tool"],
+        attrs.evolve(CALLS["valid"], signal=source.signal),
+    ):
+        assert ways(direct, call) == {"full"}
 
 
 def test_a_direct_body_makes_its_execution_once_on_request() -> None:

@@ -1104,33 +1104,6 @@ async def _run_direct(
         return _from_exception(error, ErrorCode.TOOL_ERROR, contexts=context._contexts)
 
 
-def _run_direct_sync(
-    entry: ToolEntry, call: ToolExecutionInput, arguments: FrozenDict, parsed: Any
-) -> ToolExecutionResult:
-    """:func:`_run_direct` for ``execute_sync``, with no coroutine to drive; a plain
-    callable that returns an awaitable gets an event loop of its own for it."""
-    definition = entry.definition
-    context = ToolRunContext(call, arguments, NEVER_CANCELLED)
-    try:
-        if parsed is None:
-            parsed = definition.arguments.parse(arguments)
-        raw = definition.execute(parsed, context)
-        kind = type(raw)
-        if definition.output is None and (kind is str or kind is int):
-            # The usual returns, rendered as _render would, without its frame: this path's
-            # budget is a few times a bare function call.
-            if kind is str:
-                return text_success(raw, raw, context._contexts, context._concluded)
-            if NEG_SMALL_INT < raw < SMALL_INT:
-                text = int.__repr__(raw)
-                return text_success(raw, text, context._contexts, context._concluded)
-        if kind not in _NEVER_AWAITABLE and _is_awaitable(raw):
-            raw = anyio.run(_awaited, raw)
-        return _render(entry, raw, parsed, context._contexts, context._concluded, call.parent)
-    except Exception as error:
-        return _from_exception(error, ErrorCode.TOOL_ERROR, contexts=context._contexts)
-
-
 def run_call(plan: Plan, call: ToolExecutionInput) -> Coroutine[Any, Any, ToolExecutionResult]:
     """Run ``call`` through every stage of ``plan``; see the module docstring.
 
@@ -1153,15 +1126,47 @@ def run_call(plan: Plan, call: ToolExecutionInput) -> Coroutine[Any, Any, ToolEx
 
 def run_call_sync(plan: Plan, call: ToolExecutionInput) -> ToolExecutionResult:
     """:func:`run_call` for synchronous hosts: with no event loop when neither the plan nor
-    the tool has anything to await, else in one event loop of its own."""
-    direct = plan.direct_tools.get(call.name)
-    if direct is not None and call.signal is None:
-        admitted = direct.admit(call.arguments)
-        if admitted is not None:
-            return _run_direct_sync(direct, call, admitted, admitted)
-    arguments = _frozen_arguments(call.arguments)
-    if direct is not None and call.signal is None and type(arguments) is FrozenDict:
-        return _run_direct_sync(direct, call, arguments, None)
+    the tool has anything to await, else in one event loop of its own.
+
+    A direct call (see :func:`run_call`) runs here, in this frame, as :func:`_run_direct`
+    does: this path's budget is a few times a bare function call. A plain callable that
+    returns an awaitable gets an event loop of its own for it.
+    """
+    entry = plan.direct_tools.get(call.name)
+    if entry is None or call.signal is not None:
+        return _run_full_sync(plan, call, _frozen_arguments(call.arguments))
+    arguments = parsed = entry.admit(call.arguments)
+    if arguments is None:
+        frozen = _frozen_arguments(call.arguments)
+        if type(frozen) is not FrozenDict:
+            return _run_full_sync(plan, call, frozen)
+        arguments = frozen
+    definition = entry.definition
+    context = ToolRunContext(call, arguments, NEVER_CANCELLED)
+    try:
+        if parsed is None:
+            parsed = definition.arguments.parse(arguments)
+        raw = definition.execute(parsed, context)
+        kind = type(raw)
+        if definition.output is None and (kind is str or kind is int):
+            # The usual returns, rendered as _render would, without its frame.
+            if kind is str:
+                return text_success(raw, raw, context._contexts, context._concluded)
+            if NEG_SMALL_INT < raw < SMALL_INT:
+                text = int.__repr__(raw)
+                return text_success(raw, text, context._contexts, context._concluded)
+        if kind not in _NEVER_AWAITABLE and _is_awaitable(raw):
+            raw = anyio.run(_awaited, raw)
+        return _render(entry, raw, parsed, context._contexts, context._concluded, call.parent)
+    except Exception as error:
+        return _from_exception(error, ErrorCode.TOOL_ERROR, contexts=context._contexts)
+
+
+def _run_full_sync(
+    plan: Plan, call: ToolExecutionInput, arguments: FrozenDict | JsonValueError
+) -> ToolExecutionResult:
+    """Every stage of ``plan`` for ``execute_sync``: driven by hand when every part is
+    synchronous, else in one event loop of its own."""
     entry = plan.tools.get(call.name)
     if not plan.synchronous or (entry is not None and not entry.synchronous):
         return anyio.run(_Call(plan, call, True, arguments, entry).run)
