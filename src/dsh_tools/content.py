@@ -79,7 +79,7 @@ def text_blocks(text: str) -> FrozenList:
     this, so it is built in place rather than through the trusted helpers' two calls.
     ``text`` must be a plain ``str`` (not a subclass)."""
     block = _new_dict(FrozenDict)
-    _fill_dict(block, {"type": "text", "text": text})
+    _fill_dict(block, type="text", text=text)
     return _new_tuple(FrozenList, (block,))
 
 
