@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json as _stdlib_json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, NoReturn, TypeAlias, Union
 
@@ -27,9 +28,11 @@ __all__ = [
     "FrozenList",
     "JsonValue",
     "dumps",
+    "is_unicode",
     "loads",
     "snapshot",
     "thaw",
+    "unicode_text",
 ]
 
 MAX_DEPTH = 200
@@ -54,6 +57,29 @@ def int_has_text(value: int) -> bool:
     except ValueError:
         return False
     return True
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode, so UTF-8 (and with it every JSON wire) can carry it.
+
+    Python strings may hold lone surrogates: ``os.fsdecode`` makes them of file-name bytes
+    that are not UTF-8, and ``json.loads`` of ``"\\ud800"``. Such text is not JSON here.
+    """
+    return text.isascii() or _LONE_SURROGATE.search(text) is None
+
+
+def unicode_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD, the replacement character.
+
+    The one rule for showing text that is not valid Unicode (a file name whose bytes are
+    not UTF-8, say): shown, recognisably damaged, never sent as is.
+    """
+    if text.isascii():
+        return text
+    return _LONE_SURROGATE.sub("\ufffd", text)
 
 
 JsonValue: TypeAlias = Union[bool, int, float, str, "FrozenDict", "FrozenList", None]
