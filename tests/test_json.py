@@ -15,7 +15,17 @@ import pytest
 from hypothesis import given
 
 from dsh_tools.errors import DshToolsError, JsonValueError
-from dsh_tools.json import MAX_DEPTH, FrozenDict, FrozenList, dumps, loads, snapshot, thaw
+from dsh_tools.json import (
+    MAX_DEPTH,
+    FrozenDict,
+    FrozenList,
+    dumps,
+    is_unicode,
+    loads,
+    snapshot,
+    thaw,
+    unicode_text,
+)
 from strategies import any_values, json_values
 
 
@@ -224,3 +234,51 @@ def test_snapshot_either_freezes_or_raises_a_dsh_tools_error(value: Any) -> None
     else:
         assert isinstance(rejected, JsonValueError)
         assert rejected.path.startswith("value")
+
+
+_NOT_UTF8_NAME = "caf\udce9.txt"  # what os.fsdecode makes of the latin-1 bytes b"caf\xe9.txt"
+
+
+@pytest.mark.parametrize(
+    ("value", "path"),
+    [
+        (_NOT_UTF8_NAME, "value"),
+        ("\ud800", "value"),
+        ({"name": _NOT_UTF8_NAME}, "value.name"),
+        ({"a": 1, "nested": {"name": "é\ud800"}}, "value.nested.name"),
+        (["ok", _NOT_UTF8_NAME], "value[1]"),
+        ({_NOT_UTF8_NAME: 1}, "value"),
+    ],
+)
+def test_text_that_is_not_valid_unicode_is_not_json(value: Any, path: str) -> None:
+    with pytest.raises(JsonValueError) as caught:
+        snapshot(value)
+    assert caught.value.path == path
+    assert "lone surrogate" in caught.value.message
+    assert "not valid Unicode" in caught.value.message
+    with pytest.raises(JsonValueError):
+        dumps(value)
+
+
+def test_valid_non_ascii_text_stays_json_and_encodes_as_utf8() -> None:
+    value = {"name": "café 😀", "items": ["ü", "中文"]}
+    frozen = snapshot(value)
+    assert frozen == value
+    assert (
+        dumps(frozen).encode("utf-8")
+        == json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    )
+    assert loads('"\\ud83d\\ude00"') == "😀"  # a surrogate pair is one valid character
+
+
+def test_loads_rejects_escaped_lone_surrogates() -> None:
+    with pytest.raises(JsonValueError, match="lone surrogate U\\+D800"):
+        loads('{"path": "\\ud800"}', "arguments")
+
+
+def test_unicode_text_shows_damaged_names_with_the_replacement_character() -> None:
+    assert not is_unicode(_NOT_UTF8_NAME)
+    assert unicode_text(_NOT_UTF8_NAME) == "caf\ufffd.txt"
+    assert is_unicode(unicode_text(_NOT_UTF8_NAME))
+    assert unicode_text("café") == "café"
+    assert snapshot(unicode_text(_NOT_UTF8_NAME)) == "caf\ufffd.txt"

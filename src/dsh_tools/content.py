@@ -67,8 +67,8 @@ ContentLike = TextContent | ImageContent | str | dict[str, Any] | FrozenDict
 """What authors may put where content is expected: typed blocks, raw block dicts, or text."""
 
 
-def _text_block(text: str) -> FrozenDict:
-    return trusted_frozen_dict({"type": "text", "text": str.__str__(text)})
+def _text_block(text: str, label: str = "content") -> FrozenDict:
+    return trusted_frozen_dict({"type": "text", "text": _text(text, label)})
 
 
 _new_dict, _fill_dict, _new_tuple = dict.__new__, dict.update, tuple.__new__
@@ -92,6 +92,13 @@ def _is_frozen_blocks(content: object) -> bool:
     return True
 
 
+def _text(text: str, label: str) -> str:
+    """``text`` as a plain ``str``; JsonValueError if it is not valid Unicode."""
+    checked = snapshot(str.__str__(text), label)
+    assert type(checked) is str
+    return checked
+
+
 def _block(data: dict[str, Any]) -> FrozenDict:
     frozen = snapshot(data, "content")
     assert isinstance(frozen, FrozenDict)
@@ -106,10 +113,10 @@ def content_blocks(
     A bare string is one text block. Dicts must be JSON objects with a string ``type``;
     their other keys are not checked, so provider-specific blocks pass through.
     """
-    if type(content) is str:
+    if type(content) is str and content.isascii():
         return text_blocks(content)
     if isinstance(content, str):
-        return text_blocks(str.__str__(content))
+        return text_blocks(_text(content, label))
     if _is_frozen_blocks(content):
         return content  # type: ignore[return-value]
     if isinstance(content, (dict, bytes)) or not isinstance(content, Iterable):
@@ -119,7 +126,7 @@ def content_blocks(
         if isinstance(item, (TextContent, ImageContent)):
             blocks.append(item.to_json())
         elif isinstance(item, str):
-            blocks.append(_text_block(item))
+            blocks.append(_text_block(item, f"{label}[{index}]"))
         elif isinstance(item, dict):
             frozen = snapshot(item, f"{label}[{index}]")
             assert isinstance(frozen, FrozenDict)

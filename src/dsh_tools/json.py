@@ -184,6 +184,13 @@ def _describe(value: object) -> str:
     """Why ``value`` is not JSON, phrased for a person fixing the caller."""
     kind = type(value)
     name = kind.__qualname__
+    if isinstance(value, str):
+        found = _LONE_SURROGATE.search(value)
+        if found is not None:
+            return (
+                f"holds the lone surrogate U+{ord(found.group()):04X} at index {found.start()}, "
+                "which is not valid Unicode (UTF-8, and so JSON text, cannot carry it)"
+            )
     if isinstance(value, float) and kind is float:
         if math.isnan(value):
             return "is NaN, which JSON cannot represent"
@@ -211,8 +218,12 @@ def _describe(value: object) -> str:
 
 def _freeze(value: object, depth: int, active: set[int]) -> JsonValue:
     kind = type(value)
-    if kind is str or kind is bool or value is None:
+    if kind is bool or value is None:
         return value  # type: ignore[return-value]
+    if kind is str:
+        if value.isascii() or is_unicode(value):  # type: ignore[attr-defined,arg-type]
+            return value  # type: ignore[return-value]
+        raise _Rejected(_describe(value))
     if kind is int:
         if int_has_text(value):  # type: ignore[arg-type]
             return value  # type: ignore[return-value]
@@ -228,7 +239,7 @@ def _freeze(value: object, depth: int, active: set[int]) -> JsonValue:
     if issubclass(kind, (list, tuple)):
         return _freeze_array(value, depth, active)  # type: ignore[arg-type]
     if issubclass(kind, str):
-        return str.__str__(value)
+        return _freeze(str.__str__(value), depth, active)
     raise _Rejected(_describe(value))
 
 
@@ -253,10 +264,12 @@ def _freeze_object(value: dict[Any, Any], depth: int, active: set[int]) -> Froze
                     "JSON object keys must be strings"
                 )
             key = str.__str__(key)
+        if not (key.isascii() or is_unicode(key)):
+            raise _Rejected(f"has a key that {_describe(key)}")
         kind = type(item)
         # Scalars and already-frozen members inline: no call, no try per member.
         if (
-            kind is str
+            (kind is str and item.isascii())
             or kind is bool
             or item is None
             or kind in _FROZEN
@@ -283,7 +296,7 @@ def _freeze_array(value: list[Any] | tuple[Any, ...], depth: int, active: set[in
     for index, item in enumerate(items):
         kind = type(item)
         if (
-            kind is str
+            (kind is str and item.isascii())
             or kind is bool
             or item is None
             or kind in _FROZEN
@@ -301,20 +314,24 @@ def _freeze_array(value: list[Any] | tuple[Any, ...], depth: int, active: set[in
 
 
 def flat_object(value: dict[Any, Any]) -> FrozenDict | None:
-    """The frozen copy of a dict whose keys are ``str`` and whose members are strings,
-    booleans, ``None``, ordinary ints or frozen values; ``None`` for any other dict.
+    """The frozen copy of a dict whose keys are ASCII ``str`` and whose members are ASCII
+    strings, booleans, ``None``, ordinary ints or frozen values; ``None`` for any other dict.
 
     Tool arguments usually look like this, and such a dict cannot nest or contain itself,
     so it skips the general walk's depth and cycle bookkeeping.
     """
     for key, item in dict.items(value):
         kind = type(item)
-        if type(key) is not str or not (
-            kind is str
-            or (kind is int and NEG_SMALL_INT < item < SMALL_INT)
-            or kind is bool
-            or item is None
-            or kind in _FROZEN
+        if (
+            type(key) is not str
+            or not key.isascii()
+            or not (
+                (kind is str and item.isascii())
+                or (kind is int and NEG_SMALL_INT < item < SMALL_INT)
+                or kind is bool
+                or item is None
+                or kind in _FROZEN
+            )
         ):
             return None
     result = _new_dict(FrozenDict)
@@ -335,7 +352,7 @@ def snapshot(value: object, label: str = "value") -> JsonValue:
         if flat is not None:
             return flat
     elif (
-        kind is str
+        (kind is str and value.isascii())  # type: ignore[attr-defined]
         or kind is bool
         or value is None
         or kind in _FROZEN
@@ -374,7 +391,7 @@ def dumps(value: object) -> str:
     kind = type(value)
     if kind is int and NEG_SMALL_INT < value < SMALL_INT:  # type: ignore[operator]
         return int.__repr__(value)
-    if kind is str:
+    if kind is str and value.isascii():  # type: ignore[attr-defined]
         return _encode(value)
     if kind is bool or value is None:
         return _SCALAR_TEXT[value]  # type: ignore[index]

@@ -34,7 +34,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from .errors import JsonSchemaError, OutputSchemaError
-from .json import MAX_DEPTH, NEG_SMALL_INT, SMALL_INT, FrozenDict, FrozenList, int_has_text
+from .json import (
+    MAX_DEPTH,
+    NEG_SMALL_INT,
+    SMALL_INT,
+    FrozenDict,
+    FrozenList,
+    int_has_text,
+    is_unicode,
+)
 
 __all__ = [
     "JsonSchema",
@@ -92,16 +100,19 @@ def is_lossless(value: object, depth: int = 0) -> bool:
     Iterative and exception-proof, so it is safe on any object and at any nesting.
     """
     kind = type(value)
-    if kind is str or kind is bool or value is None:
+    if kind is bool or value is None:
         return True
     stack: list[tuple[object, int]] = [(value, depth)]
     try:
         while stack:
             item, level = stack.pop()
             kind = type(item)
-            if kind is str or kind is bool or item is None:
+            if kind is bool or item is None:
                 continue
-            if kind is int:
+            if isinstance(item, str):
+                if not is_unicode(str.__str__(item)):
+                    return False
+            elif kind is int:
                 if not int_has_text(item):  # type: ignore[arg-type]
                     return False
             elif kind is float:
@@ -113,7 +124,7 @@ def is_lossless(value: object, depth: int = 0) -> bool:
                 if level >= MAX_DEPTH:
                     return False
                 for key, member in dict.items(item):
-                    if not isinstance(key, str):
+                    if not isinstance(key, str) or not is_unicode(str.__str__(key)):
                         return False
                     stack.append((member, level + 1))
             elif isinstance(item, (list, tuple)):
@@ -121,7 +132,7 @@ def is_lossless(value: object, depth: int = 0) -> bool:
                     return False
                 members = list.__iter__(item) if isinstance(item, list) else tuple.__iter__(item)
                 stack.extend((member, level + 1) for member in members)
-            elif not isinstance(item, str):
+            else:
                 return False
     except Exception:  # a hostile __class__ / __eq__ makes the value non-JSON, not a crash
         return False
@@ -590,15 +601,18 @@ _SCALAR_MISS = {
 """When a value of exactly a builtin type fails the scalar check (``_number`` etc.)."""
 
 _OBJECT_MISS = "type({v}) is not dict and type({v}) is not _FD"
-_ADMIT_NUMBER_MISS = {
-    kind: "(not _NEG_SMALL < {v} < _SMALL) if type({v}) is int else " + float_miss
-    for kind, float_miss in (
-        ("number", "(type({v}) is not float or not _isfinite({v}))"),
-        ("integer", "(type({v}) is not float or not {v}.is_integer())"),
-    )
+_ADMIT_MISS = {
+    **{
+        kind: "(not _NEG_SMALL < {v} < _SMALL) if type({v}) is int else " + float_miss
+        for kind, float_miss in (
+            ("number", "(type({v}) is not float or not _isfinite({v}))"),
+            ("integer", "(type({v}) is not float or not {v}.is_integer())"),
+        )
+    },
+    "string": "type({v}) is not str or not ({v}.isascii() or _unicode({v}))",
 }
-"""An admitter's number checks: an int must also be short enough for the snapshot's
-digit limit (asked first, as ints are the usual case)."""
+"""An admitter's number and string checks: an int must also be short enough for the
+snapshot's digit limit (asked first, as ints are the usual case), a string valid Unicode."""
 _ARRAY_MISS = "type({v}) is not list and type({v}) is not tuple and type({v}) is not _FL"
 
 _PLAIN_LITERALS = frozenset({str, int, float, bool, type(None)})
@@ -683,7 +697,7 @@ class _Generator:
             literals.append(node["const"])
         if any(type(literal) not in _PLAIN_LITERALS for literal in literals):
             return False  # a str subclass in the schema could run its own __eq__
-        misses = _ADMIT_NUMBER_MISS if self.admitting else _SCALAR_MISS
+        misses = _ADMIT_MISS if self.admitting else _SCALAR_MISS
         self.miss_if(level, misses.get(kind, _SCALAR_MISS[kind]).format(v=v))
         if enum is not None:
             self.miss_if(level, f"{v} not in {self.bind('e', frozenset(enum))}")
@@ -824,6 +838,7 @@ def _generate(
         "_FL": FrozenList,
         "_isfinite": _isfinite,
         "_lossless": is_lossless,
+        "_unicode": is_unicode,
         "_slow": slow,
         "_SMALL": SMALL_INT,
         "_NEG_SMALL": NEG_SMALL_INT,

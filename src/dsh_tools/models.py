@@ -17,7 +17,7 @@ import attrs
 from .cancel import CancelSignal
 from .content import ContentLike, ContextMessage, content_blocks, content_text
 from .errors import DefinitionError, ErrorCode
-from .json import FrozenDict, FrozenList, JsonValue, snapshot, thaw
+from .json import FrozenDict, FrozenList, JsonValue, snapshot, thaw, unicode_text
 
 if TYPE_CHECKING:
     from .arguments import ArgumentsModel
@@ -55,7 +55,13 @@ A = TypeVar("A")
 
 def _frozen_json(value: object) -> JsonValue:
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None or kind in _FROZEN:
+    if (
+        kind is int
+        or kind is bool
+        or value is None
+        or kind in _FROZEN
+        or (kind is str and value.isascii())  # type: ignore[attr-defined]
+    ):
         return value  # type: ignore[return-value]  # immutable or snapshotted when made
     return snapshot(value)
 
@@ -472,7 +478,12 @@ def failure_result(
     name: str | None = None,
     contexts: tuple[ContextMessage, ...] = (),
 ) -> ToolExecutionFailure:
-    """A failure whose content is ``Error: <message>``; ``name`` defaults by code."""
+    """A failure whose content is ``Error: <message>``; ``name`` defaults by code.
+
+    A message that is not valid Unicode (an ``OSError`` naming a file whose bytes are not
+    UTF-8, say) is shown with U+FFFD: a failure can always be built and sent.
+    """
+    message = unicode_text(message)
     code_text = code.value if isinstance(code, ErrorCode) else code
     return ToolExecutionFailure(
         error=ToolFailure(

@@ -57,7 +57,7 @@ from .content import (
 )
 from .errors import DshToolsError, ErrorCode, JsonValueError, ToolOutputError
 from .hookspecs import Dispatch
-from .json import NEG_SMALL_INT, SMALL_INT, FrozenDict, JsonValue, dumps, snapshot
+from .json import NEG_SMALL_INT, SMALL_INT, FrozenDict, JsonValue, dumps, is_unicode, snapshot
 from .jsonschema import Admitter
 from .models import (
     Accept,
@@ -1026,7 +1026,7 @@ def _render(
     output = definition.output
     if output is None:
         # The usual returns first, exactly as snapshot() and dumps() treat them.
-        if type(raw) is str:
+        if type(raw) is str and (raw.isascii() or is_unicode(raw)):
             return text_success(raw, raw, contexts, concluded)
         if type(raw) is int and NEG_SMALL_INT < raw < SMALL_INT:
             return text_success(raw, int.__repr__(raw), contexts, concluded)
@@ -1151,8 +1151,9 @@ def run_call_sync(plan: Plan, call: ToolExecutionInput) -> ToolExecutionResult:
         if definition.output is None and (kind is str or kind is int):
             # The usual returns, rendered as _render would, without its frame.
             if kind is str:
-                return text_success(raw, raw, context._contexts, context._concluded)
-            if NEG_SMALL_INT < raw < SMALL_INT:
+                if raw.isascii() or is_unicode(raw):
+                    return text_success(raw, raw, context._contexts, context._concluded)
+            elif NEG_SMALL_INT < raw < SMALL_INT:
                 text = int.__repr__(raw)
                 return text_success(raw, text, context._contexts, context._concluded)
         if kind not in _NEVER_AWAITABLE and _is_awaitable(raw):
