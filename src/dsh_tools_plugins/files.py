@@ -7,23 +7,29 @@
 
 Each constructor takes the workspace and returns a :class:`~dsh_tools.ToolDefinition`.
 Text is UTF-8. A file is binary when its first 8 KiB hold a NUL byte; binary files and
-files over the size cap are refused with a message saying so. Every tool declares an
-output value (``ToolOutput``) and copies it into the result ``meta`` so the result
-presenters, which must be pure, rebuild their cards from ``meta`` alone.
+files over the size cap are refused with a message saying so, and no write or edit may
+leave a file over the cap. Every tool declares an output value (``ToolOutput``) and
+copies it into the result ``meta`` so the result presenters, which must be pure, rebuild
+their cards from ``meta`` alone; the diffs a change carries are bounded by the same cap.
+
+The tools are ``blocking=True``: an async host runs them in a worker thread (about
+100 µs a call), so a slow disk, a large file or a large directory never stalls its event
+loop; ``execute_sync`` runs them inline. Names the OS gives as bytes that are not UTF-8
+are shown with U+FFFD (:func:`~dsh_tools.json.unicode_text`).
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from dsh_tools.define import define_tool
 from dsh_tools.errors import ToolArgsError, ToolError
-from dsh_tools.json import JsonValue
+from dsh_tools.json import JsonValue, unicode_text
 from dsh_tools.models import PresentableResult, ToolDefinition, ToolOutput
 from dsh_tools.pipeline import ToolRunContext
 from dsh_tools.presentation import (
@@ -46,6 +52,7 @@ __all__ = [
     "DEFAULT_LIST_LIMIT",
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_READ_LIMIT",
+    "DIFF_MATCH_LINES",
     "MAX_LINE_CHARS",
     "EditFileArgs",
     "ListDirArgs",
@@ -76,6 +83,11 @@ MAX_LINE_CHARS = 2000
 
 BINARY_SNIFF_BYTES = 8192
 """A NUL byte in this many leading bytes makes a file binary."""
+
+DIFF_MATCH_LINES = 500
+"""A changed region longer than this (in lines, on either side) is shown as one hunk:
+:func:`~dsh_tools.presentation.file_diffs` matches lines in quadratic time, and a file of
+repeated lines would otherwise take minutes to diff."""
 
 READ_ONLY = {"read_only": True, "idempotent": True}
 
@@ -342,6 +354,7 @@ def read_file_tool(
         present_call=_present_read_call,
         present_result=_present_read_result,
         metadata=READ_ONLY,
+        blocking=True,
     )
 
 
@@ -369,12 +382,59 @@ _CHANGE_SCHEMA = _object(
         "bytes": _INTEGER,
         "replacements": _INTEGER,
         "diffs": _DIFFS_SCHEMA,
+        "diffs_omitted": _INTEGER,
     }
 )
 
+_CONTEXT = 3
+"""Unchanged lines a hunk carries on each side."""
 
-def _diffs_json(diffs: tuple[FileDiff, ...]) -> list[dict[str, str | None]]:
-    return [{"old_text": diff.old_text, "new_text": diff.new_text} for diff in diffs]
+
+def _diffs(display: str, before: str | None, after: str) -> tuple[FileDiff, ...]:
+    """:func:`~dsh_tools.presentation.file_diffs`, its line matching confined to the
+    changed middle: the common head and tail are cut (but for the context lines) and a
+    middle longer than :data:`DIFF_MATCH_LINES` becomes one hunk."""
+    if before is None:
+        return file_diffs(display, None, after, context=_CONTEXT)
+    old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    head = _common_head(old, new)
+    tail = _common_head(old[head:][::-1], new[head:][::-1])
+    start = max(0, head - _CONTEXT)
+    end = max(0, tail - _CONTEXT)
+    old_middle = "".join(old[start : len(old) - end])
+    new_middle = "".join(new[start : len(new) - end])
+    if max(len(old), len(new)) - head - tail > DIFF_MATCH_LINES:
+        return (FileDiff(display, old_middle, new_middle),)
+    return file_diffs(display, old_middle, new_middle, context=_CONTEXT)
+
+
+def _common_head(old: Sequence[str], new: Sequence[str]) -> int:
+    count = 0
+    for old_line, new_line in zip(old, new, strict=False):
+        if old_line != new_line:
+            break
+        count += 1
+    return count
+
+
+def _bounded_diffs(
+    display: str, before: str | None, after: str, budget: int
+) -> tuple[list[dict[str, str | None]], int]:
+    """The hunks from ``before`` to ``after`` that fit, in order, in ``budget`` UTF-8
+    bytes of text, and how many hunks were left out."""
+    hunks = _diffs(display, before, after)
+    kept: list[dict[str, str | None]] = []
+    used = 0
+    for index, diff in enumerate(hunks):
+        used += _utf8_size(diff.old_text or "") + _utf8_size(diff.new_text)
+        if used > budget:
+            return kept, len(hunks) - index
+        kept.append({"old_text": diff.old_text, "new_text": diff.new_text})
+    return kept, 0
+
+
+def _utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
 def _present_change_result(args: object, result: PresentableResult) -> DiffResultView | None:
@@ -382,9 +442,12 @@ def _present_change_result(args: object, result: PresentableResult) -> DiffResul
     if meta is None:
         return None
     path = meta["path"]
-    verb = "Created" if meta["created"] else "Edited"
+    title = f"{'Created' if meta['created'] else 'Edited'} {path}"
+    omitted = meta.get("diffs_omitted", 0)  # absent in logs written before it existed
+    if omitted:
+        title += f" ({omitted} {'hunk' if omitted == 1 else 'hunks'} too large to show)"
     return DiffResultView(
-        title=f"{verb} {path}",
+        title=title,
         diffs=[FileDiff(path, diff["old_text"], diff["new_text"]) for diff in meta["diffs"]],
     )
 
@@ -408,12 +471,18 @@ def write_file_tool(
 ) -> ToolDefinition[WriteFileArgs]:
     """The ``write_file`` tool: create or overwrite a file, creating parent directories.
 
-    The before-image (for the result diff) is read when the old file is UTF-8 text of at
-    most ``max_bytes``; otherwise the result shows a whole-file diff.
+    Content over ``max_bytes`` (UTF-8) is refused. The before-image (for the result diff)
+    is read when the old file is UTF-8 text of at most ``max_bytes``; otherwise the result
+    shows a whole-file diff. The result's diffs hold at most ``max_bytes`` of text.
     """
 
     def execute(args: WriteFileArgs, ctx: ToolRunContext) -> dict[str, Any]:
         data = args.content.encode("utf-8")
+        if len(data) > max_bytes:
+            raise ToolError(
+                f'"{unicode_text(args.path)}" would be {len(data)} bytes, over the limit of '
+                f"{max_bytes} bytes; not written"
+            )
         with workspace.open_for_write(args.path) as opened:
             before: str | None = None
             if not opened.created and opened.stat.st_size <= max_bytes:
@@ -424,19 +493,22 @@ def write_file_tool(
                 except ToolError:
                     before = None
             _write_all(opened.fd, data)
+        diffs, omitted = _bounded_diffs(opened.display, before, args.content, max_bytes)
         return {
             "path": opened.display,
             "created": opened.created,
             "bytes": len(data),
             "replacements": 0,
-            "diffs": _diffs_json(file_diffs(opened.display, before, args.content)),
+            "diffs": diffs,
+            "diffs_omitted": omitted,
         }
 
     return define_tool(
         name="write_file",
         description=(
             "Create a file in the workspace, or overwrite it with the complete new content. "
-            "Missing parent directories are created. Prefer edit_file for small changes."
+            "Missing parent directories are created. Prefer edit_file for small changes. "
+            f"Content over {max_bytes} bytes is refused."
         ),
         parameters=WriteFileArgs,
         execute=execute,
@@ -444,6 +516,7 @@ def write_file_tool(
         present_call=_present_write_call,
         present_result=_present_change_result,
         metadata={"read_only": False},
+        blocking=True,
     )
 
 
@@ -486,8 +559,10 @@ def edit_file_tool(
 ) -> ToolDefinition[EditFileArgs]:
     """The ``edit_file`` tool: replace ``old_string`` with ``new_string`` in one file.
 
-    Refused when ``old_string`` is empty, equals ``new_string``, is not found, or is
-    found more than once without ``replace_all``; the file is then left untouched.
+    Refused when ``old_string`` is empty, equals ``new_string``, is not found, is
+    found more than once without ``replace_all``, or when the file would grow past
+    ``max_bytes``; the file is then left untouched. The result's diffs hold at most
+    ``max_bytes`` of text.
     """
 
     def execute(args: EditFileArgs, ctx: ToolRunContext) -> dict[str, Any]:
@@ -509,21 +584,32 @@ def edit_file_tool(
                     f'"old_string" matches {count} times in "{display}"; add surrounding '
                     "lines to make it unique, or pass replace_all: true"
                 )
+            growth = count * (_utf8_size(args.new_string) - _utf8_size(args.old_string))
+            size = _utf8_size(before) + growth
+            if size > max_bytes:
+                raise ToolError(
+                    f'"{display}" would be {size} bytes after the edit, over the limit of '
+                    f"{max_bytes} bytes; the file is unchanged"
+                )
             after = before.replace(args.old_string, args.new_string)
-            _write_all(opened.fd, after.encode("utf-8"))
+            data = after.encode("utf-8")
+            _write_all(opened.fd, data)
+        diffs, omitted = _bounded_diffs(display, before, after, max_bytes)
         return {
             "path": display,
             "created": False,
-            "bytes": len(after.encode("utf-8")),
+            "bytes": len(data),
             "replacements": count,
-            "diffs": _diffs_json(file_diffs(display, before, after)),
+            "diffs": diffs,
+            "diffs_omitted": omitted,
         }
 
     return define_tool(
         name="edit_file",
         description=(
             "Replace an exact string in a workspace file. old_string must match exactly "
-            "once (include surrounding lines to make it unique) unless replace_all is true."
+            "once (include surrounding lines to make it unique) unless replace_all is true. "
+            f"An edit that would make the file larger than {max_bytes} bytes is refused."
         ),
         parameters=EditFileArgs,
         execute=execute,
@@ -531,6 +617,7 @@ def edit_file_tool(
         present_call=_present_edit_call,
         present_result=_present_change_result,
         metadata={"read_only": False},
+        blocking=True,
     )
 
 
@@ -619,7 +706,9 @@ def list_dir_tool(workspace: Workspace) -> ToolDefinition[ListDirArgs]:
         found.sort()
         return {
             "path": opened.display,
-            "entries": [{"name": name, "type": kind} for name, kind in found[: args.limit]],
+            "entries": [
+                {"name": unicode_text(name), "type": kind} for name, kind in found[: args.limit]
+            ],
             "total": len(found),
             "truncated": len(found) > args.limit,
         }
@@ -628,7 +717,9 @@ def list_dir_tool(workspace: Workspace) -> ToolDefinition[ListDirArgs]:
         name="list_dir",
         description=(
             "List a workspace directory, sorted by name. Markers: `/` directory, "
-            "`@` symbolic link (never followed), `|` FIFO, `=` socket, `?` other."
+            "`@` symbolic link (never followed), `|` FIFO, `=` socket, `?` other. "
+            "A name that is not valid UTF-8 is shown with U+FFFD (\ufffd) in place of its "
+            "bad bytes; such a file cannot be opened by the name shown."
         ),
         parameters=ListDirArgs,
         execute=execute,
@@ -636,4 +727,5 @@ def list_dir_tool(workspace: Workspace) -> ToolDefinition[ListDirArgs]:
         present_call=_present_list_call,
         present_result=_present_list_result,
         metadata=READ_ONLY,
+        blocking=True,
     )

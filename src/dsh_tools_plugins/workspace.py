@@ -5,7 +5,10 @@ Every path a tool receives goes through :class:`Workspace`. A path is refused wi
 
 * escapes the root lexically (``../x``, ``a/../../x``) or is absolute outside it;
 * crosses a symbolic link at any component, the final one included (links are never
-  followed, even when they point back inside the root: a link can be swapped later).
+  followed, even when they point back inside the root: a link can be swapped later);
+* is opened for writing while the file has more than one hard link (another name of the
+  same file may lie outside the root, and nothing can prove it does not);
+* is used after the root itself was moved or replaced (say, by a symlink to elsewhere).
 
 Checking a path and then opening it by name is racy: a directory can be swapped for a
 symlink in between. So opening never re-walks the path by name. It walks it component by
@@ -14,6 +17,15 @@ and then verifies the opened descriptor: its real path (``/proc/self/fd`` where 
 platform has it) must lie inside the root, the path must still be symlink-free, and the
 descriptor must be the very file (``st_dev``/``st_ino``) the path names now. A swap at
 any moment either makes a step fail (``ELOOP``/``ENOTDIR``) or fails the verification.
+The root's descriptor is proven to be the directory the workspace started with (its
+``st_dev``/``st_ino``) before any step, so nothing is created when the root was swapped.
+
+Every walk takes one system call per component, each on a single name relative to a
+descriptor, so checking and opening a path cost time linear in its length.
+
+Names are shown with :func:`~dsh_tools.json.unicode_text`: bytes that are not UTF-8 (which
+Python decodes to lone surrogates) appear as U+FFFD, so a message or listing is always
+valid Unicode.
 
 POSIX only (Linux, macOS, BSD): it relies on ``dir_fd`` support in :mod:`os`.
 """
@@ -30,6 +42,7 @@ from pathlib import Path, PurePosixPath
 import attrs
 
 from dsh_tools.errors import ErrorCode, ToolError
+from dsh_tools.json import unicode_text
 
 __all__ = ["Opened", "Workspace", "WorkspaceFile"]
 
@@ -37,11 +50,19 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_PATH = getattr(os, "O_PATH", os.O_RDONLY)
+_DESCEND = _PATH | _DIRECTORY | _CLOEXEC
+"""Flags for a directory a walk only passes through (``O_PATH`` needs no read permission)."""
 _PROC_FD = "/proc/self/fd"
+_DIRECTORY_ENDINGS = ("/..", "/.", "/")
 
 
 def _denied(message: str) -> ToolError:
     return ToolError(message, code=ErrorCode.DENIED)
+
+
+def _identity(info: os.stat_result) -> tuple[int, int]:
+    return info.st_dev, info.st_ino
 
 
 @attrs.frozen
@@ -83,7 +104,8 @@ class Workspace:
     """A directory that tools may read and write in; everything outside is refused.
 
     ``root`` must be an existing directory; it is resolved once (symlinks in the root
-    path itself are the host's choice and are allowed).
+    path itself are the host's choice and are allowed), and its identity (device and
+    inode) is kept: once the path no longer names that directory, every call is refused.
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -91,6 +113,8 @@ class Workspace:
         if not real.is_dir():
             raise ValueError(f"workspace root {os.fspath(root)!r} is not a directory")
         self.root: Path = real
+        self._root_parts = PurePosixPath(real).parts
+        self._identity = _identity(os.stat(real))
 
     def __repr__(self) -> str:
         return f"Workspace({str(self.root)!r})"
@@ -106,38 +130,53 @@ class Workspace:
         if not isinstance(text, str):
             raise _denied(f"path {text!r} must be text")
         if "\x00" in text:
-            raise _denied(f'path "{text}" contains a NUL character')
+            raise _denied(f'path "{unicode_text(text)}" contains a NUL character')
         candidate = PurePosixPath(text)
-        if candidate.is_absolute():
-            root = PurePosixPath(self.root)
-            if candidate != root and root not in candidate.parents:
+        components = candidate.parts
+        if candidate.is_absolute():  # anchored at "/" or "//"
+            inside = len(self._root_parts)
+            if components[:inside] != self._root_parts:
                 # the host may name the root through a symlinked prefix (/var -> /private/var);
                 # only that prefix is resolved, never a link inside the workspace
-                base = next(
-                    (
-                        a
-                        for a in (candidate, *candidate.parents)
-                        if os.path.realpath(a) == str(self.root)
-                    ),
-                    None,
-                )
-                if base is None:
-                    raise _denied(f'path "{text}" is outside the workspace {self.root}')
-                root = base
-            relative = candidate.relative_to(root).parts
-        else:
-            relative = candidate.parts
+                alias = self._alias_length(components)
+                if alias is None:
+                    raise _denied(
+                        f'path "{unicode_text(text)}" is outside the workspace '
+                        f"{unicode_text(str(self.root))}"
+                    )
+                inside = alias
+            components = components[inside:]
         stack: list[str] = []
-        for part in relative:
-            if part in ("", "."):
-                continue
+        for part in components:
             if part == "..":
                 if not stack:
-                    raise _denied(f'path "{text}" escapes the workspace through ".."')
+                    raise _denied(f'path "{unicode_text(text)}" escapes the workspace through ".."')
                 stack.pop()
             else:
                 stack.append(part)
         return tuple(stack)
+
+    def _alias_length(self, components: tuple[str, ...]) -> int | None:
+        """How many leading ``components`` of an absolute path name the root, following
+        links as the OS does; ``None`` when no prefix does. The shortest prefix wins, so a
+        link inside the root is never followed. One ``openat`` per component."""
+        try:
+            current = os.open("/", _DESCEND)
+        except OSError:
+            return None
+        try:
+            for length, part in enumerate(components[1:], 2):
+                try:
+                    step = os.open(part, _DESCEND, dir_fd=current)
+                except OSError:
+                    return None
+                os.close(current)
+                current = step
+                if _identity(os.fstat(current)) == self._identity:
+                    return length
+            return None
+        finally:
+            os.close(current)
 
     def resolve(self, path: str | os.PathLike[str], *, must_exist: bool = True) -> Path:
         """The absolute path of ``path`` inside the root, checked component by component.
@@ -149,25 +188,8 @@ class Workspace:
         middle is still an error).
         """
         parts = self.parts(path)
-        current = self.root
-        for index, part in enumerate(parts):
-            current = current / part
-            try:
-                info = os.lstat(current)
-            except FileNotFoundError:
-                if must_exist:
-                    raise ToolError(f'"{self.display(current)}" does not exist') from None
-                return current.joinpath(*parts[index + 1 :])
-            except NotADirectoryError:
-                raise ToolError(f'"{self.display(current.parent)}" is not a directory') from None
-            if stat.S_ISLNK(info.st_mode):
-                raise _denied(
-                    f'"{self.display(current)}" is a symbolic link; '
-                    "links are not followed in the workspace"
-                )
-            if index < len(parts) - 1 and not stat.S_ISDIR(info.st_mode):
-                raise ToolError(f'"{self.display(current)}" is not a directory')
-        return current
+        self._lookup(parts, must_exist=must_exist)
+        return self.root.joinpath(*parts)
 
     def display(self, path: str | os.PathLike[str]) -> str:
         """``path`` relative to the root with ``/`` separators (``.`` for the root)."""
@@ -177,9 +199,75 @@ class Workspace:
         try:
             relative = absolute.relative_to(self.root)
         except ValueError:
-            return str(absolute)
+            return unicode_text(str(absolute))
         text = relative.as_posix()
-        return text if text else "."
+        return unicode_text(text) if text else "."
+
+    def _show(self, parts: tuple[str, ...]) -> str:
+        return self.display(self.root.joinpath(*parts))
+
+    def _lookup(self, parts: tuple[str, ...], *, must_exist: bool) -> os.stat_result | None:
+        """``lstat`` of the file ``parts`` names, walked from the root without following a
+        link; ``None`` when a component is missing and ``must_exist`` is false."""
+        current = self._open_root()
+        try:
+            for index, part in enumerate(parts):
+                try:
+                    info = os.stat(part, dir_fd=current, follow_symlinks=False)
+                except FileNotFoundError:
+                    if must_exist:
+                        raise ToolError(
+                            f'"{self._show(parts[: index + 1])}" does not exist'
+                        ) from None
+                    return None
+                except OSError as error:
+                    raise _os_error(error, self._show(parts[: index + 1])) from None
+                if stat.S_ISLNK(info.st_mode):
+                    raise _denied(
+                        f'"{self._show(parts[: index + 1])}" is a symbolic link; '
+                        "links are not followed in the workspace"
+                    )
+                if index == len(parts) - 1:
+                    return info
+                if not stat.S_ISDIR(info.st_mode):
+                    raise ToolError(f'"{self._show(parts[: index + 1])}" is not a directory')
+                step = self._step(current, part, _DESCEND, self._show(parts[: index + 1]))
+                os.close(current)
+                current = step
+            return os.fstat(current)
+        finally:
+            os.close(current)
+
+    def _open_root(self) -> int:
+        """A descriptor of the root, proven to be the directory the workspace started with."""
+        try:
+            fd = os.open(self.root, _DESCEND | _NOFOLLOW)
+        except OSError as error:
+            if error.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                raise self._replaced() from None
+            raise _os_error(error, ".") from None
+        if _identity(os.fstat(fd)) != self._identity:
+            os.close(fd)
+            raise self._replaced()
+        return fd
+
+    def _replaced(self) -> ToolError:
+        return _denied(
+            f"the workspace root {unicode_text(str(self.root))} is no longer the directory "
+            "the tools started with (it was moved, removed or replaced)"
+        )
+
+    @staticmethod
+    def _refuse_directory_syntax(path: str | os.PathLike[str]) -> None:
+        """Refuse a path that names a directory by its spelling where a file is needed."""
+        text = os.fspath(path)
+        if isinstance(text, str):
+            ending = next((end for end in _DIRECTORY_ENDINGS if text.endswith(end)), None)
+            if ending is not None:
+                raise ToolError(
+                    f'"{unicode_text(text)}" names a directory (it ends with "{ending}"), '
+                    "not a file"
+                )
 
     # ------------------------------------------------------------------ opening
 
@@ -187,17 +275,18 @@ class Workspace:
         """Open an existing file (or, with ``directory=True``, a directory) for reading.
 
         Raises ``DENIED`` for confinement violations and ``TOOL_ERROR`` for a missing
-        path, a permission error, a directory where a file was expected (or the reverse)
-        and a special file (FIFO, device, socket), which is never opened for reading
-        in blocking mode.
+        path, a permission error, a directory where a file was expected (or the reverse,
+        or a path ending in ``/`` for a file) and a special file (FIFO, device, socket),
+        which is never opened for reading in blocking mode. Hard links are read.
         """
-        target = self.resolve(path, must_exist=True)
-        parts = self.parts(target)
-        display = self.display(target)
+        parts = self.parts(self.resolve(path, must_exist=True))
+        if not directory:
+            self._refuse_directory_syntax(path)
+        display = self._show(parts)
         flags = os.O_RDONLY | _CLOEXEC | _NONBLOCK | (_DIRECTORY if directory else 0)
         fd = self._open_at(parts, flags, display, make_parents=False)
         try:
-            info = self._verify(fd, target)
+            info = self._verify(fd, parts, display)
             if directory and not stat.S_ISDIR(info.st_mode):
                 raise ToolError(f'"{display}" is not a directory')
             if not directory:
@@ -209,7 +298,7 @@ class Workspace:
         except BaseException:
             os.close(fd)
             raise
-        return Opened(fd, target, display, info)
+        return Opened(fd, self.root.joinpath(*parts), display, info)
 
     def open_for_write(
         self, path: str | os.PathLike[str], *, create: bool = True, make_parents: bool = True
@@ -219,31 +308,39 @@ class Workspace:
         With ``create`` and ``make_parents``, missing parent directories are created
         inside the workspace. The file is never truncated here: the caller truncates
         after the descriptor has been verified, so a refused path never loses data.
-        ``Opened.created`` says whether the file is new.
+        ``Opened.created`` says whether the file is new. A file with more than one hard
+        link is refused (``DENIED``): writing would change its other names too, and they
+        may lie outside the workspace.
         """
-        target = self.resolve(path, must_exist=not create)
-        parts = self.parts(target)
+        parts = self.parts(self.resolve(path, must_exist=not create))
+        self._refuse_directory_syntax(path)
         if not parts:
             raise ToolError('"." is the workspace root, not a file')
-        display = self.display(target)
-        existed = os.path.lexists(target)
+        existed = self._lookup(parts, must_exist=False) is not None
+        display = self._show(parts)
         flags = os.O_RDWR | _CLOEXEC | _NONBLOCK | (os.O_CREAT if create else 0)
         fd = self._open_at(parts, flags, display, make_parents=create and make_parents)
         try:
-            info = self._verify(fd, target)
+            info = self._verify(fd, parts, display)
             if not stat.S_ISREG(info.st_mode):
                 raise ToolError(f'"{display}" is not a regular file')
+            if info.st_nlink > 1:
+                raise _denied(
+                    f'"{display}" has {info.st_nlink} hard links; writing through it would '
+                    "change every linked name, which may lie outside the workspace, so it is "
+                    "not written (reading is allowed)"
+                )
             os.set_blocking(fd, True)
         except BaseException:
             os.close(fd)
             raise
-        return Opened(fd, target, display, info, created=not existed)
+        return Opened(fd, self.root.joinpath(*parts), display, info, created=not existed)
 
     def _open_at(
         self, parts: tuple[str, ...], flags: int, display: str, *, make_parents: bool
     ) -> int:
         """Walk ``parts`` from the root with ``O_NOFOLLOW`` at every step; return the fd."""
-        current = os.open(self.root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+        current = self._open_root()
         try:
             for index, part in enumerate(parts[:-1]):
                 if make_parents:
@@ -252,14 +349,12 @@ class Workspace:
                     except FileExistsError:
                         pass
                     except OSError as error:
-                        raise _os_error(error, "/".join(parts[: index + 1])) from None
-                step = self._step(
-                    current, part, os.O_RDONLY | _DIRECTORY | _CLOEXEC, "/".join(parts[: index + 1])
-                )
+                        raise _os_error(error, self._show(parts[: index + 1])) from None
+                step = self._step(current, part, _DESCEND, self._show(parts[: index + 1]))
                 os.close(current)
                 current = step
             if not parts:
-                return os.dup(current)
+                return os.open(".", flags, dir_fd=current)
             return self._step(current, parts[-1], flags, display)
         finally:
             os.close(current)
@@ -276,9 +371,8 @@ class Workspace:
                 ) from None
             raise _os_error(error, display) from None
 
-    def _verify(self, fd: int, expected: Path) -> os.stat_result:
-        """Prove that ``fd`` is the file ``expected`` names, inside the root, no links."""
-        display = self.display(expected)
+    def _verify(self, fd: int, parts: tuple[str, ...], display: str) -> os.stat_result:
+        """Prove that ``fd`` is the file ``parts`` names, inside the root, no links."""
         info = os.fstat(fd)
         proc = f"{_PROC_FD}/{fd}"
         if os.path.isdir(_PROC_FD):
@@ -289,13 +383,10 @@ class Workspace:
             if real is not None and not self._inside(real):
                 raise _denied(f'"{display}" resolved outside the workspace while it was opened')
         try:
-            again = self.resolve(expected, must_exist=True)
-            now = os.lstat(again)
+            now = self._lookup(parts, must_exist=True)
         except ToolError as error:
             raise _denied(f'"{display}" changed while it was opened: {error.message}') from None
-        except OSError:
-            raise _denied(f'"{display}" changed while it was opened') from None
-        if (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino):
+        if now is None or _identity(now) != _identity(info):
             raise _denied(f'"{display}" changed while it was opened')
         return info
 

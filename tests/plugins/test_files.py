@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
+import dsh_tools_plugins.files as files_module
 from dsh_tools import PresentableResult, ToolExecutionInput, ToolRegistry
-from dsh_tools.models import ToolDefinition, ToolExecutionFailure, ToolExecutionSuccess
+from dsh_tools.models import (
+    ToolDefinition,
+    ToolExecutionFailure,
+    ToolExecutionSuccess,
+    result_to_json,
+)
 from dsh_tools.presentation import (
     DiffCallView,
     DiffResultView,
@@ -24,6 +33,7 @@ from dsh_tools.presentation import (
     ReadFileLine,
     ReadResultView,
     ToolCallKind,
+    file_diffs,
     unstructure_view,
 )
 from dsh_tools_plugins.files import (
@@ -383,3 +393,172 @@ def test_metadata_marks_read_only_tools(registry: ToolRegistry) -> None:
         definition = registry.get(name)
         assert definition is not None
         assert definition.metadata == {"read_only": False}
+
+
+# --------------------------------------------------------------------------- hard links
+
+
+def test_writing_through_a_hard_link_is_refused_reading_is_not(
+    registry: ToolRegistry, root: Path
+) -> None:
+    os.link(root.parent / "outside.txt", root / "inside.txt")
+    expected = (
+        'Error: "inside.txt" has 2 hard links; writing through it would change every '
+        "linked name, which may lie outside the workspace, so it is not written "
+        "(reading is allowed)"
+    )
+    assert _fail(registry, "write_file", "DENIED", path="inside.txt", content="x") == expected
+    edited = _fail(
+        registry, "edit_file", "DENIED", path="inside.txt", old_string="secret", new_string="x"
+    )
+    assert edited == expected
+    assert (root.parent / "outside.txt").read_text() == "secret\n"
+    assert _ok(registry, "read_file", path="inside.txt").text == "     1\tsecret"
+
+
+# ------------------------------------------------------------------------- paths naming directories
+
+
+@pytest.mark.parametrize("path", ["newf/", "sub/newf/", "newf/."])
+def test_a_path_ending_in_a_slash_is_not_a_file(
+    registry: ToolRegistry, root: Path, path: str
+) -> None:
+    text = _fail(registry, "write_file", "TOOL_ERROR", path=path, content="x")
+    ending = "/." if path.endswith(".") else "/"
+    assert text == f'Error: "{path}" names a directory (it ends with "{ending}"), not a file'
+    assert sorted(root.iterdir()) == []
+
+
+def test_reading_or_editing_a_file_through_a_trailing_slash_fails(
+    registry: ToolRegistry, root: Path
+) -> None:
+    (root / "a.txt").write_text("abc\n")
+    for name, arguments in [
+        ("read_file", {"path": "a.txt/"}),
+        ("edit_file", {"path": "a.txt/", "old_string": "a", "new_string": "b"}),
+    ]:
+        text = _fail(registry, name, "TOOL_ERROR", **arguments)
+        assert text == 'Error: "a.txt/" names a directory (it ends with "/"), not a file'
+    assert (root / "a.txt").read_text() == "abc\n"
+
+
+# --------------------------------------------------------------------------- size bounds
+
+
+def test_an_edit_may_not_grow_a_file_past_the_size_limit(
+    registry: ToolRegistry, root: Path
+) -> None:
+    (root / "small.txt").write_text("a" * 3000)  # within the 4096-byte limit
+    text = _fail(
+        registry,
+        "edit_file",
+        "TOOL_ERROR",
+        path="small.txt",
+        old_string="a",
+        new_string="b" * 1000,
+        replace_all=True,
+    )
+    assert text == (
+        'Error: "small.txt" would be 3000000 bytes after the edit, over the limit of '
+        "4096 bytes; the file is unchanged"
+    )
+    assert (root / "small.txt").read_text() == "a" * 3000
+
+
+def test_write_file_may_not_write_past_the_size_limit(root: Path) -> None:
+    registry = ToolRegistry()
+    registry.register(write_file_tool(Workspace(root), max_bytes=100))
+    (root / "f.txt").write_text("kept\n")
+    text = _fail(registry, "write_file", "TOOL_ERROR", path="f.txt", content="é" * 51)
+    assert text == 'Error: "f.txt" would be 102 bytes, over the limit of 100 bytes; not written'
+    assert (root / "f.txt").read_text() == "kept\n"
+    assert _ok(registry, "write_file", path="f.txt", content="é" * 50).value["bytes"] == 100
+
+
+def test_a_result_carries_a_bounded_diff(registry: ToolRegistry, root: Path) -> None:
+    def replace_all(path: str, old: str, new: str) -> ToolExecutionSuccess:
+        before = (root / path).read_text()
+        result = _ok(
+            registry, "edit_file", path=path, old_string=old, new_string=new, replace_all=True
+        )
+        assert (root / path).read_text() == before.replace(old, new)
+        assert result.meta == result.value
+        return result
+
+    # every line changes: one hunk of 2700 + 3000 bytes, over the 4096-byte budget
+    (root / "f.txt").write_text("".join(f"line {n:03}\n" for n in range(300)))
+    result = replace_all("f.txt", "line", "LINE!")
+    assert result.value["diffs"] == []
+    assert result.value["diffs_omitted"] == 1
+    _, view = _cards(
+        registry, "edit_file", result, path="f.txt", old_string="line", new_string="LINE!"
+    )
+    assert view == DiffResultView(title="Edited f.txt (1 hunk too large to show)", diffs=[])
+
+    # forty separate hunks: those that fit are kept, in order; the rest are counted
+    blocks = "".join(f"keep {n:03}\n" * 3 + "change me\n" + "keep\n" * 4 for n in range(40))
+    (root / "g.txt").write_text(blocks)
+    result = replace_all("g.txt", "change me", "changed!!")
+    hunks = file_diffs("g.txt", blocks, blocks.replace("change me", "changed!!"))
+    sizes = [len((d.old_text or "") + d.new_text) for d in hunks]
+    kept = next(i for i in range(len(hunks) + 1) if sum(sizes[: i + 1]) > 4096)
+    assert 0 < kept < len(hunks)
+    assert result.value["diffs"] == [
+        {"old_text": d.old_text, "new_text": d.new_text} for d in hunks[:kept]
+    ]
+    assert result.value["diffs_omitted"] == len(hunks) - kept
+
+    # a small change carries all its hunks
+    lines = [f"line {n:03}\n" for n in range(40)]
+    (root / "h.txt").write_text("".join([*lines[:12], "change me\n", *lines[12:]]))
+    small = replace_all("h.txt", "change me", "changed")
+    assert len(small.value["diffs"]) == 1
+    assert small.value["diffs_omitted"] == 0
+
+
+# ------------------------------------------------------------------------- names that are not UTF-8
+
+
+def test_names_that_are_not_utf8_are_shown_with_the_replacement_character(
+    registry: ToolRegistry, root: Path
+) -> None:
+    try:
+        (root / os.fsdecode(b"caf\xe9.txt")).write_text("x\n")
+    except OSError:  # pragma: no cover - a file system that refuses non-UTF-8 names
+        pytest.skip("this file system refuses names that are not UTF-8")
+    (root / "plain.txt").write_text("y\n")
+    result = _ok(registry, "list_dir")
+    assert result.text == "caf\ufffd.txt\nplain.txt"
+    assert result.value["entries"][0] == {"name": "caf\ufffd.txt", "type": "file"}
+    json.dumps(result_to_json(result), ensure_ascii=False).encode("utf-8")  # any wire carries it
+
+
+# --------------------------------------------------------------------------- off the event loop
+
+
+@pytest.mark.anyio
+async def test_file_tools_leave_the_event_loop_free_while_they_work(
+    registry: ToolRegistry, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (root / "a.txt").write_text("slow disk\n")
+    original = files_module.read_fd
+
+    def slow_read(fd: int, limit: int) -> bytes:
+        time.sleep(0.3)  # a network file system, say
+        return original(fd, limit)
+
+    monkeypatch.setattr(files_module, "read_fd", slow_read)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await anyio.sleep(0.01)
+            ticks += 1
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(ticker)
+        result = await registry.execute(ToolExecutionInput("c", "read_file", {"path": "a.txt"}))
+        group.cancel_scope.cancel()
+    assert result.text == "     1\tslow disk"
+    assert ticks >= 5  # the loop kept running during the 0.3 s read

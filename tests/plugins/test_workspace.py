@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,7 +61,8 @@ def test_dotdot_escapes_are_denied(root: Path, path: str) -> None:
 
 def test_absolute_paths_outside_are_denied(root: Path) -> None:
     ws = Workspace(root)
-    for path in ("/etc/passwd", str(root.parent / "outside" / "file.txt"), str(root) + "x"):
+    outside = str(root.parent / "outside" / "file.txt")
+    for path in ("/etc/passwd", "//etc/passwd", outside, "/" + outside, str(root) + "x"):
         with pytest.raises(ToolError) as info:
             ws.resolve(path)
         assert "is outside the workspace" in _denied(info)
@@ -239,3 +242,86 @@ def test_workspace_tools_root_from_environment(root: Path, monkeypatch: pytest.M
         registry.register(tool)
     result = registry.execute_sync(ToolExecutionInput("c", "read_file", {"path": "file.txt"}))
     assert result.text == "     1\tinside"
+
+
+# --------------------------------------------------------------------------- cost
+
+
+def _file_system_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Count every call the workspace (and ``os.path.realpath``) makes into the OS."""
+    calls: list[str] = []
+    for name in ("lstat", "stat", "open", "fstat", "readlink", "scandir"):
+        original = getattr(os, name)
+
+        def counted(*args: Any, _name: str = name, _original: Any = original, **kw: Any) -> Any:
+            calls.append(_name)
+            return _original(*args, **kw)
+
+        monkeypatch.setattr(os, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("kind", ["missing outside", "through an alias", "inside with .."])
+def test_resolving_a_path_costs_work_linear_in_its_length(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    deep = root.joinpath(*(["d"] * 80))
+    deep.mkdir(parents=True)
+    (deep / "f.txt").write_text("deep\n")
+    alias = tmp_path / "alias"
+    alias.symlink_to(root)
+    ws = Workspace(alias)
+
+    def path(depth: int) -> str:
+        if kind == "missing outside":
+            return "/x/" + "a/" * depth
+        if kind == "through an alias":
+            return str(alias) + "/d" * depth + ("/f.txt" if depth == 80 else "")
+        return "sub/../" * depth + "top.txt"
+
+    def cost(depth: int) -> int:
+        calls = _file_system_calls(monkeypatch)
+        with contextlib.suppress(ToolError):
+            ws.open(path(depth)).close()
+        monkeypatch.undo()
+        return len(calls)
+
+    short, long = cost(20), cost(80)
+    assert long <= 4 * short + 8, (short, long)  # quadratic work gives ~16x
+
+
+def test_a_very_long_path_outside_is_denied_with_the_usual_message(root: Path) -> None:
+    registry = ToolRegistry()
+    for tool in workspace_tools(root):
+        registry.register(tool)
+    path = "/x/" + "a/" * 4000
+    result = registry.execute_sync(ToolExecutionInput("c", "read_file", {"path": path}))
+    assert result.code == "DENIED"
+    assert result.text == f'Error: path "{path}" is outside the workspace {root}'
+
+
+# --------------------------------------------------------------------------- the root itself
+
+
+def test_a_root_replaced_by_a_symlink_is_refused_before_anything_is_created(
+    root: Path, tmp_path: Path
+) -> None:
+    registry = ToolRegistry()
+    for tool in workspace_tools(root):
+        registry.register(tool)
+    root.rename(tmp_path / "moved")
+    root.symlink_to(tmp_path / "outside")  # the root path now leads outside
+
+    for name, arguments in [
+        ("write_file", {"path": "made/by/write.txt", "content": "x"}),
+        ("read_file", {"path": "file.txt"}),
+        ("list_dir", {"path": "."}),
+    ]:
+        result = registry.execute_sync(ToolExecutionInput("c", name, arguments))
+        assert result.code == "DENIED", (name, result.text)
+        assert result.text == (
+            f"Error: the workspace root {root} is no longer the directory the tools "
+            "started with (it was moved, removed or replaced)"
+        )
+    assert sorted(p.name for p in (tmp_path / "outside").iterdir()) == ["file.txt"]
+    assert (tmp_path / "outside" / "file.txt").read_text() == "secret\n"
