@@ -2,16 +2,22 @@
 
 :class:`AuditLog` is a plugin with two hooks:
 
-* a ``tryfirst`` ``dsh_tools_pre_execute`` implementation that writes a ``tool/call``
-  event as the call enters policy and returns ``None`` (it never decides anything);
+* a ``tryfirst`` ``dsh_tools_guard`` that writes a ``tool/call`` event once policy has
+  allowed the call, and never denies. Guards run once per call, after pre-execute and
+  approval and before the execute wrappers and the body, so the event is on disk before
+  the body starts whatever other plugins decide first, and a wrapper that retries still
+  gives one event per call. (In pre-execute, a ``tryfirst`` plugin deciding first would
+  skip it; as an execute wrapper, it would cost every ``execute_sync`` call an event
+  loop.) A dry run that must not log should not run the guards;
 * a ``dsh_tools_result`` observer that writes the ``tool/result`` event. Calls that never
-  reach pre-execute (arguments that are not JSON, a call cancelled before it started)
-  get their ``tool/call`` event written here, together with the result.
+  pass the guards (denied, arguments that are not JSON, a call cancelled or a policy
+  failing before them) get their ``tool/call`` event written here, with the result.
 
 Every event is one line of compact JSON (UTF-8), written with a single ``write`` of the
 whole line followed by ``flush`` and ``os.fsync``: when ``execute()`` returns, the
 result is on disk, so a process killed between calls loses nothing, and one killed in the
-middle of a call still has the call's ``tool/call`` event. Events::
+middle of a call still has the call's ``tool/call`` event. A call event that cannot be
+written denies the call (a raising guard denies): a call is not run unrecorded. Events::
 
     {"event": "tool/call", "time": "2026-01-02T03:04:05.678901+00:00",
      "call_id": "c1", "root_call_id": "c1", "agent": null, "name": "read_file",
@@ -22,19 +28,27 @@ middle of a call still has the call's ``tool/call`` event. Events::
      "meta": null}
 
 ``error`` is ``{"message": ..., "info": {"name": ..., "code": ...}}`` for failures.
-``duration_ms`` runs from the ``tool/call`` event (0 for calls that never reached
-pre-execute). Times are ISO 8601 in UTC.
+``duration_ms`` runs from the ``tool/call`` event (0 for calls that never passed the
+guards). Times are ISO 8601 in UTC.
+
+No event is ever dropped for its text. ``call_id``, ``root_call_id``, ``agent`` and
+``name`` are always written as strings (a host's integer call id ``7`` as ``"7"``), and
+text that is not valid Unicode (lone surrogates, as Python decodes file names whose bytes
+are not UTF-8) is written with U+FFFD in their place, the project's one rule
+(:func:`dsh_tools.json.unicode_text`).
 
 Rotation is by size: before a write would take the file past ``max_bytes``, ``path`` is
 renamed to ``path.1`` (``path.1`` to ``path.2`` and so on, the oldest beyond ``backups``
-deleted) and a new file is started. Rotation assumes one writing process per file; several
-processes may append to one file safely only with rotation effectively off (a large
-``max_bytes``). Writes block the event loop for the ``fsync`` (typically well under a
-millisecond on local disks, more on network filesystems).
+deleted) and a new file is started. All :class:`AuditLog` instances of one process that
+write one file share one lock, so they rotate it in turn. Rotation assumes one writing
+process per file; several processes may append to one file safely only with rotation
+effectively off (a large ``max_bytes``). Writes block the event loop for the ``fsync``
+(typically well under a millisecond on local disks, more on network filesystems).
 
 :func:`read_audit_log` reads events back, tolerating a torn line (a process killed in the
-middle of a write); :func:`replay` pairs calls with their results and turns them into
-presentation cards through :mod:`dsh_tools.presenting`.
+middle of a write) and reading the integer call ids that version 0.1.0 wrote as their
+strings; :func:`replay` pairs calls with their results and turns them into presentation
+cards through :mod:`dsh_tools.presenting`.
 """
 
 from __future__ import annotations
@@ -44,6 +58,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -52,7 +67,7 @@ import attrs
 
 from dsh_tools.errors import DshToolsError, ErrorCode, JsonValueError
 from dsh_tools.hookspecs import hookimpl
-from dsh_tools.json import FrozenDict, FrozenList, loads, thaw
+from dsh_tools.json import FrozenDict, FrozenList, loads, thaw, unicode_text
 from dsh_tools.models import (
     ExecutionToken,
     PresentableResult,
@@ -105,16 +120,46 @@ def _now() -> str:
 
 def _encode(event: dict[str, Any]) -> bytes:
     text = json.dumps(event, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return (text + "\n").encode("utf-8")
+    try:
+        return (text + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        # Lone surrogates can only sit inside strings (JSON's own syntax is ASCII), so
+        # replacing them in the whole line replaces them in every string of the event.
+        return (unicode_text(text) + "\n").encode("utf-8")
+
+
+def _text(value: object) -> str:
+    """An identity field as the string the log writes (a host's integer id as digits)."""
+    if type(value) is str:
+        return value
+    try:
+        return str(value)
+    except Exception:  # a value whose str() fails (or an int too long for text)
+        return f"<{type(value).__qualname__}>"
 
 
 def _identity(execution: ToolExecution) -> dict[str, Any]:
+    agent = execution.agent
     return {
-        "call_id": execution.call_id,
-        "root_call_id": execution.root_call_id,
-        "agent": execution.agent,
-        "name": execution.name,
+        "call_id": _text(execution.call_id),
+        "root_call_id": _text(execution.root_call_id),
+        "agent": None if agent is None else _text(agent),
+        "name": _text(execution.name),
     }
+
+
+_FILE_LOCKS: weakref.WeakValueDictionary[str, threading.Lock] = weakref.WeakValueDictionary()
+_FILE_LOCKS_GUARD = threading.Lock()
+
+
+def _file_lock(path: str) -> threading.Lock:
+    """The one lock of every :class:`AuditLog` in this process writing the file ``path``."""
+    key = os.path.realpath(path)
+    with _FILE_LOCKS_GUARD:
+        lock = _FILE_LOCKS.get(key)
+        if lock is None:
+            lock = _FILE_LOCKS[key] = threading.Lock()
+        return lock
 
 
 class AuditLog:
@@ -124,9 +169,14 @@ class AuditLog:
     :param max_bytes: rotate before the file would grow past this size.
     :param backups: rotated files to keep (``path.1`` is the newest); ``0`` keeps none.
 
-    Thread-safe. The file is opened for each event and closed after its ``fsync`` (the
-    open costs little next to the ``fsync``), so there is nothing to close and other
+    Thread-safe, and safe with other instances on the same file in this process (they
+    share one lock). The file is opened for each event and closed after its ``fsync``
+    (the open costs little next to the ``fsync``), so there is nothing to close and other
     tools may rotate or truncate the file between events.
+
+    What it remembers of a call in flight lives as long as the call's
+    :class:`~dsh_tools.models.ToolExecution`: a call whose result is never observed (a
+    host dropping it, an exception the pipeline does not contain) leaves nothing behind.
     """
 
     def __init__(
@@ -139,23 +189,25 @@ class AuditLog:
         self.path = os.fspath(path)
         self.max_bytes = max_bytes
         self.backups = backups
-        self._lock = threading.Lock()
+        self._lock = _file_lock(self.path)
         self._started: dict[ExecutionToken, tuple[str, float]] = {}
 
     # ------------------------------------------------------------------ hooks
 
     @hookimpl(tryfirst=True)
-    def dsh_tools_pre_execute(self, execution: ToolExecution) -> None:
+    def dsh_tools_guard(self, execution: ToolExecution) -> None:
         time_text, started = _now(), time.perf_counter()
-        self._started[execution.token] = (time_text, started)
         self._write(_encode(self._call_event(execution, time_text)))
+        token = execution.token
+        self._started[token] = (time_text, started)
+        weakref.finalize(execution, self._started.pop, token, None)
 
     @hookimpl
     def dsh_tools_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
         finished_text, finished = _now(), time.perf_counter()
         started = self._started.pop(execution.token, None)
         lines = b""
-        if started is None:  # never reached pre-execute: the call event goes with the result
+        if started is None:  # never passed the guards: the call event goes with the result
             started = (finished_text, finished)
             lines = _encode(self._call_event(execution, finished_text))
         event = {
@@ -313,7 +365,7 @@ def read_audit_log(
                         raise AuditLogError(source, number, problem) from None
                     logger.warning("audit log %s:%d: skipped %s", source, number, problem)
                     continue
-                yield AuditEvent(event["event"], event["call_id"], event, source, number)
+                yield AuditEvent(event["event"], _call_id(event), event, source, number)
 
 
 def _parse_event(raw: bytes) -> Any:
@@ -322,9 +374,16 @@ def _parse_event(raw: bytes) -> Any:
         raise ValueError("an event must be a JSON object")
     if event.get("event") not in (CALL_EVENT, RESULT_EVENT):
         raise ValueError(f"unknown event kind {event.get('event')!r}")
-    if not isinstance(event.get("call_id"), str) or not isinstance(event.get("name"), str):
+    call_id = event.get("call_id")
+    integer = isinstance(call_id, int) and not isinstance(call_id, bool)
+    if not (isinstance(call_id, str) or integer) or not isinstance(event.get("name"), str):
         raise ValueError("an event needs a string call_id and name")
     return event
+
+
+def _call_id(event: FrozenDict) -> str:
+    """The event's call id as a string: version 0.1.0 wrote a host's integer id as is."""
+    return str(event["call_id"])
 
 
 # --------------------------------------------------------------------------- replay
@@ -391,7 +450,7 @@ def _call_input(data: FrozenDict) -> ToolExecutionInput:
     root = data.get("root_call_id")
     arguments = data.get("arguments")
     return ToolExecutionInput(
-        call_id=str(data["call_id"]),
+        call_id=_call_id(data),
         name=str(data["name"]),
         arguments=arguments,
         agent=agent if isinstance(agent, str) else None,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import subprocess
 import sys
+import threading
+import tracemalloc
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -14,12 +17,13 @@ import pytest
 
 from dsh_tools.cancel import CancelSource
 from dsh_tools.define import define_tool
-from dsh_tools.errors import ToolError
+from dsh_tools.errors import ErrorCode, ToolError
 from dsh_tools.hookspecs import hookimpl
-from dsh_tools.models import Deny, ToolExecution, ToolExecutionInput
+from dsh_tools.models import Allow, Deny, ToolExecution, ToolExecutionInput
 from dsh_tools.presentation import GenericCallView, GenericResultView, TerminalCallView
 from dsh_tools.registry import ToolRegistry
 from dsh_tools_plugins.audit import AuditLog, AuditLogError, read_audit_log, replay
+from dsh_tools_plugins.retry import RetryPolicy
 
 
 def echo_registry(log: AuditLog) -> ToolRegistry:
@@ -266,3 +270,207 @@ def test_each_event_is_appended_to_whatever_file_is_there(tmp_path: Path) -> Non
     registry.execute_sync(ToolExecutionInput("c2", "echo", {"text": "b"}))
     assert [e["call_id"] for e in lines(path)] == ["c2", "c2"]
     assert repr(log) == f"<AuditLog {str(path)!r}>"
+
+
+# ------------------------------------------------------------------------- text that is not Unicode
+
+
+def test_no_event_is_dropped_for_text_that_is_not_valid_unicode(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    registry = echo_registry(AuditLog(path))
+
+    def broken(args: Any, ctx: Any) -> str:
+        raise ToolError("cannot open caf\udce9.txt")
+
+    registry.register(define_tool(name="broken", description="d", parameters={}, execute=broken))
+    registry.execute_sync(ToolExecutionInput("c1", "broken", {}))  # a message with a surrogate
+    registry.execute_sync(ToolExecutionInput("c2", "caf\udce9", {}))  # an unknown, bad name
+    registry.execute_sync(ToolExecutionInput("c\ud800", "echo", {"text": "x"}))  # a bad call id
+    registry.execute_sync(ToolExecutionInput("c4", "echo", {"text": "caf\udce9"}))  # bad text
+
+    events = list(read_audit_log(path, strict=True))
+    assert [(e.event, e.call_id) for e in events] == [
+        ("tool/call", "c1"),
+        ("tool/result", "c1"),
+        ("tool/call", "c2"),
+        ("tool/result", "c2"),
+        ("tool/call", "c\ufffd"),
+        ("tool/result", "c\ufffd"),
+        ("tool/call", "c4"),
+        ("tool/result", "c4"),
+    ]
+    assert events[1].data["error"]["message"] == "cannot open caf\ufffd.txt"
+    assert events[2].data["name"] == "caf\ufffd"
+    assert "\ufffd" in json.dumps(events[7].data["content"], ensure_ascii=False) or (
+        events[6].data["arguments"] is None  # arguments that are not Unicode are not JSON
+    )
+
+
+# --------------------------------------------------------------------------- call ids
+
+
+def test_call_ids_that_are_not_strings_are_logged_as_strings_and_read_back(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    registry = echo_registry(AuditLog(path))
+    registry.execute_sync(ToolExecutionInput(7, "echo", {"text": "x"}))  # type: ignore[arg-type]
+
+    assert [(e["event"], e["call_id"], e["root_call_id"]) for e in lines(path)] == [
+        ("tool/call", "7", "7"),
+        ("tool/result", "7", "7"),
+    ]
+    assert [e.call_id for e in read_audit_log(path, strict=True)] == ["7", "7"]
+    (replayed,) = replay(path, registry)
+    assert replayed.call.call_id == "7"
+    assert replayed.result is not None
+
+
+def test_logs_with_integer_call_ids_from_earlier_versions_still_read(tmp_path: Path) -> None:
+    path = tmp_path / "old.jsonl"
+    call = {"event": "tool/call", "call_id": 7, "root_call_id": 7, "agent": None}
+    call |= {"name": "echo", "arguments": {"text": "x"}, "time": "t"}
+    result = {"event": "tool/result", "call_id": 7, "root_call_id": 7, "agent": None}
+    result |= {"name": "echo", "is_error": False, "content": [], "error": None, "meta": None}
+    path.write_text(json.dumps(call) + "\n" + json.dumps(result) + "\n")
+
+    assert [e.call_id for e in read_audit_log(path, strict=True)] == ["7", "7"]
+    (replayed,) = replay(path, ToolRegistry())
+    assert replayed.call.call_id == "7"
+    assert replayed.result is not None
+
+
+# --------------------------------------------------------------------------- one file, many logs
+
+
+def test_two_audit_logs_on_one_file_share_its_rotation(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    # max_bytes=1 rotates before every write; enough backups keep every event
+    registries = [echo_registry(AuditLog(path, max_bytes=1, backups=250)) for _ in range(2)]
+    failures: list[str] = []
+
+    def work(worker: int) -> None:
+        for index in range(25):
+            call = ToolExecutionInput(f"{worker}-{index}", "echo", {"text": "x"})
+            result = registries[worker % 2].execute_sync(call)
+            if result.is_error:
+                failures.append(result.text)
+
+    threads = [threading.Thread(target=work, args=(worker,)) for worker in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert failures == []
+    events = sorted((e.call_id, e.event) for e in read_audit_log(path, rotated=True, strict=True))
+    ids = [f"{worker}-{index}" for worker in range(4) for index in range(25)]
+    assert events == sorted((i, kind) for i in ids for kind in ("tool/call", "tool/result"))
+
+
+# --------------------------------------------------------------------------- the call event
+
+
+def test_the_call_event_is_on_disk_before_the_body_runs_whatever_decides_first(
+    tmp_path: Path,
+) -> None:
+    class FastPath:
+        @hookimpl(tryfirst=True)
+        def dsh_tools_pre_execute(self, execution: ToolExecution) -> Allow:
+            return Allow()
+
+    path = tmp_path / "audit.jsonl"
+    seen: list[list[tuple[str, str]]] = []
+
+    def body(args: Any, ctx: Any) -> str:
+        seen.append([(e.event, e.call_id) for e in read_audit_log(path, strict=True)])
+        return "ok"
+
+    registry = ToolRegistry()
+    registry.register(define_tool(name="t", description="d", parameters={}, execute=body))
+    registry.add_plugin(AuditLog(path))
+    registry.add_plugin(FastPath())  # added later, tryfirst too: decides before anything else
+
+    registry.execute_sync(ToolExecutionInput("c1", "t", {}))
+
+    assert seen == [[("tool/call", "c1")]]
+
+
+def test_a_call_that_cannot_be_recorded_does_not_run(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    ran: list[str] = []
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="t", description="d", parameters={}, execute=lambda a, c: ran.append("ran")
+        )
+    )
+    registry.add_plugin(AuditLog(tmp_path / "file" / "audit.jsonl"))  # no directory there
+
+    result = registry.execute_sync(ToolExecutionInput("c1", "t", {}))
+
+    assert result.code == "DENIED"
+    assert "AuditLog" in result.text
+    assert ran == []
+
+
+def test_one_call_event_per_call_however_often_a_wrapper_retries(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    attempts: list[int] = []
+
+    def flaky(args: Any, ctx: Any) -> str:
+        attempts.append(len(attempts))
+        if len(attempts) < 3:
+            raise ToolError("try again", code=ErrorCode.TRANSIENT)
+        return "done"
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="flaky",
+            description="d",
+            parameters={},
+            execute=flaky,
+            metadata={"idempotent": True},
+        )
+    )
+    registry.add_plugin(AuditLog(path))
+    registry.add_plugin(RetryPolicy(registry=registry, backoff_ms=0))
+
+    result = registry.execute_sync(ToolExecutionInput("c1", "flaky", {}))
+
+    assert result.text == "done"
+    assert len(attempts) == 3
+    assert [e["event"] for e in lines(path)] == ["tool/call", "tool/result"]
+
+
+def test_calls_whose_result_is_never_observed_do_not_accumulate(tmp_path: Path) -> None:
+    # A BaseException that escapes the pipeline (or a host that drops a call) means the
+    # result hook never runs for that call; the log must not keep it forever.
+    log = AuditLog(tmp_path / "audit.jsonl")
+    registry = echo_registry(log)
+
+    def escape(args: Any, ctx: Any) -> str:
+        raise KeyboardInterrupt
+
+    registry.register(define_tool(name="escape", description="d", parameters={}, execute=escape))
+
+    def calls(count: int) -> None:
+        for index in range(count):
+            try:
+                result = registry.execute_sync(ToolExecutionInput(f"c{index}", "escape", {}))
+            except KeyboardInterrupt:
+                continue
+            assert result.is_error  # a pipeline that contains it observes the result
+
+    calls(50)  # warm up caches
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        calls(300)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 20_000, f"{grown} bytes kept for 300 finished calls"
