@@ -26,6 +26,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections import Counter
@@ -70,6 +71,8 @@ from dsh_tools.presentation import (
     unstructure_view,
 )
 from dsh_tools.schema import schema_spec_to_json_schema, value_spec_to_json_schema
+from dsh_tools_plugins.audit import AuditLog, read_audit_log
+from dsh_tools_plugins.tools import workspace_tools
 from strategies import any_values, dsl_parameter_specs, json_values, raw_schemas
 
 settings.register_profile(
@@ -1021,3 +1024,77 @@ def test_large_json_text_through_loads_is_bounded() -> None:
 def test_recursion_limit_is_untouched() -> None:
     """The deep tests above must not pass by raising the interpreter's recursion limit."""
     assert sys.getrecursionlimit() <= 10_000
+
+
+# --------------------------------------------------------------------------- file names
+
+
+def _file_names() -> st.SearchStrategy[bytes]:
+    """Any bytes the OS allows in one file name, UTF-8 or not."""
+    return st.binary(min_size=1, max_size=12).filter(
+        lambda name: b"/" not in name and b"\x00" not in name and name not in (b".", b"..")
+    )
+
+
+@FUZZ
+@given(names=st.lists(_file_names(), min_size=1, max_size=5, unique=True))
+def test_file_tools_answer_on_any_wire_whatever_the_names_in_the_workspace(
+    names: list[bytes],
+) -> None:
+    COUNTS["file names"] += 1
+    with tempfile.TemporaryDirectory() as folder:
+        root = os.path.join(folder, "ws")
+        os.mkdir(root)
+        for name in names:
+            try:
+                with open(os.fsencode(root) + b"/" + name, "wb") as handle:
+                    handle.write(name + b"\n")
+            except OSError:  # pragma: no cover - a file system that refuses the name
+                pytest.skip("this file system refuses names that are not UTF-8")
+        log = os.path.join(folder, "audit.jsonl")
+        registry = ToolRegistry()
+        for tool in workspace_tools(root):
+            registry.register(tool)
+        registry.add_plugin(AuditLog(log))
+        paths = [os.fsdecode(name) for name in names]
+        calls = [("list_dir", {})]
+        for path in paths:
+            calls.append(("read_file", {"path": path}))
+            calls.append(("edit_file", {"path": path, "old_string": "\n", "new_string": "!\n"}))
+        for index, (tool, arguments) in enumerate(calls):
+            result = registry.execute_sync(ToolExecutionInput(f"c{index}", tool, arguments))
+            data = assert_clean(result)
+            json.dumps(data, ensure_ascii=False).encode("utf-8")  # valid Unicode throughout
+        events = [(event.event, event.call_id) for event in read_audit_log(log, strict=True)]
+        assert events == [
+            (kind, f"c{index}")
+            for index in range(len(calls))
+            for kind in ("tool/call", "tool/result")
+        ]
+
+
+def test_changing_a_file_of_repeated_lines_is_bounded() -> None:
+    # difflib matches lines in quadratic time: 5 000 equal lines around one change took
+    # 30 s to diff, so a change's diff must not hand it the whole file
+    COUNTS["large"] += 1
+    text = "}\n" * 5000 + "target\n" + "}\n" * 5000
+    with tempfile.TemporaryDirectory() as root:
+        with open(os.path.join(root, "f.txt"), "w") as handle:
+            handle.write(text)
+        registry = ToolRegistry()
+        for tool in workspace_tools(root):
+            registry.register(tool)
+        calls = [
+            ("edit_file", {"path": "f.txt", "old_string": "target", "new_string": "changed"}),
+            ("write_file", {"path": "f.txt", "content": text.replace("target", "other")}),
+            ("write_file", {"path": "f.txt", "content": text}),
+        ]
+
+        def work() -> list[ToolExecutionResult]:
+            return [registry.execute_sync(ToolExecutionInput("c", n, a)) for n, a in calls]
+
+        results, _ = bounded(work)
+    assert isinstance(results, list)
+    for result in results:
+        assert isinstance(result, ToolExecutionSuccess), result.text
+        assert len(result.value["diffs"]) == 1  # type: ignore[index]
