@@ -80,7 +80,7 @@ class PropertySpec(ValueSpec, total=False):
     required: Literal[True]
 
 
-SchemaSpec: TypeAlias = "Mapping[str, PropertySpec] | ValueSpec"
+SchemaSpec: TypeAlias = Mapping[str, PropertySpec] | ValueSpec
 """A tool's parameters: property name -> property spec (an implicit open object root), or
 one object value spec (``{"type": "object", "properties": ...}``), which may close the
 root with ``"additionalProperties": False``."""
