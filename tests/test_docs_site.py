@@ -6,11 +6,16 @@
 * docs/hooks.md documents every hook declared in ``dsh_tools.hookspecs``;
 * the pytest example in docs/guides/testing.md passes under pytest;
 * ``mkdocs build --strict`` succeeds (skipped when MkDocs is not installed: install the
-  ``docs`` extra).
+  ``docs`` extra), and the built pages show what readers need: every public member of the
+  registry, a constructor for every attrs record, a pipeline diagram that needs no script
+  from the network;
+* until the package is published, the docs install it from a clone.
 """
 
 from __future__ import annotations
 
+import html as htmllib
+import importlib
 import importlib.util
 import inspect
 import os
@@ -20,11 +25,14 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import attrs
 import pytest
 
 import dsh_tools
 from dsh_tools import hookspecs
+from dsh_tools.content import ImageContent
 from dsh_tools.errors import ErrorCode
+from dsh_tools.registry import ToolRegistry, ToolScope
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -103,13 +111,15 @@ def test_the_testing_guide_example_passes_under_pytest(tmp_path: Path) -> None:
         check=False,
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "5 passed" in completed.stdout
+    assert "6 passed" in completed.stdout
 
 
-def test_the_site_builds_strictly(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built once for this module with ``mkdocs build --strict``."""
     if importlib.util.find_spec("mkdocs") is None:
         pytest.skip("MkDocs is not installed; install the docs extra: pip install -e '.[docs]'")
-    site = tmp_path / "site"
+    site = tmp_path_factory.mktemp("site")
     completed = subprocess.run(
         [
             sys.executable,
@@ -130,10 +140,93 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
+    return site
 
+
+def _page_text(site: Path, page: str) -> str:
+    """A built page's text with the markup removed and all whitespace collapsed."""
+    html = (site / page / "index.html").read_text(encoding="utf-8")
+    return " ".join(htmllib.unescape(re.sub(r"<[^>]+>", " ", html)).split())
+
+
+def test_the_site_builds_strictly(site: Path) -> None:
     errors = (site / "reference" / "errors" / "index.html").read_text(encoding="utf-8")
     for member in ErrorCode:
         assert f"<code>{member.name}</code>" in errors, f"{member.name} is not on the page"
     api = (site / "reference" / "api" / "index.html").read_text(encoding="utf-8")
     assert ":class:" not in api, "a reST role was left in the rendered API reference"
     assert not list(site.rglob("*.py")), "build scripts were copied into the site"
+
+
+@pytest.mark.parametrize("view", [ToolRegistry, ToolScope])
+def test_the_api_reference_shows_every_public_member_of_the_registry(
+    site: Path, view: type
+) -> None:
+    api = (site / "reference" / "api" / "index.html").read_text(encoding="utf-8")
+    public = sorted(name for name in dir(view) if not name.startswith("_"))
+    missing = [
+        name for name in public if f'id="dsh_tools.registry.{view.__name__}.{name}"' not in api
+    ]
+    assert "execute_sync" in public
+    assert not missing, f"{view.__name__} members missing from the API page: {missing}"
+
+
+def test_the_api_reference_shows_how_to_build_each_attrs_record(site: Path) -> None:
+    text = "".join(_page_text(site, "reference/api").split())
+    page = (DOCS / "reference" / "api.md").read_text(encoding="utf-8")
+    records = [
+        getattr(importlib.import_module(module), name)
+        for module, name in (
+            target.rsplit(".", 1) for target in re.findall(r"^::: ([\w.]+)$", page, re.M)
+        )
+    ]
+    records = [record for record in records if attrs.has(record)]
+    assert ImageContent in records
+    for record in records:
+        fields = [field.alias for field in attrs.fields(record) if field.init]
+        signature = f"{record.__name__}({fields[0]}:" if fields else f"{record.__name__}()"
+        assert signature in text, f"the API page shows no constructor for {record.__name__}"
+    assert "ImageContent(data:str,mime_type:str)" in text
+
+
+def test_the_pipeline_diagram_is_drawn_without_scripts(site: Path) -> None:
+    """Material draws Mermaid blocks in the browser with a script from a CDN, so offline
+    readers saw raw ``flowchart TD`` text; the diagram is now SVG in the page itself."""
+    html = (site / "pipeline" / "index.html").read_text(encoding="utf-8")
+    figure = re.search(r'<svg class="dsh-diagram".*?</svg>', html, re.DOTALL)
+    assert figure is not None, "the pipeline page has no diagram"
+    labels = [
+        htmllib.unescape(label)
+        for label in re.findall(r"<text[^>]*>([^<]*)</text>", figure.group())
+    ]
+    for stage in (
+        "1. pre-execute",
+        "2. guards",
+        "3. execute",
+        "4. post-execute",
+        "5. result observers",
+    ):
+        assert stage in labels
+    assert "flowchart" not in _page_text(site, "pipeline")
+    scripted = [
+        str(page.relative_to(site))
+        for page in site.rglob("*.html")
+        if 'class="mermaid"' in page.read_text(encoding="utf-8")
+    ]
+    assert not scripted, f"pages that need the Mermaid script from the network: {scripted}"
+
+
+_PUBLISHED_INSTALL = re.compile(r"pip install\s+(?:-\S+\s+)*['\"]?dsh-tools\b")
+
+
+def test_the_docs_install_from_a_clone_until_the_package_is_published() -> None:
+    pages = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+    found = [
+        f"{page.relative_to(ROOT)}: {match.group()}"
+        for page in pages
+        for match in _PUBLISHED_INSTALL.finditer(page.read_text(encoding="utf-8"))
+    ]
+    assert not found, f"install commands for a package that is not on PyPI: {found}"
+    index = (DOCS / "index.md").read_text(encoding="utf-8")
+    assert "python -m pip install ." in index
+    assert "python -m pip install '.[mcp]'" in index

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 
+from dsh_tools import ToolExecutionInput, ToolRegistry, define_tool
 from dsh_tools.errors import JsonSchemaError
 from dsh_tools.json import MAX_DEPTH, FrozenDict
 from dsh_tools.jsonschema import assert_supported_json_schema, compile_validator
@@ -142,6 +143,102 @@ def test_reused_sub_specs_are_not_circular() -> None:
         "a": {"type": "string"},
         "b": {"type": "string"},
     }
+
+
+def test_the_parameter_root_is_open_unless_the_author_closes_it() -> None:
+    properties: dict[str, Any] = {"path": {"type": "string", "required": True}}
+    registry = ToolRegistry()
+    for name, parameters in (
+        ("open", properties),
+        ("closed", {"type": "object", "properties": properties, "additionalProperties": False}),
+    ):
+        registry.register(
+            define_tool(
+                name=name, description=name, parameters=parameters, execute=lambda a, c: "ran"
+            )
+        )
+
+    def run(name: str) -> Any:
+        return registry.execute_sync(ToolExecutionInput("1", name, {"path": "a", "lines": 5}))
+
+    assert run("open").text == "ran"
+    refused = run("closed")
+    assert refused.code == "INVALID_ARGS"
+    assert refused.error.message == (
+        'invalid arguments: "lines" is not a declared property (additionalProperties: false)'
+    )
+    assert registry.get("closed").parameters == {  # type: ignore[union-attr]
+        "type": "object",
+        "properties": {"path": {"type": "string"}},
+        "required": ["path"],
+        "additionalProperties": False,
+    }
+
+
+def test_an_object_root_always_lists_its_properties() -> None:
+    assert schema_spec_to_json_schema({"type": "object", "additionalProperties": False}) == {
+        "type": "object",
+        "properties": {},
+        "additionalProperties": False,
+    }
+    assert schema_spec_to_json_schema(
+        {"title": "Search", "type": "object", "properties": {"q": {"type": "string"}}}
+    ) == {"type": "object", "properties": {"q": {"type": "string"}}, "title": "Search"}
+
+
+@pytest.mark.parametrize(
+    ("spec", "violation"),
+    [
+        (
+            {"type": "array", "items": {"type": "string"}},
+            'parameters.type must be "object": a tool\'s arguments are an object',
+        ),
+        (
+            {"type": "object", "required": True},
+            "parameters.required is not supported by the value schema DSL",
+        ),
+        (
+            {"type": "object", "properties": {"q": {"type": "text"}}},
+            f"parameters.properties.q.type must be {TYPE_WORDS}, or use oneOf",
+        ),
+    ],
+)
+def test_object_root_errors(spec: object, violation: str) -> None:
+    assert dsl_error(schema_spec_to_json_schema, spec) == [violation]
+
+
+@pytest.mark.parametrize(
+    ("literal", "kind"),
+    [(1, "integer"), (1.5, "number"), ("auto", "string"), (True, "boolean"), (None, "null")],
+)
+def test_a_const_without_type_takes_the_type_of_its_value(literal: object, kind: str) -> None:
+    spec: Any = {"const": literal}
+    assert value_spec_to_json_schema(spec) == {"type": kind, "const": literal}
+
+
+def test_a_union_of_constants_needs_no_types() -> None:
+    spec: SchemaSpec = {
+        "level": {"oneOf": [{"const": 1}, {"const": 2}, {"const": "max"}], "required": True}
+    }
+
+    assert schema_spec_to_json_schema(spec)["properties"]["level"] == {
+        "oneOf": [
+            {"type": "integer", "const": 1},
+            {"type": "integer", "const": 2},
+            {"type": "string", "const": "max"},
+        ]
+    }
+    assert validate_args(spec, {"level": 2}) == []
+    assert validate_args(spec, {"level": "max"}) == []
+    assert validate_args(spec, {"level": True}) == [
+        '"level" must match exactly one oneOf branch (matched 0)'
+    ]
+
+
+def test_a_const_without_type_must_be_a_scalar() -> None:
+    assert dsl_error(value_spec_to_json_schema, {"const": [1]}) == [
+        "schema.const must be a string, number, boolean or null to stand without a type"
+    ]
 
 
 # --------------------------------------------------------------------------- E7

@@ -6,15 +6,26 @@ import json
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from anthropic.types import Message as AnthropicMessage
+from google.genai.types import GenerateContentResponse
+from google.genai.types import Part as GeminiPart
+from google.genai.types import Tool as GeminiTool
 from hypothesis import given
 from hypothesis import strategies as st
+from openai.types.chat import ChatCompletion
+from openai.types.responses import Response as OpenAIResponse
 
+from dsh_tools import ToolRegistry, define_tool
 from dsh_tools.bridges.wire import (
     CALL_FORMATS,
     DECLARATION_FORMATS,
+    MalformedCall,
     WireFormatError,
     declarations,
+    execute_calls,
+    execute_calls_sync,
     parse_anthropic_tool_use,
     parse_gemini_function_call,
     parse_openai_chat_tool_calls,
@@ -254,12 +265,6 @@ def _chat(arguments: object) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("payload", "format", "message"),
     [
-        (_chat('{"a": NaN}'), "openai", '"tool_call.function.arguments" is not valid JSON text'),
-        (_chat('{"a": 1'), "openai", '"tool_call.function.arguments" is not valid JSON text'),
-        (_chat("[1, 2]"), "openai", "must encode a JSON object, got an array"),
-        (_chat("[" * 300 + "]" * 300), "openai", "nests deeper than 200 levels"),
-        (_chat(7), "openai", "must be a JSON object or JSON text encoding one, got a number"),
-        (_chat(None), "openai", '"tool_call.function.arguments" is missing'),
         (
             {"type": "function", "function": {"name": "t", "arguments": "{}"}},
             "openai",
@@ -293,11 +298,6 @@ def _chat(arguments: object) -> dict[str, Any]:
             '"tool_use.name" is missing',
         ),
         (
-            {"type": "tool_use", "id": "toolu_1", "name": "t", "input": ["a"]},
-            "anthropic",
-            "got an array",
-        ),
-        (
             {"type": "tool_use", "id": 5, "name": "t", "input": {}},
             "anthropic",
             '"tool_use.id" must be a non-empty string, got a number',
@@ -305,24 +305,68 @@ def _chat(arguments: object) -> dict[str, Any]:
         ([], "anthropic", '"tool_use" must be a JSON object, got an array'),
         ({"text": "hi"}, "gemini", '"part.functionCall" is missing'),
         ({"functionCall": {"args": {}}}, "gemini", '"part.functionCall.name" is missing'),
-        (
-            {"functionCall": {"name": "t", "args": "x"}},
-            "gemini",
-            '"part.functionCall.args" is not valid JSON text',
-        ),
-        (
-            {"functionCall": {"name": "t", "args": {"x": float("nan")}}},
-            "gemini",
-            '"part.functionCall.args.x" is NaN',
-        ),
     ],
 )
-def test_bad_payloads_raise_wire_format_errors(payload: object, format: str, message: str) -> None:
+def test_payloads_that_are_no_call_raise_wire_format_errors(
+    payload: object, format: str, message: str
+) -> None:
     with pytest.raises(WireFormatError) as caught:
         parse_tool_call(payload, format)
 
     assert message in str(caught.value)
     assert str(caught.value).startswith(f"{format}: ")
+
+
+@pytest.mark.parametrize(
+    ("payload", "format", "message"),
+    [
+        (_chat('{"a": NaN}'), "openai", '"tool_call.function.arguments" is not valid JSON text'),
+        (_chat('{"a": 1'), "openai", '"tool_call.function.arguments" is not valid JSON text'),
+        (_chat("[1, 2]"), "openai", "must encode a JSON object, got an array"),
+        (_chat("[" * 300 + "]" * 300), "openai", "nests deeper than 200 levels"),
+        (_chat(7), "openai", "must be a JSON object or JSON text encoding one, got a number"),
+        (_chat(None), "openai", '"tool_call.function.arguments" is missing'),
+        (
+            {"type": "function_call", "call_id": "call_1", "name": "t", "arguments": '{"a": '},
+            "openai-responses",
+            '"function_call.arguments" is not valid JSON text',
+        ),
+        (
+            {"type": "tool_use", "id": "call_1", "name": "t", "input": ["a"]},
+            "anthropic",
+            '"tool_use.input" must be a JSON object or JSON text encoding one, got an array',
+        ),
+        (
+            {"functionCall": {"id": "call_1", "name": "t", "args": "x"}},
+            "gemini",
+            '"part.functionCall.args" is not valid JSON text',
+        ),
+    ],
+)
+def test_unreadable_arguments_give_the_call_its_own_answer(
+    payload: object, format: str, message: str
+) -> None:
+    call = parse_tool_call(payload, format, agent="coder")
+
+    assert isinstance(call, MalformedCall)
+    assert (call.call_id, call.name, call.agent) == ("call_1", "t", "coder")
+    assert call.result.code == ErrorCode.INVALID_JSON.value
+    assert call.result.error.info.name == "WireFormatError"
+    assert call.result.text.startswith('Error: tool "t" was called with unreadable arguments: ')
+    assert message in call.result.text
+
+
+def test_gemini_calls_without_an_id_get_a_stable_minted_id_even_when_malformed() -> None:
+    part = {"functionCall": {"name": "t", "args": {"x": float("nan")}}}
+
+    first, again = parse_gemini_function_call(part), parse_gemini_function_call(part)
+
+    assert isinstance(first, MalformedCall)
+    assert first.call_id == again.call_id
+    assert first.call_id.startswith("gemini-")
+    assert '"part.functionCall.args.x" is NaN' in first.result.text
+    valid = parse_gemini_function_call({"functionCall": {"name": "t", "args": {"x": 1}}})
+    assert valid.call_id != first.call_id
 
 
 def test_bad_chat_message_shapes_are_refused() -> None:
@@ -345,13 +389,176 @@ def test_unknown_call_format_lists_the_known_ones() -> None:
 
 def test_wire_format_error_is_a_coded_value_error() -> None:
     with pytest.raises(WireFormatError) as caught:
-        parse_tool_call(_chat("{"), "openai")
+        parse_tool_call({"id": "c", "type": "function", "function": None}, "openai")
 
     error = caught.value
     assert isinstance(error, DshToolsError)
     assert isinstance(error, ValueError)
     assert error.code == ErrorCode.INVALID_JSON.value
-    assert (error.provider, error.path) == ("openai", "tool_call.function.arguments")
+    assert (error.provider, error.path) == ("openai", "tool_call.function")
+
+
+# --------------------------------------------------------------------------- SDK objects
+
+
+def sdk_payloads() -> dict[str, tuple[object, object]]:
+    """Each provider's recorded call as the official SDK's own object and as its JSON."""
+    chat = fixture("openai_chat_completion.json")
+    responses = fixture("openai_responses.json")
+    message = fixture("anthropic_message.json")
+    gemini = fixture("gemini_generate_content.json")
+    return {
+        "openai": (
+            ChatCompletion.model_validate(chat).choices[0].message.tool_calls[1],  # type: ignore[index]
+            chat["choices"][0]["message"]["tool_calls"][1],
+        ),
+        "openai-responses": (
+            OpenAIResponse.model_validate(responses).output[0],
+            responses["output"][0],
+        ),
+        "anthropic": (AnthropicMessage.model_validate(message).content[1], message["content"][1]),
+        "gemini": (
+            GenerateContentResponse.model_validate(gemini).candidates[0].content.parts[0],  # type: ignore[index, union-attr]
+            gemini["candidates"][0]["content"]["parts"][0],
+        ),
+    }
+
+
+@pytest.mark.parametrize("format", CALL_FORMATS)
+def test_official_sdk_objects_parse_like_their_json(format: str) -> None:
+    sdk_object, payload = sdk_payloads()[format]
+
+    call = parse_tool_call(sdk_object, format, agent="coder")
+
+    assert isinstance(call, ToolExecutionInput)
+    assert call == parse_tool_call(payload, format, agent="coder")
+
+
+def test_sdk_messages_and_blocks_parse_through_the_named_parsers() -> None:
+    completion = ChatCompletion.model_validate(fixture("openai_chat_completion.json"))
+    message = AnthropicMessage.model_validate(fixture("anthropic_message.json"))
+    response = OpenAIResponse.model_validate(fixture("openai_responses.json"))
+    gemini = GenerateContentResponse.model_validate(fixture("gemini_generate_content.json"))
+    recorded = fixture("openai_chat_completion.json")["choices"][0]["message"]
+
+    chat_message = completion.choices[0].message
+    assert parse_openai_chat_tool_calls(chat_message) == parse_openai_chat_tool_calls(recorded)
+    assert parse_openai_chat_tool_calls(chat_message.tool_calls) == parse_openai_chat_tool_calls(
+        recorded
+    )
+    use = parse_anthropic_tool_use(message.content[1], agent="reviewer")
+    assert isinstance(use, ToolExecutionInput)
+    assert use.arguments == {"path": "src/app.py", "range": {"start": 1, "end": 5}}
+    assert parse_openai_responses_function_call(response.output[0]).call_id == (
+        "call_Qw3rTy8uIo0pAs2dFg4hJk6L"
+    )
+    parts = gemini.candidates[0].content.parts  # type: ignore[index, union-attr]
+    assert parse_gemini_function_call(parts[1]) == ToolExecutionInput("fc-7d1e0b42", "ping", {})
+    with pytest.raises(WireFormatError, match=r'"tool_use.type" must be "tool_use", got \'text\''):
+        parse_anthropic_tool_use(message.content[0])
+
+
+def test_an_sdk_object_that_cannot_be_dumped_is_a_wire_error() -> None:
+    class Broken:
+        def model_dump(self, **options: object) -> dict[str, Any]:
+            raise RuntimeError("closed")
+
+    with pytest.raises(WireFormatError) as caught:
+        parse_anthropic_tool_use(Broken())
+
+    assert str(caught.value) == (
+        'anthropic: "tool_use" could not be read: Broken.model_dump() raised RuntimeError: closed'
+    )
+
+
+# --------------------------------------------------------------------------- one turn
+
+
+def read_tool() -> Any:
+    return define_tool(
+        name="read_file",
+        description="Read a file.",
+        parameters={"path": {"type": "string", "required": True}},
+        execute=lambda args, ctx: f"contents of {args['path']}",
+        is_concurrency_safe=lambda args: True,
+    )
+
+
+def test_a_truncated_call_never_loses_the_rest_of_the_batch() -> None:
+    completion = ChatCompletion.model_validate(fixture("openai_chat_truncated.json"))
+    registry = ToolRegistry()
+    registry.register(read_tool())
+
+    calls = parse_openai_chat_tool_calls(completion.choices[0].message, agent="coder")
+    results = execute_calls_sync(registry, calls)
+    replies = [
+        to_openai_chat_tool_message(call.call_id, result)
+        for call, result in zip(calls, results, strict=True)
+    ]
+
+    good, bad = calls
+    assert good == ToolExecutionInput(
+        "call_Lm4Nq8Rt2Vx6Zb0Cd3Fg5Hj7", "read_file", {"path": "notes.txt"}, agent="coder"
+    )
+    assert isinstance(bad, MalformedCall)
+    assert [reply["tool_call_id"] for reply in replies] == [
+        "call_Lm4Nq8Rt2Vx6Zb0Cd3Fg5Hj7",
+        "call_Pk9Wj3Es5Ty1Ui7Oa2Sd4Fg6",
+    ]
+    assert replies[0]["content"] == "contents of notes.txt"
+    assert results[1].code == "INVALID_JSON"
+    assert replies[1]["content"] == (
+        'Error: tool "read_file" was called with unreadable arguments: '
+        '"tool_calls[1].function.arguments" is not valid JSON text: '
+        "Unterminated string starting at: line 1 column 10 (char 9)"
+    )
+
+
+def test_execute_calls_runs_parallel_neighbours_together_and_exclusive_calls_alone() -> None:
+    log: list[str] = []
+
+    async def body(args: Any, ctx: object) -> str:
+        log.append(f"start {args['id']}")
+        await anyio.sleep(0.01)
+        log.append(f"end {args['id']}")
+        return str(args["id"])
+
+    registry = ToolRegistry()
+    for name, safe in (("look", True), ("write", False)):
+        registry.register(
+            define_tool(
+                name=name,
+                description=name,
+                parameters={"id": {"type": "string", "required": True}},
+                execute=body,
+                is_concurrency_safe=lambda args, safe=safe: safe,
+            )
+        )
+    malformed = parse_tool_call(
+        {"id": "m", "type": "function", "function": {"name": "look", "arguments": "{"}}, "openai"
+    )
+    calls = [
+        ToolExecutionInput("1", "look", {"id": "a"}),
+        ToolExecutionInput("2", "look", {"id": "b"}),
+        malformed,
+        ToolExecutionInput("3", "write", {"id": "w"}),
+        ToolExecutionInput("4", "look", {"id": "c"}),
+        ToolExecutionInput("5", "look", {"id": "d"}),
+    ]
+
+    results = anyio.run(execute_calls, registry, calls)
+
+    assert [result.text for result in results] == [
+        "a",
+        "b",
+        malformed.result.text,
+        "w",
+        "c",
+        "d",
+    ]
+    assert set(log[:2]) == {"start a", "start b"}  # together, before either ended
+    assert log[4:6] == ["start w", "end w"]  # alone, after a and b, before c and d
+    assert set(log[6:8]) == {"start c", "start d"}
 
 
 json_values = st.recursive(
@@ -484,6 +691,18 @@ def test_mcp_call_results_pass_blocks_and_structured_objects() -> None:
         "content": [{"type": "text", "text": "Error: path escapes the workspace"}],
         "isError": True,
     }
+
+
+def test_gemini_declarations_and_answers_are_valid_sdk_objects() -> None:
+    # google-genai's models refuse unknown keys, so this catches any drift in our shapes.
+    [tool] = to_gemini_tools(schemas())
+
+    assert GeminiTool.model_validate(tool).function_declarations
+    for part in (
+        to_gemini_function_response("read_file", success(), call_id="fc-1"),
+        to_gemini_function_response("read_file", failure()),
+    ):
+        assert GeminiPart.model_validate(part).function_response is not None
 
 
 def test_result_messages_are_plain_json() -> None:

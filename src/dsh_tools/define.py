@@ -25,7 +25,7 @@ from .models import (
     ToolOutput,
 )
 from .pipeline import ToolRunContext
-from .schema import PropertySpec
+from .schema import SchemaSpec
 
 if TYPE_CHECKING:
     from .presentation import ToolCallView, ToolResultView
@@ -60,7 +60,7 @@ def define_tool(
     *,
     name: str,
     description: str,
-    parameters: Mapping[str, PropertySpec],
+    parameters: SchemaSpec,
     execute: Callable[[FrozenDict, ToolRunContext], Any],
     output: ToolOutput | None = None,
     timeout_ms: float | None = None,

@@ -13,7 +13,11 @@ Author mistakes are reported one at a time with a DSL path (``parameters.tags.it
 ...``): the first problem is usually the cause of the rest. The compiled schema then passes
 :func:`~dsh_tools.jsonschema.assert_supported_json_schema`, which reports everything left.
 An explicit nested ``{"type": "object"}`` is open unless it says ``additionalProperties:
-False`` (JSON Schema's default); the implicit parameter root is always open.
+False`` (JSON Schema's default). So is the parameter root, which is implicit in a property
+map; an author who wants undeclared argument keys refused writes the root out as an object
+value spec instead, ``{"type": "object", "properties": {...}, "additionalProperties":
+False}``. A ``const`` needs no ``type``: it is the type of its value, so a union of
+literals reads ``{"oneOf": [{"const": 1}, {"const": "max"}]}``.
 """
 
 from __future__ import annotations
@@ -76,8 +80,10 @@ class PropertySpec(ValueSpec, total=False):
     required: Literal[True]
 
 
-SchemaSpec: TypeAlias = Mapping[str, PropertySpec]
-"""A tool's parameters: property name -> property spec (an implicit open object root)."""
+SchemaSpec: TypeAlias = Mapping[str, PropertySpec] | ValueSpec
+"""A tool's parameters: property name -> property spec (an implicit open object root), or
+one object value spec (``{"type": "object", "properties": ...}``), which may close the
+root with ``"additionalProperties": False``."""
 
 _TYPE_WORDS = ("string", "number", "integer", "boolean", "null", "array", "object", "json")
 _VOCABULARY: dict[str, frozenset[str]] = {
@@ -100,6 +106,25 @@ def _is_scalar(value: object) -> bool:
     return value is None or kind is str or kind is int or kind is bool
 
 
+_SCALAR_WORDS: dict[type, str] = {
+    type(None): "null",
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    str: "string",
+}
+
+
+def _const_type(spec: dict[str, Any], path: str) -> str | None:
+    """The type a ``const`` without ``type`` stands for: the JSON type of its value."""
+    if "type" in spec or "const" not in spec:
+        return None
+    literal = spec["const"]
+    if not _is_scalar(literal):
+        _fail(f"{path}.const must be a string, number, boolean or null to stand without a type")
+    return _SCALAR_WORDS[type(literal)]
+
+
 class _Compiler:
     """One compilation: tracks the specs being compiled so a cycle is named, not looped."""
 
@@ -119,12 +144,14 @@ class _Compiler:
                 _fail(f"{path}.required is not supported by the value schema DSL")
             if spec["required"] is not True:
                 _fail(f"{path}.required must be true when present")
+        implied = None
         if "oneOf" in spec:
             if "type" in spec:
                 _fail(f"{path} cannot declare both type and oneOf")
             kind = "oneOf"
         else:
-            word = spec.get("type")
+            implied = _const_type(spec, path)
+            word = implied or spec.get("type")
             if not isinstance(word, str) or word not in _TYPE_WORDS:
                 _fail(f"{path}.type must be {'/'.join(_TYPE_WORDS)}, or use oneOf")
             kind = word
@@ -136,7 +163,7 @@ class _Compiler:
             _fail(problem)
 
         self.active.add(id(spec))
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = {"type": implied} if implied else {}
         required: list[str] = []
         for key, item in spec.items():
             if key == "required" or (key == "type" and kind == "json"):
@@ -203,11 +230,15 @@ def _checked(schema: dict[str, Any]) -> FrozenDict:
 
 
 def schema_spec_to_json_schema(spec: SchemaSpec | object) -> FrozenDict:
-    """Compile a parameter spec to the model-facing JSON Schema (an open object root).
+    """Compile a parameter spec to the model-facing JSON Schema (an object root).
 
-    Raises :class:`~dsh_tools.errors.JsonSchemaError` for a bad spec (paths start at
+    A property map gives an open root; an object value spec gives the root it describes,
+    closed when it says ``"additionalProperties": False``. Raises
+    :class:`~dsh_tools.errors.JsonSchemaError` for a bad spec (paths start at
     ``parameters``).
     """
+    if is_record(spec) and isinstance(spec.get("type"), str):  # type: ignore[union-attr]
+        return _checked(_unreadable_guard(lambda: _object_root(spec), "parameters"))
     required: list[str] = []
     properties = _unreadable_guard(
         lambda: _Compiler().properties(spec, "parameters", 1, required), "parameters"
@@ -216,6 +247,16 @@ def schema_spec_to_json_schema(spec: SchemaSpec | object) -> FrozenDict:
     if required:
         schema["required"] = required
     return _checked(schema)
+
+
+def _object_root(spec: object) -> dict[str, Any]:
+    """The root written out as an object value spec (no property has a string spec, so a
+    string ``type`` cannot be a property map); it always lists its properties, as the
+    implicit root does."""
+    compiled = _Compiler().value(spec, "parameters", 0, False)
+    if compiled.get("type") != "object":
+        _fail('parameters.type must be "object": a tool\'s arguments are an object')
+    return {"type": "object", "properties": compiled.pop("properties", {}), **compiled}
 
 
 def value_spec_to_json_schema(spec: ValueSpec | object) -> FrozenDict:

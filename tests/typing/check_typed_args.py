@@ -1,4 +1,4 @@
-"""Type-checked only (``mypy --strict``), never run: an attrs args class parses to itself."""
+"""Type-checked only (``mypy --strict``), never run: typed arguments and DSL parameters."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from typing import Annotated
 import attrs
 from typing_extensions import assert_type
 
+from dsh_tools import ToolDefinition, define_tool
 from dsh_tools.arguments import ArgumentsModel, arguments_model
+from dsh_tools.json import FrozenDict
 
 
 @attrs.frozen
@@ -27,3 +29,18 @@ def read(raw: object) -> str:
 
 def untyped(raw: object) -> object:
     return arguments_model({"path": {"type": "string", "required": True}}).parse(raw)
+
+
+def closed_root() -> None:
+    # A DSL root written out as an object value spec, closed, type-checks like a property map.
+    tool = define_tool(
+        name="read",
+        description="Read a file.",
+        parameters={
+            "type": "object",
+            "properties": {"path": {"type": "string", "required": True}},
+            "additionalProperties": False,
+        },
+        execute=lambda args, ctx: str(args["path"]),
+    )
+    assert_type(tool, ToolDefinition[FrozenDict])

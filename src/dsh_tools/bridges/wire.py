@@ -2,14 +2,20 @@
 
 A host talks to OpenAI (Chat Completions or Responses), Anthropic, Gemini or an MCP client
 with its own HTTP client or SDK. This module only converts between those JSON shapes and
-the registry's records, so it imports no provider SDK, and everything it returns is a
-plain, mutable ``dict``/``list`` tree that ``json.dumps`` accepts.
+the registry's records, so it imports no provider SDK: it reads the SDKs' response
+objects through the ``model_dump`` that every pydantic model has, and everything it
+returns is a plain, mutable ``dict``/``list`` tree that ``json.dumps`` (and the SDKs'
+request methods) accept. :func:`execute_calls` runs one model turn's calls in between.
 
-Parsing never lets a malformed payload escape as ``KeyError`` or ``TypeError``: every
-problem is a :class:`WireFormatError` naming the provider, the field path and what is
-wrong. Arguments that arrive as JSON text are parsed with :func:`dsh_tools.json.loads`
-(lossless: ``NaN`` and over-deep nesting are rejected); arguments that arrive as an object
-are passed through untouched, because the registry snapshots and validates them anyway.
+A payload that is not a tool call of the expected shape raises :class:`WireFormatError`
+naming the provider, the field path and what is wrong, never ``KeyError`` or
+``TypeError``. A call whose id is readable but whose arguments are not (JSON text cut
+off at the token limit, say) is the model's mistake, not the host's: it becomes a
+:class:`MalformedCall` carrying the ``INVALID_JSON`` answer for its id, so one bad call
+never costs the others their turn. Arguments that arrive as JSON text are parsed with
+:func:`dsh_tools.json.loads` (lossless: ``NaN`` and over-deep nesting are rejected);
+arguments that arrive as an object are passed through untouched, because the registry
+snapshots and validates them anyway.
 """
 
 from __future__ import annotations
@@ -17,7 +23,10 @@ from __future__ import annotations
 import hashlib
 import json as _stdlib_json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+
+import anyio
+import attrs
 
 from ..content import content_text
 from ..errors import DshToolsError, ErrorCode, JsonValueError
@@ -28,13 +37,21 @@ from ..models import (
     ToolExecutionResult,
     ToolExecutionSuccess,
     ToolSchema,
+    failure_result,
 )
+
+if TYPE_CHECKING:
+    from ..registry import ToolRegistry, ToolScope
 
 __all__ = [
     "CALL_FORMATS",
     "DECLARATION_FORMATS",
+    "MalformedCall",
+    "ParsedCall",
     "WireFormatError",
     "declarations",
+    "execute_calls",
+    "execute_calls_sync",
     "parse_anthropic_tool_use",
     "parse_gemini_function_call",
     "parse_openai_chat_tool_calls",
@@ -219,6 +236,28 @@ def _dispatch(table: Mapping[str, F], caller: str, format: str) -> F:
 # --------------------------------------------------------------------------- tool calls
 
 
+@attrs.frozen
+class MalformedCall:
+    """A tool call whose arguments could not be read: it is answered, never run.
+
+    The model made the call, so its id must get an answer: ``result`` is that answer, an
+    ``INVALID_JSON`` failure naming the tool and the JSON problem (for example
+    ``"tool_calls[1].function.arguments" is not valid JSON text: Unterminated string
+    ...``). :func:`execute_calls` returns it in the call's place, and the ``to_*``
+    functions send it back like any other result. No registry stage sees the call: it has
+    no arguments for a policy to judge.
+    """
+
+    call_id: str
+    name: str
+    result: ToolExecutionFailure
+    agent: str | None = None
+
+
+ParsedCall: TypeAlias = ToolExecutionInput | MalformedCall
+"""What the ``parse_*`` functions return for one call: a call to run, or one to answer."""
+
+
 _JSON_KINDS: tuple[tuple[type | tuple[type, ...], str], ...] = (
     (bool, "a boolean"),
     ((int, float), "a number"),
@@ -237,7 +276,31 @@ def _kind(value: object) -> str:
     return f"a {type(value).__qualname__}"
 
 
+def _plain(provider: str, value: object, path: str) -> object:
+    """An SDK response object (a pydantic model) as the JSON-shaped dict it was read from.
+
+    ``by_alias`` gives the wire names (Gemini's ``functionCall``, not ``function_call``).
+    Python mode leaves argument values as they are, so a ``NaN`` is still refused later
+    instead of quietly becoming ``null``.
+    """
+    if isinstance(value, Mapping):
+        return value
+    dump = getattr(value, "model_dump", None)
+    if not callable(dump):
+        return value
+    try:
+        return dump(by_alias=True)
+    except Exception as error:
+        raise WireFormatError(
+            provider,
+            path,
+            f"could not be read: {type(value).__name__}.model_dump() raised "
+            f"{type(error).__name__}: {error}",
+        ) from None
+
+
 def _object(provider: str, value: object, path: str) -> Mapping[str, Any]:
+    value = _plain(provider, value, path)
     if value is None:
         raise WireFormatError(provider, path, "is missing or null")
     if not isinstance(value, Mapping):
@@ -287,35 +350,53 @@ def _arguments(provider: str, value: object, path: str) -> object:
     )
 
 
-def _openai_chat_call(payload: object, path: str, agent: str | None) -> ToolExecutionInput:
-    call = _object("openai", payload, path)
-    _check_type("openai", call, "function", path)
-    function = _object("openai", call.get("function"), f"{path}.function")
-    return ToolExecutionInput(
-        call_id=_string("openai", call, "id", path),
-        name=_string("openai", function, "name", f"{path}.function"),
-        arguments=_arguments("openai", function.get("arguments"), f"{path}.function.arguments"),
-        agent=agent,
-    )
+def _malformed(call_id: str, name: str, error: WireFormatError, agent: str | None) -> MalformedCall:
+    message = f'tool "{name}" was called with unreadable arguments: "{error.path}" {error.problem}'
+    result = failure_result(message, error.code, name=type(error).__name__)
+    return MalformedCall(call_id, name, result, agent)
+
+
+def _call(
+    provider: str, call_id: str, name: str, arguments: object, path: str, agent: str | None
+) -> ParsedCall:
+    """The call to run, or, when its arguments cannot be read, the answer to send."""
+    try:
+        parsed = _arguments(provider, arguments, path)
+    except WireFormatError as error:
+        return _malformed(call_id, name, error, agent)
+    return ToolExecutionInput(call_id=call_id, name=name, arguments=parsed, agent=agent)
+
+
+def _openai_chat_call(payload: object, path: str, agent: str | None) -> ParsedCall:
+    provider = "openai"
+    call = _object(provider, payload, path)
+    _check_type(provider, call, "function", path)
+    call_id = _string(provider, call, "id", path)
+    function = _object(provider, call.get("function"), f"{path}.function")
+    name = _string(provider, function, "name", f"{path}.function")
+    arguments = function.get("arguments")
+    return _call(provider, call_id, name, arguments, f"{path}.function.arguments", agent)
 
 
 def parse_openai_chat_tool_calls(
     message_or_tool_calls: object, *, agent: str | None = None
-) -> list[ToolExecutionInput]:
+) -> list[ParsedCall]:
     """Every call in a Chat Completions assistant message (or its ``tool_calls`` list).
 
-    A message without ``tool_calls`` (a plain text reply) gives an empty list. For one
-    tool call on its own use ``parse_tool_call(call, "openai")``.
+    Takes the SDK's ``completion.choices[0].message`` or its JSON. A message without
+    ``tool_calls`` (a plain text reply) gives an empty list. A call whose arguments cannot
+    be read comes back as a :class:`MalformedCall` in its place, so the other calls still
+    run. For one tool call on its own use ``parse_tool_call(call, "openai")``.
     """
-    tool_calls: object = message_or_tool_calls
-    if isinstance(message_or_tool_calls, Mapping):
-        if "tool_calls" not in message_or_tool_calls and "role" not in message_or_tool_calls:
+    tool_calls = _plain("openai", message_or_tool_calls, "message")
+    if isinstance(tool_calls, Mapping):
+        if "tool_calls" not in tool_calls and "role" not in tool_calls:
             raise WireFormatError(
                 "openai",
                 "message",
                 'must be an assistant message (with "role") or a list of tool calls',
             )
-        tool_calls = message_or_tool_calls.get("tool_calls") or []
+        tool_calls = tool_calls.get("tool_calls") or []
     if not isinstance(tool_calls, (list, tuple)):
         raise WireFormatError("openai", "tool_calls", f"must be an array, got {_kind(tool_calls)}")
     return [
@@ -324,35 +405,27 @@ def parse_openai_chat_tool_calls(
     ]
 
 
-def parse_openai_responses_function_call(
-    item: object, *, agent: str | None = None
-) -> ToolExecutionInput:
+def parse_openai_responses_function_call(item: object, *, agent: str | None = None) -> ParsedCall:
     """A Responses API ``function_call`` output item; its ``call_id`` (not ``id``) is the id."""
     provider, path = "openai-responses", "function_call"
     call = _object(provider, item, path)
     _check_type(provider, call, "function_call", path)
-    return ToolExecutionInput(
-        call_id=_string(provider, call, "call_id", path),
-        name=_string(provider, call, "name", path),
-        arguments=_arguments(provider, call.get("arguments"), f"{path}.arguments"),
-        agent=agent,
-    )
+    call_id = _string(provider, call, "call_id", path)
+    name = _string(provider, call, "name", path)
+    return _call(provider, call_id, name, call.get("arguments"), f"{path}.arguments", agent)
 
 
-def parse_anthropic_tool_use(block: object, *, agent: str | None = None) -> ToolExecutionInput:
+def parse_anthropic_tool_use(block: object, *, agent: str | None = None) -> ParsedCall:
     """An Anthropic ``tool_use`` content block; its ``input`` is already an object."""
     provider, path = "anthropic", "tool_use"
     call = _object(provider, block, path)
     _check_type(provider, call, "tool_use", path)
-    return ToolExecutionInput(
-        call_id=_string(provider, call, "id", path),
-        name=_string(provider, call, "name", path),
-        arguments=_arguments(provider, call.get("input"), f"{path}.input"),
-        agent=agent,
-    )
+    call_id = _string(provider, call, "id", path)
+    name = _string(provider, call, "name", path)
+    return _call(provider, call_id, name, call.get("input"), f"{path}.input", agent)
 
 
-def parse_gemini_function_call(part: object, *, agent: str | None = None) -> ToolExecutionInput:
+def parse_gemini_function_call(part: object, *, agent: str | None = None) -> ParsedCall:
     """A Gemini content part ``{"functionCall": {"name", "args", "id"?}}``.
 
     Missing ``args`` means no arguments. When the model sent no ``id`` (the Gemini API
@@ -364,28 +437,33 @@ def parse_gemini_function_call(part: object, *, agent: str | None = None) -> Too
     provider, path = "gemini", "part.functionCall"
     call = _object(provider, _object(provider, part, "part").get("functionCall"), path)
     name = _string(provider, call, "name", path)
+    sent_id = _string(provider, call, "id", path) if call.get("id") is not None else None
     args = call.get("args")
-    arguments = {} if args is None else _arguments(provider, args, f"{path}.args")
-    if call.get("id") is not None:
-        call_id = _string(provider, call, "id", path)
-    else:
-        call_id = _minted_gemini_id(name, arguments, f"{path}.args")
+    try:
+        arguments = {} if args is None else _arguments(provider, args, f"{path}.args")
+        call_id = sent_id or _gemini_id(name, _frozen_gemini_args(arguments, f"{path}.args"))
+    except WireFormatError as error:
+        # Minted from the problem instead: still stable, and never an id of a valid call.
+        return _malformed(sent_id or _gemini_id(name, str(error)), name, error, agent)
     return ToolExecutionInput(call_id=call_id, name=name, arguments=arguments, agent=agent)
 
 
-def _minted_gemini_id(name: str, arguments: object, path: str) -> str:
+def _frozen_gemini_args(arguments: object, path: str) -> object:
     try:
-        frozen = snapshot(arguments, path)
+        return snapshot(arguments, path)
     except JsonValueError as error:
         raise WireFormatError("gemini", error.path, error.problem) from None
-    canonical = _stdlib_json.dumps([name, frozen], sort_keys=True, separators=(",", ":"))
+
+
+def _gemini_id(name: str, identity: object) -> str:
+    canonical = _stdlib_json.dumps([name, identity], sort_keys=True, separators=(",", ":"))
     return "gemini-" + hashlib.sha256(canonical.encode("ascii")).hexdigest()[:24]
 
 
 CALL_FORMATS = ("openai", "openai-responses", "anthropic", "gemini")
 """The ``format`` names :func:`parse_tool_call` accepts."""
 
-_PARSERS: dict[str, Callable[..., ToolExecutionInput]] = {
+_PARSERS: dict[str, Callable[..., ParsedCall]] = {
     "openai": lambda payload, *, agent: _openai_chat_call(payload, "tool_call", agent),
     "openai-responses": parse_openai_responses_function_call,
     "anthropic": parse_anthropic_tool_use,
@@ -393,16 +471,64 @@ _PARSERS: dict[str, Callable[..., ToolExecutionInput]] = {
 }
 
 
-def parse_tool_call(
-    payload: object, format: str, *, agent: str | None = None
-) -> ToolExecutionInput:
+def parse_tool_call(payload: object, format: str, *, agent: str | None = None) -> ParsedCall:
     """One tool call in ``format`` (one of :data:`CALL_FORMATS`).
 
     ``openai`` takes one element of a Chat Completions ``tool_calls`` list,
     ``openai-responses`` a ``function_call`` item, ``anthropic`` a ``tool_use`` block and
-    ``gemini`` a part holding a ``functionCall``.
+    ``gemini`` a part holding a ``functionCall``; each as the SDK's object or its JSON.
     """
     return _dispatch(_PARSERS, "parse_tool_call", format)(payload, agent=agent)
+
+
+# --------------------------------------------------------------------------- running
+
+
+async def execute_calls(
+    registry: ToolRegistry | ToolScope, calls: Sequence[ParsedCall]
+) -> list[ToolExecutionResult]:
+    """Run one model turn's calls; one result per call, in the calls' order.
+
+    Calls whose ``registry.execution_mode(call)`` is ``"parallel"`` run concurrently with
+    their parallel neighbours; an ``"exclusive"`` call runs alone, after every call before
+    it and before every call after it, so the model's order holds wherever it matters. A
+    :class:`MalformedCall` is answered with its ``result`` and runs nothing.
+    """
+    results: dict[int, ToolExecutionResult] = {}
+    batch: list[tuple[int, ToolExecutionInput]] = []
+
+    async def run(index: int, call: ToolExecutionInput) -> None:
+        results[index] = await registry.execute(call)
+
+    async def run_batch() -> None:
+        if len(batch) > 1:
+            async with anyio.create_task_group() as group:
+                for index, call in batch:
+                    group.start_soon(run, index, call)
+        elif batch:
+            await run(*batch[0])
+        batch.clear()
+
+    for index, call in enumerate(calls):
+        if isinstance(call, MalformedCall):
+            results[index] = call.result
+        elif registry.execution_mode(call) == "parallel":
+            batch.append((index, call))
+        else:
+            await run_batch()
+            await run(index, call)
+    await run_batch()
+    return [results[index] for index in range(len(calls))]
+
+
+def execute_calls_sync(
+    registry: ToolRegistry | ToolScope, calls: Sequence[ParsedCall]
+) -> list[ToolExecutionResult]:
+    """:func:`execute_calls` for synchronous hosts: the calls run one after another."""
+    return [
+        call.result if isinstance(call, MalformedCall) else registry.execute_sync(call)
+        for call in calls
+    ]
 
 
 # --------------------------------------------------------------------------- results
