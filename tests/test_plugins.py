@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -595,15 +596,20 @@ def test_only_restricts_by_name_and_block_wins(site: Site, tripwires: dict[str, 
     assert load_plugins(ToolRegistry(), only=[]).loaded == ()
 
 
-def test_a_tripwire_that_is_not_blocked_is_reported_with_its_traceback(
+def test_a_tripwire_is_one_warning_line_and_its_traceback_is_at_debug_level(
     site: Site, tripwires: dict[str, Path], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="dsh_tools")
     report = load_plugins(ToolRegistry(), block=["trip-b"], only=TRIPWIRE_DISTS)
     (failure,) = report.failed
     assert failure.error == "import failed: RuntimeError: must not be imported"
-    (logged,) = [record for record in caplog.records if record.name == "dsh_tools"]
-    assert logged.exc_info is not None
-    assert "must not be imported" in str(logged.exc_info[1])
+    warning, debug = [record for record in caplog.records if record.name == "dsh_tools"]
+    assert (warning.levelno, warning.exc_info) == (logging.WARNING, None)
+    assert warning.getMessage() == f"plugin not loaded: {failure.message}"
+    assert "\n" not in warning.getMessage()
+    assert debug.levelno == logging.DEBUG
+    assert debug.exc_info is not None
+    assert "must not be imported" in str(debug.exc_info[1])
     assert tripwires["trip-a"].exists()
     assert not tripwires["trip-b"].exists()
 
