@@ -11,17 +11,14 @@ host process against them.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
 import subprocess
 import sys
 import sysconfig
-import textwrap
-import uuid
 import venv
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,70 +40,16 @@ from dsh_tools.plugins import (
     load_plugins,
 )
 from dsh_tools.registry import ToolRegistry
+from fake_dists import Site, on_sys_path
 
 FIXTURES = Path(__file__).parent / "fixtures" / "plugin_dists"
-
-COMMON = """
-from dsh_tools.define import define_tool
-
-
-def tool(name):
-    return define_tool(
-        name=name, description=f"the {name} tool", parameters={}, execute=lambda a, c: name
-    )
-"""
-
-
-class Site:
-    """A folder on ``sys.path`` holding fake installed distributions and their modules.
-
-    Modules live in a package whose name is unique to the test (``site.pkg``), so no
-    two tests share an entry in ``sys.modules``.
-    """
-
-    def __init__(self, root: Path, pkg: str) -> None:
-        self.root = root
-        self.pkg = pkg
-        self.module("common", COMMON)
-        (root / pkg / "__init__.py").write_text("")
-
-    def module(self, name: str, source: str) -> str:
-        """Write ``<pkg>/<name>.py``; return its dotted name."""
-        (self.root / self.pkg).mkdir(exist_ok=True)
-        (self.root / self.pkg / f"{name}.py").write_text(textwrap.dedent(source))
-        importlib.invalidate_caches()
-        return f"{self.pkg}.{name}"
-
-    def dist(
-        self, name: str, entry_points: Mapping[str, Mapping[str, str]], version: str = "1.2.3"
-    ) -> str:
-        """Install a distribution with these ``{group: {name: value}}`` entry points."""
-        info = self.root / f"{name.replace('-', '_')}-{version}.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-        sections = [
-            f"[{group}]\n" + "".join(f"{ep} = {value}\n" for ep, value in eps.items())
-            for group, eps in entry_points.items()
-        ]
-        (info / "entry_points.txt").write_text("\n".join(sections))
-        importlib.invalidate_caches()
-        return name
-
-    def imported(self, name: str) -> bool:
-        return f"{self.pkg}.{name}" in sys.modules
 
 
 @pytest.fixture
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
     """A fresh fake site-packages, removed from ``sys.path`` and ``sys.modules`` after."""
     monkeypatch.delenv(BLOCK_ENV_VAR, raising=False)
-    root = tmp_path / "site"
-    root.mkdir()
-    pkg = f"dshfake_{uuid.uuid4().hex[:10]}"
-    monkeypatch.syspath_prepend(str(root))
-    yield Site(root, pkg)
-    for module in [m for m in sys.modules if m == pkg or m.startswith(f"{pkg}.")]:
-        del sys.modules[module]
+    yield from on_sys_path(tmp_path / "site", monkeypatch)
 
 
 def only_dist(*names: str) -> list[str]:
