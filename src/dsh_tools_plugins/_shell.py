@@ -8,8 +8,9 @@ the same way, and ``None`` for anything else:
 * shell operators and redirections (``; & | < > ( )``, a newline) mean several commands
   or a changed input or output;
 * ``$`` and backticks (variables, command and arithmetic substitution), globbing and
-  expansion characters (``* ? [ ] { } ~``), comments (``#``) and ``!`` change the words
-  after we have looked at them; inside double quotes ``$`` and backticks still expand;
+  expansion characters (``* ? [ ] { }``, and ``~`` where it starts a word or follows
+  ``=`` or ``:``), comments (``#``) and ``!`` change the words after we have looked at
+  them; inside double quotes ``$`` and backticks still expand;
 * control characters (other than a tab between words) are read differently by
   :mod:`shlex` (which splits at ``\\r``) and by ``sh``;
 * a first word holding ``=`` is a variable assignment (``PAGER=x git log``), and a first
@@ -27,7 +28,9 @@ from typing import Final
 
 __all__ = ["simple_argv"]
 
-_SPECIAL_UNQUOTED: Final = frozenset(";&|<>()$`*?[]{}~#!")
+_SPECIAL_UNQUOTED: Final = frozenset(";&|<>()$`*?[]{}#!")
+_BEFORE_TILDE_EXPANSION: Final = frozenset(" \t=:")
+"""After these (or first in the text) an unquoted ``~`` is expanded; ``HEAD~1`` is not."""
 _SPECIAL_IN_DOUBLE_QUOTES: Final = frozenset("$`")
 _RESERVED_WORDS: Final = frozenset(
     {
@@ -86,6 +89,8 @@ def _plain_words(text: str) -> bool:
         elif char in "'\"":
             quote = char
         elif char in _SPECIAL_UNQUOTED:
+            return False
+        elif char == "~" and (index == 1 or text[index - 2] in _BEFORE_TILDE_EXPANSION):
             return False
     return not quote
 

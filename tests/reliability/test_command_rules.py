@@ -115,6 +115,8 @@ def echo_rules(action: str = "allow") -> PermissionRules:
         "echo {a,b}",
         "echo ~",
         "echo ~root/x",
+        "echo --prefix=~/x",
+        "echo PATH:~/bin",
         "echo a # comment",
         "echo !!",
         "(echo a)",
@@ -153,6 +155,7 @@ def test_allow_rules_never_match_more_than_one_simple_command(command: str) -> N
         ("echo a\\;b a\\ b", ("echo", "a;b", "a b")),
         ("echo key=value --flag=1 -x", ("echo", "key=value", "--flag=1", "-x")),
         ("echo HEAD^ a%b a@b a:b a,b a+b", ("echo", "HEAD^", "a%b", "a@b", "a:b", "a,b", "a+b")),
+        ("echo HEAD~1 a~ '~'", ("echo", "HEAD~1", "a~", "~")),
         ("echo 'line\nbreak'", None),
     ],
 )
@@ -253,3 +256,25 @@ def test_rule_fields_are_validated() -> None:
         Rule("allow", argv_rest=["*"])
     with pytest.raises(RulesError, match="argv_rest must be a list of glob strings"):
         Rule("allow", argv_prefix=["ls"], argv_rest="*")
+
+
+def test_the_rules_file_in_the_docs_allows_only_what_it_says() -> None:
+    page = Path(__file__).resolve().parents[2] / "docs" / "policies.md"
+    text = page.read_text(encoding="utf-8")
+    example = text.split("A rules file:\n\n```toml\n", 1)[1].split("```", 1)[0]
+    rules = PermissionRules.from_toml_text(example, source="docs/policies.md")
+
+    def decide(command: str) -> object:
+        return rules.decide("run_command", {"command": command})
+
+    for allowed in ("git status", "git diff --stat HEAD~1", "git log --oneline src"):
+        assert decide(allowed) == Allow(), allowed
+    for attack in (
+        "git status; touch pwned",
+        "git status 2>/dev/null; touch pwned; echo ran",
+        "git diff --output=/home/me/.bashrc",
+        "git log $(touch pwned)",
+        "git -c core.pager=sh log",
+    ):
+        assert decide(attack) != Allow(), attack
+    assert decide("git push --force") != Allow()
