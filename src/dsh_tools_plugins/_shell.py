@@ -29,7 +29,7 @@ from typing import Final
 __all__ = ["simple_argv"]
 
 _SPECIAL_UNQUOTED: Final = frozenset(";&|<>()$`*?[]{}#!")
-_BEFORE_TILDE_EXPANSION: Final = frozenset(" \t=:")
+_TILDE_AFTER: Final = frozenset(" \t=:")
 """After these (or first in the text) an unquoted ``~`` is expanded; ``HEAD~1`` is not."""
 _SPECIAL_IN_DOUBLE_QUOTES: Final = frozenset("$`")
 _RESERVED_WORDS: Final = frozenset(
@@ -88,11 +88,13 @@ def _plain_words(text: str) -> bool:
             index += 1  # an escaped character is literal for both readers
         elif char in "'\"":
             quote = char
-        elif char in _SPECIAL_UNQUOTED:
-            return False
-        elif char == "~" and (index == 1 or text[index - 2] in _BEFORE_TILDE_EXPANSION):
+        elif char in _SPECIAL_UNQUOTED or _expands_tilde(text, index - 1):
             return False
     return not quote
+
+
+def _expands_tilde(text: str, position: int) -> bool:
+    return text[position] == "~" and (position == 0 or text[position - 1] in _TILDE_AFTER)
 
 
 def simple_argv(command: str) -> tuple[str, ...] | None:

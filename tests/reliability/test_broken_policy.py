@@ -189,17 +189,10 @@ def test_rules_that_the_permissions_plugin_never_loads_are_refused(
 ) -> None:
     rules = tmp_path / "rules.toml"
     rules.write_text('default = "deny"\n', encoding="utf-8")
+    base = ("--workspace", str(workspace), "--rules", str(rules))
+    touch = ("call", "run_command", '{"command": "touch pwned"}')
     for left_out in (("--block", "default_permissions"), ("--only", "workspace")):
-        done = run_dsh(
-            "--workspace",
-            str(workspace),
-            "--rules",
-            str(rules),
-            *left_out,
-            "call",
-            "run_command",
-            '{"command": "touch pwned"}',
-        )
+        done = run_dsh(*base, *left_out, *touch)
         assert done.returncode == 2
         assert "--rules needs the default_permissions plugin" in done.stderr
         assert list(workspace.iterdir()) == []

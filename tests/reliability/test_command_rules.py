@@ -39,46 +39,36 @@ argv_prefix = [["echo"], ["printf", "%s"]]
 """
 
 
-def test_the_regex_allow_rule_from_the_old_docs_is_refused(tmp_path: Path) -> None:
+def run_command_under(rules_text: str, tmp_path: Path, command: str) -> tuple[Path, str, str]:
+    """``dsh-tools call run_command`` under these rules: (workspace, exit code, output)."""
     rules = tmp_path / "rules.toml"
-    rules.write_text(DOCUMENTED_REGEX_RULE, encoding="utf-8")
+    rules.write_text(rules_text, encoding="utf-8")
     workspace = tmp_path / "ws"
-    workspace.mkdir()
-    done = run_dsh(
-        "--workspace",
-        str(workspace),
-        "--rules",
-        str(rules),
-        "call",
-        "run_command",
-        '{"command": "git status 2>/dev/null; touch pwned; echo ran"}',
-    )
-    assert done.returncode == 2
+    workspace.mkdir(exist_ok=True)
+    arguments = f'{{"command": "{command}"}}'
+    base = ("--workspace", str(workspace), "--rules", str(rules))
+    done = run_dsh(*base, "call", "run_command", arguments)
+    return workspace, str(done.returncode), done.stdout + done.stderr
+
+
+def test_the_regex_allow_rule_from_the_old_docs_is_refused(tmp_path: Path) -> None:
+    attack = "git status 2>/dev/null; touch pwned; echo ran"
+    workspace, code, output = run_command_under(DOCUMENTED_REGEX_RULE, tmp_path, attack)
+    assert code == "2"
     assert list(workspace.iterdir()) == []
-    assert f"{rules}:6: rule #1 ('git status and diff'): command_matches cannot make" in (
-        done.stderr
-    )
-    assert "argv_prefix" in done.stderr
+    rules = tmp_path / "rules.toml"
+    assert f"{rules}:6: rule #1 ('git status and diff'): command_matches cannot make" in output
+    assert "argv_prefix" in output
 
 
 def test_an_argv_rule_runs_the_simple_command_and_asks_for_anything_more(tmp_path: Path) -> None:
-    rules = tmp_path / "rules.toml"
-    rules.write_text(ARGV_RULE, encoding="utf-8")
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-
-    def call(command: str) -> subprocess.CompletedProcess[str]:
-        arguments = f'{{"command": "{command}"}}'
-        base = ("--workspace", str(workspace), "--rules", str(rules))
-        return run_dsh(*base, "call", "run_command", arguments)
-
-    allowed = call("echo ran")
-    assert allowed.returncode == 0, allowed.stderr
-    assert "ran" in allowed.stdout
+    workspace, code, output = run_command_under(ARGV_RULE, tmp_path, "echo ran")
+    assert code == "0", output
+    assert "ran" in output
     for attack in ("echo a; touch pwned", "echo $(touch pwned)", "echo a > pwned"):
-        asked = call(attack)
-        assert asked.returncode == 1
-        assert "✗ failed (DENIED)" in asked.stdout  # asked, and nobody can answer here
+        _, code, output = run_command_under(ARGV_RULE, tmp_path, attack)
+        assert code == "1"
+        assert "✗ failed (DENIED)" in output  # asked, and nobody can answer here
     assert list(workspace.iterdir()) == []
 
 
