@@ -849,3 +849,65 @@ def test_a_factory_function_in_the_plugins_group_is_called_for_its_plugin(site: 
     result = run(registry, "anything")
     assert result.is_error
     assert result.error.message == "factory-made policy"
+
+
+# --------------------------------------------------------------------------- conflicts
+
+
+def test_block_and_only_names_that_match_nothing_are_reported(
+    site: Site, tripwires: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    report = load_plugins(
+        ToolRegistry(),
+        block=["trip-a", "trip-b", "trip-c", "dist:no-such-dist"],
+        only=["safe", "dist:safe-dist", "saef"],
+    )
+    assert report.unmatched == ("trip-c", "dist:no-such-dist", "saef")
+    assert [r.getMessage() for r in caplog.records if r.name == "dsh_tools"] == [
+        "no installed plugin entry point matches 'trip-c'",
+        "no installed plugin entry point matches 'dist:no-such-dist'",
+        "no installed plugin entry point matches 'saef'",
+    ]
+    assert report.format().splitlines()[-2] == (
+        "matched no entry point: trip-c, dist:no-such-dist, saef"
+    )
+    assert report.ok  # nothing failed to load; --strict in the command fails on it
+
+
+def test_the_first_of_two_distributions_with_one_name_wins_and_the_other_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sites = [Site.fresh(tmp_path / name) for name in ("later", "earlier")]
+    for current in sites:
+        monkeypatch.syspath_prepend(str(current.root))  # so "earlier" ends up first
+    earlier = sites[1]
+    for current in sites:
+        module = current.module(
+            "policy",
+            f"""
+            from dsh_tools.hookspecs import hookimpl
+
+            @hookimpl
+            def dsh_tools_guard(execution):
+                return "guarded by {current.root.name}"
+            """,
+        )
+        current.dist(f"{current.root.name}-dist", {PLUGINS_GROUP: {"acme": module}})
+    registry = ToolRegistry()
+
+    report = load_plugins(registry, only=["acme"])
+
+    assert [(r.name, r.distribution) for r in report.loaded] == [("acme", "earlier-dist")]
+    (failure,) = report.failed
+    assert failure.distribution == "later-dist"
+    assert failure.error == (
+        f"the name is also declared by earlier-dist 1.2.3 ({earlier.pkg}.policy), which comes "
+        "first on sys.path and is the one loaded; block one of them (dist:<distribution>)"
+    )
+    assert report.policy_failures == (failure,)
+    assert run(registry, "anything").error.message == "guarded by earlier"
+
+    chosen = ToolRegistry()
+    again = load_plugins(chosen, only=["acme"], block=["dist:earlier-dist"])
+    assert (again.ok, again.blocked) == (True, ("acme",))
+    assert run(chosen, "anything").error.message == "guarded by later"

@@ -661,12 +661,15 @@ def _first_table(text: str) -> int:
     return match.start() if match else len(text)
 
 
+def _spelled(key: str) -> str:
+    """A regex for ``key`` written bare, or in double or single quotes."""
+    escaped = re.escape(key)
+    return rf"(?:{escaped}|\"{escaped}\"|'{escaped}')"
+
+
 def _key_line(text: str, key: str, start: int, end: int) -> int | None:
     """The line of ``key =`` between offsets ``start`` and ``end``, if there is one."""
-    pattern = re.compile(
-        rf"^[ \t]*(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')[ \t]*=",
-        re.MULTILINE,
-    )
+    pattern = re.compile(rf"^[ \t]*{_spelled(key)}[ \t]*=", re.MULTILINE)
     match = pattern.search(text, start, end)
     return _line_of(text, match.start()) if match else None
 
@@ -677,8 +680,7 @@ def _top_key_line(text: str, key: str) -> int | None:
     line = _key_line(text, key, 0, _first_table(text))
     if line is not None:
         return line
-    quoted = rf"(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')"
-    header = re.compile(rf"^[ \t]*\[\[?[ \t]*{quoted}[ \t]*[\].]", re.MULTILINE)
+    header = re.compile(rf"^[ \t]*\[\[?[ \t]*{_spelled(key)}[ \t]*[\].]", re.MULTILINE)
     match = header.search(text)
     return _line_of(text, match.start()) if match else None
 
