@@ -191,7 +191,11 @@ def test_rules_that_the_permissions_plugin_never_loads_are_refused(
     rules.write_text('default = "deny"\n', encoding="utf-8")
     base = ("--workspace", str(workspace), "--rules", str(rules))
     touch = ("call", "run_command", '{"command": "touch pwned"}')
-    for left_out in (("--block", "default_permissions"), ("--only", "workspace")):
+    for left_out in (
+        ("--block", "default_permissions"),
+        ("--only", "workspace"),
+        ("--no-plugins",),
+    ):
         done = run_dsh(*base, *left_out, *touch)
         assert done.returncode == 2
         assert "--rules needs the default_permissions plugin" in done.stderr
