@@ -262,13 +262,17 @@ def test_a_lone_surrogate_in_the_arguments_is_a_failed_call_not_a_crash(
     """Reproduction r15_cli_surrogate.sh: the arguments hold "\\ud800"."""
     flag = ["--json"] if json_output else []
     done = run_dsh("--workspace", str(workspace), "call", "read_file", '{"path": "\\ud800"}', *flag)
-    # A failed call, whichever stage refuses it; run_dsh checks the output is UTF-8.
+    # A failed call that names the problem; run_dsh checks the output is UTF-8.
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
+    problem = '"arguments.path" holds the lone surrogate U+D800'
     if json_output:
-        assert json.loads(done.stdout)["isError"] is True
+        result = json.loads(done.stdout)
+        assert result["error"]["info"]["code"] == "INVALID_JSON"
+        assert problem in result["error"]["message"]
     else:
-        assert "✗ failed (" in done.stdout
+        assert "✗ failed (INVALID_JSON)" in done.stdout
+        assert problem in done.stdout
 
 
 def test_arguments_that_are_not_utf8_are_a_failed_call_not_a_crash(workspace: Path) -> None:
@@ -276,7 +280,8 @@ def test_arguments_that_are_not_utf8_are_a_failed_call_not_a_crash(workspace: Pa
         "--workspace", str(workspace), "call", "read_file", "-", stdin=b'{"path": "\xff.txt"}'
     )
     assert from_stdin.returncode == 1, from_stdin.stderr
-    assert "✗ failed (" in from_stdin.stdout
+    assert "✗ failed (INVALID_JSON)" in from_stdin.stdout
+    assert "lone surrogate U+DCFF" in from_stdin.stdout
     name = run_dsh("--workspace", str(workspace), "call", "caf\udcff")
     assert name.returncode == 1
     assert "✗ failed (UNKNOWN_TOOL)" in name.stdout

@@ -276,11 +276,13 @@ def _cmd_schemas(
 
 
 def _read_arguments(text: str, stdin: TextIO) -> tuple[object, str | None]:
-    """The call's arguments, and why they are not JSON text, if they are not.
+    """The call's arguments, and why the text is not JSON at all, if it is not.
 
-    Text that does not parse is passed on as it is (a JSON string, so never an object):
-    the pipeline then fails the call with ``INVALID_JSON``, which the audit log records
-    like any other attempt.
+    Whatever the text holds goes to the pipeline, which fails the call with
+    ``INVALID_JSON`` (and the audit log records the attempt) when it is not a lossless
+    JSON object. Text the standard parser reads but ours refuses (a lone surrogate, NaN,
+    too deep) is passed parsed, so that the pipeline names the exact problem; text that
+    does not parse at all is passed as it is, a string, with the parser's reason.
     """
     from .errors import JsonValueError
     from .json import loads
@@ -292,7 +294,10 @@ def _read_arguments(text: str, stdin: TextIO) -> tuple[object, str | None]:
     try:
         return loads(text, "arguments"), None
     except JsonValueError as error:
-        return text, str(error)
+        try:
+            return json.loads(text), None
+        except (ValueError, RecursionError):
+            return text, str(error)
 
 
 def _cmd_call(
