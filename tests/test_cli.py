@@ -96,11 +96,27 @@ def test_a_failed_call_exits_1_and_ask_without_a_terminal_denies(workspace: Path
 
 
 @pytest.mark.parametrize(
+    ("argv", "code", "note"),
+    [
+        (["call", "read_file", "{oops"], "INVALID_JSON", '"arguments" is not valid JSON text'),
+        (["call", "read_file", "[1]"], "INVALID_JSON", None),
+        (["call", "no_such_tool"], "UNKNOWN_TOOL", "known tools: "),
+    ],
+)
+def test_a_call_that_cannot_run_is_a_failed_call_with_its_code(
+    workspace: Path, argv: list[str], code: str, note: str | None
+) -> None:
+    run = dsh(*argv)
+    assert run.code == EXIT_CALL_FAILED
+    assert f"✗ failed ({code})" in run.out
+    assert "Traceback" not in run.err
+    if note is not None:
+        assert note in run.err
+
+
+@pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["call", "read_file", "{oops"], "arguments"),
-        (["call", "read_file", "[1]"], "arguments must be a JSON object"),
-        (["call", "no_such_tool"], "unknown tool 'no_such_tool'"),
         (["--workspace", "/definitely/not/here", "list"], "is not a directory"),
         (["--rules", "/definitely/not/here.toml", "list"], "is not a file"),
     ],

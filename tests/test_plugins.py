@@ -11,16 +11,14 @@ host process against them.
 
 from __future__ import annotations
 
-import importlib
 import json
+import logging
 import os
 import subprocess
 import sys
 import sysconfig
-import textwrap
-import uuid
 import venv
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,70 +40,16 @@ from dsh_tools.plugins import (
     load_plugins,
 )
 from dsh_tools.registry import ToolRegistry
+from fake_dists import Site, on_sys_path
 
 FIXTURES = Path(__file__).parent / "fixtures" / "plugin_dists"
-
-COMMON = """
-from dsh_tools.define import define_tool
-
-
-def tool(name):
-    return define_tool(
-        name=name, description=f"the {name} tool", parameters={}, execute=lambda a, c: name
-    )
-"""
-
-
-class Site:
-    """A folder on ``sys.path`` holding fake installed distributions and their modules.
-
-    Modules live in a package whose name is unique to the test (``site.pkg``), so no
-    two tests share an entry in ``sys.modules``.
-    """
-
-    def __init__(self, root: Path, pkg: str) -> None:
-        self.root = root
-        self.pkg = pkg
-        self.module("common", COMMON)
-        (root / pkg / "__init__.py").write_text("")
-
-    def module(self, name: str, source: str) -> str:
-        """Write ``<pkg>/<name>.py``; return its dotted name."""
-        (self.root / self.pkg).mkdir(exist_ok=True)
-        (self.root / self.pkg / f"{name}.py").write_text(textwrap.dedent(source))
-        importlib.invalidate_caches()
-        return f"{self.pkg}.{name}"
-
-    def dist(
-        self, name: str, entry_points: Mapping[str, Mapping[str, str]], version: str = "1.2.3"
-    ) -> str:
-        """Install a distribution with these ``{group: {name: value}}`` entry points."""
-        info = self.root / f"{name.replace('-', '_')}-{version}.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-        sections = [
-            f"[{group}]\n" + "".join(f"{ep} = {value}\n" for ep, value in eps.items())
-            for group, eps in entry_points.items()
-        ]
-        (info / "entry_points.txt").write_text("\n".join(sections))
-        importlib.invalidate_caches()
-        return name
-
-    def imported(self, name: str) -> bool:
-        return f"{self.pkg}.{name}" in sys.modules
 
 
 @pytest.fixture
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
     """A fresh fake site-packages, removed from ``sys.path`` and ``sys.modules`` after."""
     monkeypatch.delenv(BLOCK_ENV_VAR, raising=False)
-    root = tmp_path / "site"
-    root.mkdir()
-    pkg = f"dshfake_{uuid.uuid4().hex[:10]}"
-    monkeypatch.syspath_prepend(str(root))
-    yield Site(root, pkg)
-    for module in [m for m in sys.modules if m == pkg or m.startswith(f"{pkg}.")]:
-        del sys.modules[module]
+    yield from on_sys_path(tmp_path / "site", monkeypatch)
 
 
 def only_dist(*names: str) -> list[str]:
@@ -595,15 +539,20 @@ def test_only_restricts_by_name_and_block_wins(site: Site, tripwires: dict[str, 
     assert load_plugins(ToolRegistry(), only=[]).loaded == ()
 
 
-def test_a_tripwire_that_is_not_blocked_is_reported_with_its_traceback(
+def test_a_tripwire_is_one_warning_line_and_its_traceback_is_at_debug_level(
     site: Site, tripwires: dict[str, Path], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="dsh_tools")
     report = load_plugins(ToolRegistry(), block=["trip-b"], only=TRIPWIRE_DISTS)
     (failure,) = report.failed
     assert failure.error == "import failed: RuntimeError: must not be imported"
-    (logged,) = [record for record in caplog.records if record.name == "dsh_tools"]
-    assert logged.exc_info is not None
-    assert "must not be imported" in str(logged.exc_info[1])
+    warning, debug = [record for record in caplog.records if record.name == "dsh_tools"]
+    assert (warning.levelno, warning.exc_info) == (logging.WARNING, None)
+    assert warning.getMessage() == f"plugin not loaded: {failure.message}"
+    assert "\n" not in warning.getMessage()
+    assert debug.levelno == logging.DEBUG
+    assert debug.exc_info is not None
+    assert "must not be imported" in str(debug.exc_info[1])
     assert tripwires["trip-a"].exists()
     assert not tripwires["trip-b"].exists()
 
@@ -900,3 +849,65 @@ def test_a_factory_function_in_the_plugins_group_is_called_for_its_plugin(site: 
     result = run(registry, "anything")
     assert result.is_error
     assert result.error.message == "factory-made policy"
+
+
+# --------------------------------------------------------------------------- conflicts
+
+
+def test_block_and_only_names_that_match_nothing_are_reported(
+    site: Site, tripwires: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    report = load_plugins(
+        ToolRegistry(),
+        block=["trip-a", "trip-b", "trip-c", "dist:no-such-dist"],
+        only=["safe", "dist:safe-dist", "saef"],
+    )
+    assert report.unmatched == ("trip-c", "dist:no-such-dist", "saef")
+    assert [r.getMessage() for r in caplog.records if r.name == "dsh_tools"] == [
+        "no installed plugin entry point matches 'trip-c'",
+        "no installed plugin entry point matches 'dist:no-such-dist'",
+        "no installed plugin entry point matches 'saef'",
+    ]
+    assert report.format().splitlines()[-2] == (
+        "matched no entry point: trip-c, dist:no-such-dist, saef"
+    )
+    assert report.ok  # nothing failed to load; --strict in the command fails on it
+
+
+def test_the_first_of_two_distributions_with_one_name_wins_and_the_other_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sites = [Site.fresh(tmp_path / name) for name in ("later", "earlier")]
+    for current in sites:
+        monkeypatch.syspath_prepend(str(current.root))  # so "earlier" ends up first
+    earlier = sites[1]
+    for current in sites:
+        module = current.module(
+            "policy",
+            f"""
+            from dsh_tools.hookspecs import hookimpl
+
+            @hookimpl
+            def dsh_tools_guard(execution):
+                return "guarded by {current.root.name}"
+            """,
+        )
+        current.dist(f"{current.root.name}-dist", {PLUGINS_GROUP: {"acme": module}})
+    registry = ToolRegistry()
+
+    report = load_plugins(registry, only=["acme"])
+
+    assert [(r.name, r.distribution) for r in report.loaded] == [("acme", "earlier-dist")]
+    (failure,) = report.failed
+    assert failure.distribution == "later-dist"
+    assert failure.error == (
+        f"the name is also declared by earlier-dist 1.2.3 ({earlier.pkg}.policy), which comes "
+        "first on sys.path and is the one loaded; block one of them (dist:<distribution>)"
+    )
+    assert report.policy_failures == (failure,)
+    assert run(registry, "anything").error.message == "guarded by earlier"
+
+    chosen = ToolRegistry()
+    again = load_plugins(chosen, only=["acme"], block=["dist:earlier-dist"])
+    assert (again.ok, again.blocked) == (True, ("acme",))
+    assert run(chosen, "anything").error.message == "guarded by later"

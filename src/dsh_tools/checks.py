@@ -1,21 +1,27 @@
-"""Static checks of a loaded registry, behind ``dsh-tools check``.
+"""Static checks of a loaded registry, behind ``dsh-tools check`` and ``dsh-tools schemas``.
 
 Each tool's parameters must be in the enforced schema subset, and its presenters must be
 pure on a sample input: called twice, they return equal, well-formed cards and never raise.
+Each tool must also be declarable in the providers' formats: ``define_tool`` accepts any
+name (MCP servers use dots, and bridged tools keep their remote names), so the formats
+whose providers refuse a name or an empty description are checked here instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
 
 from .errors import DshToolsError
 from .jsonschema import assert_supported_json_schema
-from .models import PresentableResult, ToolDefinition
+from .models import PresentableResult, ToolDefinition, ToolSchema
 from .presentation import unstructure_view
 from .registry import ToolRegistry
 
-__all__ = ["check_registry", "sample_arguments"]
+__all__ = ["check_registry", "declaration_problems", "sample_arguments"]
 
 _SAMPLES: dict[str, Any] = {
     "string": "sample",
@@ -89,11 +95,63 @@ def _check_tool(definition: ToolDefinition[Any]) -> list[str]:
     return problems
 
 
+@attrs.frozen
+class _Requirement:
+    """What some providers demand of a declared tool, and the formats that send to them."""
+
+    formats: tuple[str, ...]
+    rule: str
+    holds: Callable[[ToolSchema], bool]
+
+
+_OPENAI_ANTHROPIC_NAME: Final = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+_GEMINI_NAME: Final = re.compile(r"[a-zA-Z_][a-zA-Z0-9_.:-]{0,63}")
+
+_REQUIREMENTS: Final = (
+    _Requirement(
+        ("openai", "openai-responses", "anthropic"),
+        "the name must match ^[a-zA-Z0-9_-]{1,64}$",
+        lambda schema: _OPENAI_ANTHROPIC_NAME.fullmatch(schema.name) is not None,
+    ),
+    _Requirement(
+        ("gemini",),
+        "the name must start with a letter or _ and hold at most 64 letters, digits, _ . : or -",
+        lambda schema: _GEMINI_NAME.fullmatch(schema.name) is not None,
+    ),
+    _Requirement(
+        ("gemini",),
+        "the description must not be empty",
+        lambda schema: bool(schema.description.strip()),
+    ),
+)
+"""The providers' documented rules (OpenAI and Anthropic names, Gemini's function
+declarations, which also require a description). MCP allows any name."""
+
+
+def declaration_problems(schemas: Sequence[ToolSchema], format: str) -> list[str]:
+    """Why the provider of ``format`` would refuse these declarations, one line per problem."""
+    return [
+        f'tool "{schema.name}": {requirement.rule} for {format}'
+        for schema in schemas
+        for requirement in _REQUIREMENTS
+        if format in requirement.formats and not requirement.holds(schema)
+    ]
+
+
+def _declarable(schema: ToolSchema) -> list[str]:
+    return [
+        f'tool "{schema.name}": {requirement.rule} (refused by {", ".join(requirement.formats)})'
+        for requirement in _REQUIREMENTS
+        if not requirement.holds(schema)
+    ]
+
+
 def check_registry(registry: ToolRegistry) -> list[str]:
     """Every problem found in the registry's visible tools, one line each."""
     problems: list[str] = []
     for name in registry.names():
         definition = registry.get(name)
         if definition is not None:
+            problems += _declarable(definition.schema())
             problems += _check_tool(definition)
     return problems

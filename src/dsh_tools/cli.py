@@ -1,11 +1,18 @@
 """The ``dsh-tools`` command: list, inspect, call and serve the installed tools.
 
 Every command loads the installed plugins first (``--no-plugins``, ``--block``, ``--only``
-change that). Errors print one line (``dsh-tools: error: ...``) unless ``--debug``.
+change that). Errors print one line (``dsh-tools: error: ...``) unless ``--debug``; under
+``call --json`` they are a JSON object on standard output instead. The library's warnings,
+such as a plugin that failed to load, print as ``dsh-tools: warning: ...`` lines.
 
-Exit codes: 0 success; 1 the tool call failed (an ``is_error`` result) or ``check`` found
-problems; 2 bad usage or input; 3 a plugin failed to load where that matters (``check``,
-``--strict``); 4 an unexpected internal error.
+Tools only run with the policy the user asked for: a broken rules file stops the command
+(exit 2), and ``call`` and ``serve-mcp`` refuse to run while an entry point that could hold
+policy failed to load (exit 3), unless ``--allow-broken-plugins`` says to go on without it.
+
+Exit codes: 0 success; 1 the tool call failed (an ``is_error`` result), ``check`` found
+problems, or ``schemas`` found declarations its format refuses; 2 bad usage or input; 3 a
+plugin failed to load where that matters; 4 an unexpected internal error; 141 standard
+output was closed early (``| head``).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
+from ._console import EXIT_OUTPUT_CLOSED, library_log, output_closed, show_unicode_safely
 from ._version import __version__
 
 if TYPE_CHECKING:
@@ -26,7 +34,14 @@ if TYPE_CHECKING:
     from .plugins import LoadReport
     from .registry import ToolRegistry
 
-__all__ = ["EXIT_CALL_FAILED", "EXIT_INTERNAL", "EXIT_PLUGINS", "EXIT_USAGE", "main"]
+__all__ = [
+    "EXIT_CALL_FAILED",
+    "EXIT_INTERNAL",
+    "EXIT_OUTPUT_CLOSED",
+    "EXIT_PLUGINS",
+    "EXIT_USAGE",
+    "main",
+]
 
 EXIT_OK = 0
 EXIT_CALL_FAILED = 1
@@ -37,9 +52,36 @@ EXIT_INTERNAL = 4
 CLI_AGENT = "cli"
 """The agent id of calls made from the command line (so ``Ask`` can reach a person)."""
 
+_RUNS_TOOLS = frozenset({"call", "serve-mcp"})
+_RULES_ENTRY_POINT = "dsh_tools_plugins.permissions:default_permissions"
+
 
 class UsageError(Exception):
     """Bad input from the person at the terminal; printed as one line, exit code 2."""
+
+
+class _ArgumentsRejected(Exception):
+    """argparse refused the command line; ``parser`` is the (sub)command that did."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    """Raises instead of printing and exiting, so ``call --json`` can answer in JSON."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _ArgumentsRejected(self, message)
+
+
+class _PluginsFailed(Exception):
+    """Plugins failed to load where that matters: exit code 3."""
+
+    def __init__(self, message: str, report: LoadReport | None = None) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 class TerminalApproval:
@@ -69,7 +111,7 @@ def _thaw(value: object) -> Any:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dsh-tools",
         description="List, inspect, call and serve the tools of installed dsh-tools plugins.",
     )
@@ -82,7 +124,14 @@ def _parser() -> argparse.ArgumentParser:
         "--only", action="append", default=None, metavar="NAME", help="load only these plugins"
     )
     parser.add_argument(
-        "--strict", action="store_true", help="fail (exit 3) if any plugin fails to load"
+        "--strict",
+        action="store_true",
+        help="fail (exit 3) if any plugin fails to load or a --block/--only name matches none",
+    )
+    parser.add_argument(
+        "--allow-broken-plugins",
+        action="store_true",
+        help="let call and serve-mcp run tools although a policy plugin failed to load",
     )
     parser.add_argument(
         "--workspace", metavar="DIR", help="root the workspace tools are confined to (default: .)"
@@ -105,7 +154,9 @@ def _parser() -> argparse.ArgumentParser:
     call.add_argument(
         "arguments", nargs="?", default="{}", help="arguments as a JSON object, or - for stdin"
     )
-    call.add_argument("--json", action="store_true", help="print the frozen result as JSON")
+    call.add_argument(
+        "--json", action="store_true", help="print the frozen result (or the error) as JSON"
+    )
     commands.add_parser("check", help="validate every installed plugin; exit 1 on problems")
     replay = commands.add_parser("replay", help="render an audit log's calls as cards")
     replay.add_argument("log", help="the JSON Lines audit log (from --audit-log)")
@@ -135,9 +186,9 @@ def _build(
     registry = ToolRegistry(approval=TerminalApproval(stdin, stderr))
     report = LoadReport()
     if not options.no_plugins:
+        # A broken rules file raises PluginConfigError here: exit 2, nothing runs.
         report = load_plugins(registry, block=options.block, only=options.only)
-        if options.strict and not report.ok:
-            raise _PluginsFailed(report)
+    _check_report(options, report)
     if options.audit_log is not None:
         from dsh_tools_plugins.audit import AuditLog
 
@@ -145,10 +196,35 @@ def _build(
     return registry, report
 
 
-class _PluginsFailed(Exception):
-    def __init__(self, report: LoadReport) -> None:
-        super().__init__("some plugins failed to load (run `dsh-tools plugins` for details)")
-        self.report = report
+def _check_report(options: argparse.Namespace, report: LoadReport) -> None:
+    """Stop before anything runs when the plugins that loaded are not what was asked for."""
+    if options.strict and not report.ok:
+        raise _PluginsFailed(
+            "some plugins failed to load (run `dsh-tools plugins` for details)", report
+        )
+    if options.strict and report.unmatched:
+        raise _PluginsFailed(
+            f"--block/--only name(s) match no installed entry point: "
+            f"{', '.join(report.unmatched)} (--strict)"
+        )
+    if options.rules is not None and not any(
+        record.entry_point == _RULES_ENTRY_POINT for record in report.loaded
+    ):
+        raise UsageError(
+            "--rules needs the default_permissions plugin, which was not loaded "
+            "(--no-plugins, --block or --only left it out)"
+        )
+    broken = report.policy_failures
+    if broken and options.command in _RUNS_TOOLS and not options.allow_broken_plugins:
+        names = "; ".join(
+            f"[{failure.group}] {failure.name} ({failure.distribution} {failure.version})"
+            for failure in broken
+        )
+        raise _PluginsFailed(
+            f"refusing to run tools while a plugin that may hold policy failed to load: "
+            f"{names}. Fix it, block it (--block NAME), or pass --allow-broken-plugins to "
+            "run without it"
+        )
 
 
 def _summary(text: str) -> str:
@@ -161,7 +237,13 @@ def _summary(text: str) -> str:
 def _cmd_list(registry: ToolRegistry, options: argparse.Namespace, out: TextIO) -> int:
     schemas = registry.schemas()
     if not schemas:
-        out.write("no tools (install a plugin, or drop --no-plugins)\n")
+        if options.no_plugins:
+            hint = "drop --no-plugins to load the installed plugins"
+        elif options.only is not None:
+            hint = "--only left out every plugin that has tools"
+        else:
+            hint = "install a plugin that has tools"
+        out.write(f"no tools ({hint})\n")
         return EXIT_OK
     width = max(len(schema.name) for schema in schemas)
     for schema in schemas:
@@ -173,25 +255,49 @@ def _cmd_list(registry: ToolRegistry, options: argparse.Namespace, out: TextIO) 
     return EXIT_OK
 
 
-def _cmd_schemas(registry: ToolRegistry, options: argparse.Namespace, out: TextIO) -> int:
+def _cmd_schemas(
+    registry: ToolRegistry, options: argparse.Namespace, out: TextIO, err: TextIO
+) -> int:
     from .bridges.wire import declarations
+    from .checks import declaration_problems
 
-    out.write(json.dumps(declarations(registry.schemas(), options.format), indent=2) + "\n")
+    schemas = registry.schemas()
+    problems = declaration_problems(schemas, options.format)
+    if problems:
+        for problem in problems:
+            err.write(f"dsh-tools: error: {problem}\n")
+        err.write(
+            f"dsh-tools: error: {options.format} would refuse these declarations; nothing "
+            "printed (`dsh-tools check` lists what each format refuses)\n"
+        )
+        return EXIT_CALL_FAILED
+    out.write(json.dumps(declarations(schemas, options.format), indent=2) + "\n")
     return EXIT_OK
 
 
-def _read_arguments(text: str, stdin: TextIO) -> object:
+def _read_arguments(text: str, stdin: TextIO) -> tuple[object, str | None]:
+    """The call's arguments, and why the text is not JSON at all, if it is not.
+
+    Whatever the text holds goes to the pipeline, which fails the call with
+    ``INVALID_JSON`` (and the audit log records the attempt) when it is not a lossless
+    JSON object. Text the standard parser reads but ours refuses (a lone surrogate, NaN,
+    too deep) is passed parsed, so that the pipeline names the exact problem; text that
+    does not parse at all is passed as it is, a string, with the parser's reason.
+    """
     from .errors import JsonValueError
     from .json import loads
 
-    source = stdin.read() if text == "-" else text
+    if text == "-":
+        buffer = getattr(stdin, "buffer", None)
+        # Bytes that are not UTF-8 become lone surrogates, as in command-line arguments.
+        text = stdin.read() if buffer is None else buffer.read().decode("utf-8", "surrogateescape")
     try:
-        value = loads(source, "arguments")
+        return loads(text, "arguments"), None
     except JsonValueError as error:
-        raise UsageError(f"arguments: {error}") from None
-    if not isinstance(value, dict):
-        raise UsageError('arguments must be a JSON object, for example \'{"path": "README.md"}\'')
-    return value
+        try:
+            return json.loads(text), None
+        except (ValueError, RecursionError):
+            return text, str(error)
 
 
 def _cmd_call(
@@ -199,21 +305,20 @@ def _cmd_call(
 ) -> int:
     import anyio
 
-    from .models import ToolExecutionInput, result_to_json
+    from .errors import ErrorCode
+    from .models import ToolExecutionFailure, ToolExecutionInput, result_to_json
+    from .presenting import present_call, present_result
     from .terminal import emit_card, render_call_view, render_result
 
-    arguments = _read_arguments(options.arguments, stdin)
+    # Every attempt runs through the pipeline, an unknown tool or bad JSON included, so
+    # that the audit log and every other observer see it.
+    arguments, not_json = _read_arguments(options.arguments, stdin)
     call = ToolExecutionInput(
         call_id=f"cli-{int(time.time() * 1000)}",
         name=options.name,
         arguments=arguments,
         agent=CLI_AGENT,
     )
-    if registry.get(options.name) is None:
-        known = ", ".join(registry.names()) or "none"
-        raise UsageError(f"unknown tool {options.name!r} (known: {known})")
-    from .presenting import present_call, present_result
-
     if not options.json:
         emit_card(render_call_view(present_call(registry, call)), out)
         out.flush()
@@ -222,6 +327,10 @@ def _cmd_call(
         out.write(json.dumps(result_to_json(result), indent=2, ensure_ascii=False) + "\n")
     else:
         emit_card(render_result(present_result(registry, call, result), result), out)
+    if not_json is not None:
+        err.write(f"dsh-tools: note: {not_json}\n")
+    if isinstance(result, ToolExecutionFailure) and result.code == ErrorCode.UNKNOWN_TOOL:
+        err.write(f"dsh-tools: note: known tools: {', '.join(registry.names()) or 'none'}\n")
     return EXIT_CALL_FAILED if result.is_error else EXIT_OK
 
 
@@ -252,8 +361,11 @@ async def _run_with_progress(registry: ToolRegistry, call: Any, err: TextIO) -> 
 def _cmd_replay(registry: ToolRegistry, options: argparse.Namespace, out: TextIO) -> int:
     from dsh_tools_plugins.audit import replay
 
+    from .models import PresentableResult, ToolExecutionFailure
     from .terminal import emit_card, render_call_view, render_result
 
+    if os.path.isdir(options.log):
+        raise UsageError(f"audit log {options.log!r} is a directory")
     if not os.path.isfile(options.log):
         raise UsageError(f"audit log {options.log!r} does not exist")
     count = 0
@@ -261,10 +373,17 @@ def _cmd_replay(registry: ToolRegistry, options: argparse.Namespace, out: TextIO
         count += 1
         out.write(f"call {replayed.call.call_id}\n")
         emit_card(render_call_view(replayed.call_card), out)
-        if replayed.result is None:
+        recorded = replayed.result
+        if recorded is None:
             out.write("… no result recorded (the call may still have been running)\n")
-        else:
-            emit_card(render_result(replayed.result_card, replayed.result), out)
+            continue
+        result: PresentableResult | ToolExecutionFailure = recorded
+        if recorded.is_error and replayed.error is not None and replayed.error.info.code:
+            # The recorded failure, so that its card shows the code, as `call` does.
+            result = ToolExecutionFailure(replayed.error, recorded.content, meta=recorded.meta)
+        emit_card(render_result(replayed.result_card, result), out)
+    if count == 0:
+        raise UsageError(f"{options.log!r} holds no audit event")
     out.write(f"{count} call(s)\n")
     return EXIT_OK
 
@@ -275,12 +394,17 @@ def _cmd_serve_mcp(registry: ToolRegistry, options: argparse.Namespace) -> int:
     import anyio
 
     try:
-        from .bridges.mcp import serve_http, serve_stdio
+        from .bridges.mcp import _is_loopback, serve_http, serve_stdio
     except ImportError as error:
         raise UsageError(
             f"serve-mcp needs the mcp extra: pip install 'dsh-tools[mcp]' ({error})"
         ) from None
     if options.http:
+        if not options.allow_remote and not _is_loopback(options.host):
+            raise UsageError(
+                f"--host {options.host!r} is not a loopback address; the server has no "
+                "authentication of its own, so serving other machines needs --allow-remote"
+            )
         serve = functools.partial(
             serve_http,
             registry,
@@ -316,6 +440,11 @@ def _cmd_check(registry: ToolRegistry, report: LoadReport, out: TextIO) -> int:
     return EXIT_OK
 
 
+def _asks_for_json(argv: Sequence[str]) -> bool:
+    """Whether a command line that argparse refused was a ``call ... --json``."""
+    return "call" in argv and "--json" in argv[list(argv).index("call") :]
+
+
 def main(
     argv: Sequence[str] | None = None,
     *,
@@ -327,47 +456,80 @@ def main(
     stdin = stdin or sys.stdin
     out = stdout or sys.stdout
     err = stderr or sys.stderr
+    arguments = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            options = parser.parse_args(argv)
-    except SystemExit as exit_request:
+            options = parser.parse_args(arguments)
+    except _ArgumentsRejected as rejected:
+        if _asks_for_json(arguments):
+            return _json_error(out, "UsageError", "USAGE", rejected.message, EXIT_USAGE)
+        rejected.parser.print_usage(err)
+        err.write(f"{rejected.parser.prog}: error: {rejected.message}\n")
+        return EXIT_USAGE
+    except SystemExit as exit_request:  # --help and --version print, then exit
         return int(exit_request.code or 0)
-    try:
-        registry, report = _build(options, stdin, err)
-        command: dict[str, Callable[[], int]] = {
-            "list": lambda: _cmd_list(registry, options, out),
-            "plugins": lambda: _cmd_plugins(report, out),
-            "schemas": lambda: _cmd_schemas(registry, options, out),
-            "call": lambda: _cmd_call(registry, options, out, stdin, err),
-            "check": lambda: _cmd_check(registry, report, out),
-            "replay": lambda: _cmd_replay(registry, options, out),
-            "serve-mcp": lambda: _cmd_serve_mcp(registry, options),
-        }
-        return command[options.command]()
-    except UsageError as error:
-        return _fail(err, str(error), EXIT_USAGE, options.debug)
-    except _PluginsFailed as error:
-        err.write(error.report.format().rstrip("\n") + "\n")
-        return _fail(err, str(error), EXIT_PLUGINS, options.debug)
-    except KeyboardInterrupt:
-        return _fail(err, "interrupted", EXIT_CALL_FAILED, options.debug)
-    except Exception as error:
-        from .errors import DshToolsError
+    as_json = options.command == "call" and options.json
 
-        code = EXIT_USAGE if isinstance(error, DshToolsError) else EXIT_INTERNAL
-        return _fail(err, f"{type(error).__name__}: {error}", code, options.debug)
+    def fail(error: BaseException, message: str, code: str, exit_code: int) -> int:
+        if options.debug:
+            import traceback
+
+            traceback.print_exception(type(error), error, error.__traceback__, file=err)
+        if as_json:
+            return _json_error(out, type(error).__name__, code, message, exit_code)
+        err.write(f"dsh-tools: error: {message}\n")
+        return exit_code
+
+    from .errors import DshToolsError
+
+    with library_log(err, options.debug):
+        try:
+            registry, report = _build(options, stdin, err)
+            command: dict[str, Callable[[], int]] = {
+                "list": lambda: _cmd_list(registry, options, out),
+                "plugins": lambda: _cmd_plugins(report, out),
+                "schemas": lambda: _cmd_schemas(registry, options, out, err),
+                "call": lambda: _cmd_call(registry, options, out, stdin, err),
+                "check": lambda: _cmd_check(registry, report, out),
+                "replay": lambda: _cmd_replay(registry, options, out),
+                "serve-mcp": lambda: _cmd_serve_mcp(registry, options),
+            }
+            return command[options.command]()
+        except BrokenPipeError:
+            raise  # the reader of our output went away: console_main ends quietly
+        except UsageError as error:
+            return fail(error, str(error), "USAGE", EXIT_USAGE)
+        except _PluginsFailed as error:
+            if error.report is not None:
+                err.write(error.report.format().rstrip("\n") + "\n")
+            return fail(error, str(error), "PLUGIN_ERROR", EXIT_PLUGINS)
+        except KeyboardInterrupt as error:
+            return fail(error, "interrupted", "INTERRUPTED", EXIT_CALL_FAILED)
+        except DshToolsError as error:
+            # A broken rules file (RulesError, a PluginConfigError) names file, line, rule.
+            return fail(error, f"{type(error).__name__}: {error}", error.code, EXIT_USAGE)
+        except Exception as error:
+            return fail(error, f"{type(error).__name__}: {error}", "INTERNAL", EXIT_INTERNAL)
 
 
-def _fail(err: TextIO, message: str, code: int, debug: bool) -> int:
-    if debug:
-        import traceback
-
-        traceback.print_exc(file=err)
-    err.write(f"dsh-tools: error: {message}\n")
-    return code
+def _json_error(out: TextIO, name: str, code: str, message: str, exit_code: int) -> int:
+    """A failure of the command itself, shaped like a failed result of ``call --json``."""
+    failure = {
+        "isError": True,
+        "error": {"message": message, "info": {"name": name, "code": code}},
+        "exitCode": exit_code,
+    }
+    out.write(json.dumps(failure, indent=2, ensure_ascii=False) + "\n")
+    return exit_code
 
 
 def console_main() -> NoReturn:
     """Entry point of the ``dsh-tools`` console script and ``python -m dsh_tools``."""
-    sys.exit(main())
+    show_unicode_safely(sys.stdout, sys.stderr)
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = output_closed()
+    sys.exit(code)

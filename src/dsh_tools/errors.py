@@ -185,3 +185,14 @@ class PluginError(DshToolsError):
     """One or more plugins could not be loaded; the message lists each failure."""
 
     default_code = ErrorCode.PLUGIN_ERROR.value
+
+
+class PluginConfigError(PluginError):
+    """A plugin's configuration, chosen by the host or the user, is broken.
+
+    Raise it from an entry point (at import, or from its factory) when the settings it
+    was given cannot be used, such as a permission rules file with a typo.
+    :func:`~dsh_tools.plugins.load_plugins` never treats it as an optional plugin that
+    failed to load: it undoes the call's registrations and raises the error, strict or not,
+    because running without configuration someone asked for would be weaker than asked.
+    """

@@ -21,21 +21,28 @@ at the first broken plugin with a bare ``ImportError`` that does not say which
 distribution shipped it. Here every entry point is tried, each failure is reported with
 its distribution, version, entry point and cause, and blocked entry points are never
 imported at all.
+
+Two exceptions to "a broken plugin is skipped and reported": an entry point that raises
+:class:`~dsh_tools.errors.PluginConfigError` (its configuration, such as a rules file, is
+broken) stops the whole call, and :attr:`LoadReport.policy_failures` lists the failed
+entry points that could have held policy, which a host should refuse to run tools
+without (``dsh-tools call`` and ``serve-mcp`` do).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
 import re
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Final, Literal
 
 import attrs
 
-from .errors import PluginError
+from .errors import PluginConfigError, PluginError
 from .models import ToolDefinition
 
 if TYPE_CHECKING:
@@ -78,6 +85,10 @@ GROUPS: Final[Mapping[PluginKind, str]] = {
     "plugins": PLUGINS_GROUP,
 }
 """Each kind and its entry point group, in the order :func:`load_plugins` loads them."""
+
+POLICY_KINDS: Final[frozenset[PluginKind]] = frozenset({"guards", "plugins"})
+"""Kinds whose entry points may deny calls: one that failed to load may be a missing
+policy (a tools entry point that failed only means missing tools)."""
 
 _DIST_PREFIX = "dist:"
 _UNKNOWN = "unknown"
@@ -134,17 +145,29 @@ class LoadReport:
 
     ``loaded`` also lists entry points an earlier call loaded into the same registry.
     ``blocked`` holds the names of entry points skipped, unimported, because of ``block``
-    or :data:`BLOCK_ENV_VAR`.
+    or :data:`BLOCK_ENV_VAR`. ``unmatched`` holds the ``block`` and ``only`` selectors
+    that matched no installed entry point (a typo, or a plugin that is not installed).
     """
 
     loaded: tuple[PluginRecord, ...] = ()
     failed: tuple[PluginFailure, ...] = ()
     blocked: tuple[str, ...] = ()
+    unmatched: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
         """True when no entry point failed."""
         return not self.failed
+
+    @property
+    def policy_failures(self) -> tuple[PluginFailure, ...]:
+        """The failed entry points that could have held policy (:data:`POLICY_KINDS`).
+
+        Nothing can tell what a plugin that did not import would have denied, so a host
+        that runs tools should refuse to while this is not empty, unless someone chose
+        to run without those plugins.
+        """
+        return tuple(failure for failure in self.failed if failure.kind in POLICY_KINDS)
 
     def format(self) -> str:
         """A plain-text table, one row per entry point, then blocked names and a summary."""
@@ -167,6 +190,8 @@ class LoadReport:
             lines.append("no plugins loaded")
         if self.blocked:
             lines.append(f"blocked: {', '.join(self.blocked)}")
+        if self.unmatched:
+            lines.append(f"matched no entry point: {', '.join(self.unmatched)}")
         lines.append(
             f"{len(self.loaded)} loaded, {len(self.failed)} failed, {len(self.blocked)} blocked"
         )
@@ -207,17 +232,29 @@ def load_plugins(
     Entry point names in ``block`` (and in the comma-separated :data:`BLOCK_ENV_VAR`) are
     skipped without being imported; ``dist:<distribution>`` blocks every entry point of a
     distribution. ``only``, when given, restricts loading to the names (or ``dist:``
-    selectors) it lists. An entry point this registry already got from an earlier call
-    is not loaded again, so the call is idempotent.
+    selectors) it lists. A ``block`` or ``only`` selector that matches no installed entry
+    point is logged as a warning and listed in ``LoadReport.unmatched``. An entry point
+    this registry already got from an earlier call is not loaded again, so the call is
+    idempotent.
 
-    Each entry point is all-or-nothing. A failing one is logged with the traceback of
-    its cause (logger ``dsh_tools``) and listed in the report while the others still
-    load. With ``strict=True`` a failure instead undoes every registration this call
-    made and raises one :class:`~dsh_tools.PluginError` that lists every failure.
+    Each entry point is all-or-nothing. A failing one is logged as one warning line
+    (logger ``dsh_tools``; the traceback of its cause follows at DEBUG level) and listed in
+    the report while the others still load. When two distributions declare the same
+    name in one group, the one found first on ``sys.path`` loads and the other is a
+    failure that names it. With ``strict=True`` a failure instead undoes every
+    registration this call made and raises one :class:`~dsh_tools.PluginError` that lists
+    every failure.
+
+    An entry point that raises :class:`~dsh_tools.errors.PluginConfigError` (the
+    configuration it was given is broken) is not an optional plugin that failed: every
+    registration of this call is undone and that error is raised, strict or not.
     """
     import importlib_metadata
 
-    blocked_selectors = _Selectors.parse([*block, *os.environ.get(BLOCK_ENV_VAR, "").split(",")])
+    explicit_block = list(block)
+    blocked_selectors = _Selectors.parse(
+        [*explicit_block, *os.environ.get(BLOCK_ENV_VAR, "").split(",")]
+    )
     wanted = None if only is None else _Selectors.parse(only)
     known = _LOADED.setdefault(registry, {})
     discovered = importlib_metadata.entry_points()
@@ -228,45 +265,45 @@ def load_plugins(
     blocked: list[str] = []
     fresh: dict[_Key, PluginRecord] = {}
     disposers: list[Disposer] = []
+    seen: list[tuple[str, str]] = []  # (entry point name, distribution) of every candidate
     for kind, group in GROUPS.items():
+        first_of_name: dict[str, EntryPoint] = {}
         for entry_point in discovered.select(group=group):
             distribution, version = _origin(entry_point)
+            seen.append((entry_point.name, distribution))
             key = (group, entry_point.name, entry_point.value, _normalize(distribution))
             if wanted is not None and not wanted.match(entry_point.name, distribution):
                 continue
             if key in known:
                 loaded.append(known[key])
-            elif blocked_selectors.match(entry_point.name, distribution):
+                first_of_name.setdefault(entry_point.name, entry_point)
+                continue
+            if blocked_selectors.match(entry_point.name, distribution):
                 if entry_point.name not in blocked:
                     blocked.append(entry_point.name)
-            else:
-                try:
-                    tools, hooks, disposer = _LOADERS[kind](registry, entry_point)
-                except _LoadFailure as exc:
-                    failed.append(
-                        PluginFailure(
-                            entry_point.name,
-                            kind,
-                            distribution,
-                            version,
-                            entry_point.value,
-                            str(exc),
-                        )
+                continue
+            winner = first_of_name.setdefault(entry_point.name, entry_point)
+            try:
+                if winner is not entry_point:
+                    raise _LoadFailure(_shadowed(winner))
+                tools, hooks, disposer = _LOADERS[kind](registry, entry_point)
+            except _LoadFailure as exc:
+                failed.append(
+                    PluginFailure(
+                        entry_point.name, kind, distribution, version, entry_point.value, str(exc)
                     )
-                    causes.append(exc.__cause__)
-                    continue
-                record = PluginRecord(
-                    entry_point.name,
-                    kind,
-                    distribution,
-                    version,
-                    entry_point.value,
-                    tools,
-                    hooks,
                 )
-                loaded.append(record)
-                fresh[key] = record
-                disposers.append(disposer)
+                causes.append(exc.__cause__)
+                continue
+            except PluginConfigError:
+                _dispose_all(disposers)
+                raise
+            record = PluginRecord(
+                entry_point.name, kind, distribution, version, entry_point.value, tools, hooks
+            )
+            loaded.append(record)
+            fresh[key] = record
+            disposers.append(disposer)
 
     if strict and failed:
         _dispose_all(disposers)
@@ -277,8 +314,35 @@ def load_plugins(
         )
     known.update(fresh)
     for failure, cause in zip(failed, causes, strict=True):
-        logger.warning("plugin not loaded: %s", failure.message, exc_info=cause)
-    return LoadReport(tuple(loaded), tuple(failed), tuple(blocked))
+        logger.warning("plugin not loaded: %s", failure.message)
+        if cause is not None:
+            logger.debug("why %s failed to load:", failure.name, exc_info=cause)
+    unmatched = _unmatched(explicit_block, only, seen)
+    for selector in unmatched:
+        logger.warning("no installed plugin entry point matches %r", selector)
+    return LoadReport(tuple(loaded), tuple(failed), tuple(blocked), unmatched)
+
+
+def _shadowed(winner: EntryPoint) -> str:
+    distribution, version = _origin(winner)
+    return (
+        f"the name is also declared by {distribution} {version} ({winner.value}), which comes "
+        "first on sys.path and is the one loaded; block one of them (dist:<distribution>)"
+    )
+
+
+def _unmatched(
+    block: Iterable[str], only: Iterable[str] | None, seen: list[tuple[str, str]]
+) -> tuple[str, ...]:
+    """The ``block`` and ``only`` selectors that match no discovered entry point."""
+    found: list[str] = []
+    for raw in [*block, *(only or ())]:
+        selector = _Selectors.parse([raw])
+        if selector.names | selector.distributions and not any(
+            selector.match(name, distribution) for name, distribution in seen
+        ):
+            found.append(raw.strip())
+    return tuple(dict.fromkeys(found))
 
 
 # --------------------------------------------------------------------------- selection
@@ -329,11 +393,24 @@ def _cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
 
-def _import(entry_point: EntryPoint) -> object:
+@contextlib.contextmanager
+def _failing_as(what: str) -> Iterator[None]:
+    """Turn an exception into a :class:`_LoadFailure` saying ``<what><Type>: <message>``.
+
+    A :class:`PluginConfigError` passes through: :func:`load_plugins` raises it.
+    """
     try:
-        return entry_point.load()
+        yield
+    except PluginConfigError:
+        raise
     except Exception as exc:
-        raise _LoadFailure(f"import failed: {_cause(exc)}") from exc
+        raise _LoadFailure(f"{what}{_cause(exc)}") from exc
+
+
+def _import(entry_point: EntryPoint) -> object:
+    with _failing_as("import failed: "):
+        target = entry_point.load()
+    return target
 
 
 def _type_name(value: object) -> str:
@@ -351,22 +428,19 @@ def _load_tools(registry: ToolRegistry, entry_point: EntryPoint) -> _Loaded:
     disposers: list[Disposer] = []
     for definition in definitions:
         try:
-            disposers.append(registry.register(definition))
-        except Exception as exc:
+            with _failing_as(f'registering tool "{definition.name}" failed: '):
+                disposers.append(registry.register(definition))
+        except BaseException:
             _dispose_all(disposers)
-            raise _LoadFailure(
-                f'registering tool "{definition.name}" failed: {_cause(exc)}'
-            ) from exc
+            raise
     return tuple(d.name for d in definitions), (), lambda: _dispose_all(disposers)
 
 
 def _tool_definitions(target: object) -> tuple[ToolDefinition[object], ...]:
     produced = target
     if callable(target) and not isinstance(target, ToolDefinition):
-        try:
+        with _failing_as(f"calling {_callable_name(target)}() raised "):
             produced = target()
-        except Exception as exc:
-            raise _LoadFailure(f"calling {_callable_name(target)}() raised {_cause(exc)}") from exc
     if isinstance(produced, ToolDefinition):
         return (produced,)
     if isinstance(produced, (str, bytes, Mapping)) or not isinstance(produced, Iterable):
@@ -374,10 +448,8 @@ def _tool_definitions(target: object) -> tuple[ToolDefinition[object], ...]:
             "expected a ToolDefinition, an iterable of them, or a zero-argument callable "
             f"returning them; got {_type_name(produced)}"
         )
-    try:
+    with _failing_as("iterating the tools raised "):
         items = tuple(produced)
-    except Exception as exc:
-        raise _LoadFailure(f"iterating the tools raised {_cause(exc)}") from exc
     for index, item in enumerate(items):
         if not isinstance(item, ToolDefinition):
             raise _LoadFailure(f"item {index} is a {_type_name(item)}, not a ToolDefinition")
@@ -394,10 +466,8 @@ def _load_guard(registry: ToolRegistry, entry_point: EntryPoint) -> _Loaded:
         raise _LoadFailure(
             f"expected a guard function fn(execution) -> str | None, got {_type_name(guard)}"
         )
-    try:
+    with _failing_as("registering the guard failed: "):
         disposer = registry.guard(guard)
-    except Exception as exc:
-        raise _LoadFailure(f"registering the guard failed: {_cause(exc)}") from exc
     return (), ("dsh_tools_guard",), disposer
 
 
@@ -405,16 +475,10 @@ def _load_plugin(registry: ToolRegistry, entry_point: EntryPoint) -> _Loaded:
     plugin = _import(entry_point)
     if isinstance(plugin, type) or inspect.isfunction(plugin):
         # A class, or a zero-argument factory function, makes the plugin object.
-        try:
+        with _failing_as(f"instantiating {_callable_name(plugin)}() raised "):
             plugin = plugin()
-        except Exception as exc:
-            raise _LoadFailure(
-                f"instantiating {_callable_name(plugin)}() raised {_cause(exc)}"
-            ) from exc
-    try:
+    with _failing_as("registering the plugin failed: "):
         disposer = registry.add_plugin(plugin, name=entry_point.name)
-    except Exception as exc:
-        raise _LoadFailure(f"registering the plugin failed: {_cause(exc)}") from exc
     callers = registry.plugin_manager.get_hookcallers(plugin) or []
     return (), tuple(sorted(caller.name for caller in callers)), disposer
 

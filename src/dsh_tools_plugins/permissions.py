@@ -34,21 +34,40 @@ Predicates, all optional:
     ``/work/src/../../etc/passwd`` is *not* inside ``/work/src``. Relative paths are
     compared as written (no working directory is assumed); a relative path that climbs
     out with ``..`` is never inside a relative prefix that does not climb as far.
+``argv_prefix``
+    the program and arguments the call runs start with these words (``["git", "status"]``),
+    or with one of several such lists. They are the ``"argv"`` argument (run without a
+    shell), or the ``"command"`` argument split with :mod:`shlex` when it is one simple
+    command: no operators, redirections, substitutions, expansions, globbing or leading
+    variable assignments (:func:`dsh_tools_plugins._shell.simple_argv` has the details).
+``argv_rest``
+    with ``argv_prefix``: ``fnmatch`` globs that every word after the prefix must match
+    (``[]``: nothing may follow the prefix; absent: anything may).
 ``command_matches``
     a regular expression searched (``re.search``; anchor it with ``^`` yourself) in the
     ``"command"`` argument, or in the ``"command"``/``"argv"`` list joined with spaces.
+    Text says nothing about what a shell will run (``git status; rm -rf ~`` starts with
+    ``git status``), so an ``allow`` rule may use it only together with ``argv_prefix``;
+    alone it is for ``deny`` and ``ask`` rules.
 ``argument_equals``
     ``{name = value}``: each named argument equals the JSON value (``true`` is not ``1``).
 
 A predicate whose argument is missing or of the wrong type does not match. So a ``deny``
 rule with ``path_prefix`` does not stop a call that has no ``path``: deny the tool
-outright, or use the ``ask`` default, when that matters.
+outright, or use the ``ask`` default, when that matters. The argv predicates are stricter
+where a call has a command but no plain argv (a compound shell command, both ``command``
+and ``argv``, a malformed ``argv``): an ``allow`` rule does not match it, a ``deny`` or
+``ask`` rule does, since the command may run anything.
 
 ``enforce = "guard"`` (deny rules only) also returns the rule from a ``dsh_tools_guard``
 implementation. Pre-execute is ``firstresult``: another plugin's earlier ``Allow`` would
 skip these rules, but guards run for every allowed call and nothing can re-allow them.
 
-Malformed rule files raise :class:`RulesError` naming the file, the line and the rule.
+Malformed rule files raise :class:`RulesError` naming the file, the line and the rule. It
+is a :class:`~dsh_tools.errors.PluginConfigError`, so the ``default_permissions`` entry
+point stops :func:`~dsh_tools.plugins.load_plugins` rather than leaving the host without
+the rules it asked for. Unknown keys are errors at every level (``acton``,
+``comand_matches``), never ignored.
 TOML syntax errors carry their own line and column. For a rule that parses but is
 invalid, the line is found by counting ``[[rule]]`` headers in the text (the *n*-th
 header starts the *n*-th rule), then the offending key's ``key =`` line inside that table
@@ -58,6 +77,7 @@ error then points at the ``rule =`` line.
 
 from __future__ import annotations
 
+import enum
 import fnmatch
 import os
 import re
@@ -67,10 +87,12 @@ from typing import Final, Literal
 
 import attrs
 
-from dsh_tools.errors import DshToolsError, ErrorCode
+from dsh_tools.errors import DshToolsError, PluginConfigError
 from dsh_tools.hookspecs import hookimpl
 from dsh_tools.json import FrozenDict, snapshot
 from dsh_tools.models import Allow, Ask, Deny, ToolExecution
+
+from ._shell import simple_argv
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -101,6 +123,8 @@ _RULE_KEYS: Final = frozenset(
         "reason",
         "path_prefix",
         "argument",
+        "argv_prefix",
+        "argv_rest",
         "command_matches",
         "argument_equals",
         "enforce",
@@ -109,15 +133,13 @@ _RULE_KEYS: Final = frozenset(
 _TOP_KEYS: Final = frozenset({"default", "rule"})
 
 
-class RulesError(DshToolsError, ValueError):
+class RulesError(PluginConfigError, ValueError):
     """Permission rules are malformed; the message names the file, line and rule.
 
     ``source`` is the file (or ``"<string>"``), ``line``/``column`` are 1-based or
     ``None`` when unknown, ``rule_index`` is the 1-based position of the rule (``None``
     for file-level problems) and ``rule_name`` its ``name``, if any.
     """
-
-    default_code = ErrorCode.PLUGIN_ERROR.value
 
     def __init__(
         self,
@@ -240,6 +262,41 @@ def _command(value: object) -> str | None:
     return _text("command_matches", value)
 
 
+def _words(value: object) -> tuple[str, ...] | None:
+    if (
+        isinstance(value, (list, tuple))
+        and value
+        and all(isinstance(word, str) and word for word in value)
+    ):
+        return tuple(value)
+    return None
+
+
+def _argv_prefixes(value: object) -> tuple[tuple[str, ...], ...] | None:
+    """One prefix (a list of words) or several (a list of such lists)."""
+    if value is None:
+        return None
+    single = _words(value)
+    if single is not None:
+        return (single,)
+    if isinstance(value, (list, tuple)) and value:
+        several = [_words(item) for item in value]
+        if all(prefix is not None for prefix in several):
+            return tuple(prefix for prefix in several if prefix is not None)
+    raise RulesError(
+        'argv_prefix must be a list of non-empty words, like ["git", "status"], or a list '
+        f"of such lists; got {value!r}"
+    )
+
+
+def _argv_rest(value: object) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)) and all(isinstance(glob, str) for glob in value):
+        return tuple(value)
+    raise RulesError(f"argv_rest must be a list of glob strings (may be empty), got {value!r}")
+
+
 def _name(value: object) -> str | None:
     return _text("name", value)
 
@@ -269,7 +326,10 @@ class Rule:
     :param tool: a tool-name glob (``fnmatch``) or a sequence of them; ``"*"`` is every tool.
     :param path_prefix: a prefix or prefixes the path argument must be inside.
     :param argument: the argument ``path_prefix`` reads (default ``"path"``).
-    :param command_matches: a regex searched in the ``command`` (or ``argv``) argument.
+    :param argv_prefix: words (or a list of word lists) the call's argv must start with.
+    :param argv_rest: with ``argv_prefix``, globs every further argv word must match.
+    :param command_matches: a regex searched in the ``command`` (or ``argv``) argument;
+        an ``allow`` rule may use it only together with ``argv_prefix``.
     :param argument_equals: ``{argument: value}`` pairs that must all be equal.
     :param name: how messages name the rule (default: its position).
     :param reason: the model-facing reason for ``deny`` and ``ask``.
@@ -284,6 +344,12 @@ class Rule:
         default=None, kw_only=True, converter=_prefixes
     )
     argument: str = attrs.field(default="path", kw_only=True, converter=_argument)
+    argv_prefix: tuple[tuple[str, ...], ...] | None = attrs.field(
+        default=None, kw_only=True, converter=_argv_prefixes
+    )
+    argv_rest: tuple[str, ...] | None = attrs.field(
+        default=None, kw_only=True, converter=_argv_rest
+    )
     command_matches: str | None = attrs.field(default=None, kw_only=True, converter=_command)
     argument_equals: FrozenDict | None = attrs.field(default=None, kw_only=True, converter=_equals)
     name: str | None = attrs.field(default=None, kw_only=True, converter=_name)
@@ -301,6 +367,15 @@ class Rule:
             )
         if self.enforce == "guard" and self.action != "deny":
             raise RulesError(f'enforce = "guard" is only for deny rules, not {self.action!r}')
+        if self.argv_rest is not None and self.argv_prefix is None:
+            raise RulesError("argv_rest needs argv_prefix (the words the rest follows)")
+        if self.action == "allow" and self.command_matches is not None and not self.argv_prefix:
+            raise RulesError(
+                "command_matches cannot make an allow rule safe: a regular expression over "
+                'shell text also matches "git status; rm -rf ~". Allow by program and '
+                "arguments with argv_prefix (and argv_rest), or use command_matches in a "
+                "deny or ask rule"
+            )
         pattern = None
         if self.command_matches is not None:
             try:
@@ -325,6 +400,8 @@ class Rule:
                 _inside(path, prefix) for prefix in self._normal_prefixes
             ):
                 return False
+        if self.argv_prefix is not None and not self._argv_matches(args):
+            return False
         if self._pattern is not None:
             command = _command_text(args)
             if command is None or self._pattern.search(command) is None:
@@ -334,6 +411,44 @@ class Rule:
                 if key not in args or not _json_equal(args[key], expected):
                     return False
         return True
+
+    def _argv_matches(self, args: Mapping[str, object]) -> bool:
+        argv = _call_argv(args)
+        if argv is _Command.ABSENT:
+            return False
+        if argv is _Command.OPAQUE:
+            # Whatever the command runs may be what a deny or ask rule is about.
+            return self.action != "allow"
+        for prefix in self.argv_prefix or ():
+            if argv[: len(prefix)] == prefix:
+                rest = argv[len(prefix) :]
+                if self.argv_rest is None or all(
+                    any(fnmatch.fnmatchcase(word, glob) for glob in self.argv_rest) for word in rest
+                ):
+                    return True
+        return False
+
+
+class _Command(enum.Enum):
+    """What a call runs when it has no plain argv."""
+
+    ABSENT = "no command or argv argument"
+    OPAQUE = "a command that is not one simple command"
+
+
+def _call_argv(args: Mapping[str, object]) -> tuple[str, ...] | _Command:
+    """The argv a call runs: its ``argv`` list, or its ``command`` string when that is one
+    simple command (see :mod:`dsh_tools_plugins._shell`)."""
+    command, argv = args.get("command"), args.get("argv")
+    if command is None and argv is None:
+        return _Command.ABSENT
+    if command is None:
+        if isinstance(argv, (list, tuple)) and argv and all(isinstance(w, str) for w in argv):
+            return tuple(argv)
+        return _Command.OPAQUE
+    if argv is None and isinstance(command, str):
+        return simple_argv(command) or _Command.OPAQUE
+    return _Command.OPAQUE
 
 
 def _command_text(args: Mapping[str, object]) -> str | None:
@@ -411,19 +526,22 @@ class PermissionRules:
             raise RulesError(
                 f"invalid TOML: {problem}", source=source, line=line, column=column
             ) from None
+        # A new top-level section (a table such as [sandbox]) is a key in _TOP_KEYS read
+        # here; _top_key_line points its errors at the line that sets it.
         unknown = sorted(set(document) - _TOP_KEYS)
         if unknown:
             raise RulesError(
-                f"unknown top-level key {unknown[0]!r} (expected 'default' and [[rule]] tables)",
+                f"unknown top-level key {unknown[0]!r} "
+                f"(known: {', '.join(sorted(_TOP_KEYS))}; rules are [[rule]] tables)",
                 source=source,
-                line=_key_line(text, unknown[0], 0, _first_table(text)),
+                line=_top_key_line(text, unknown[0]),
             )
         tables = document.get("rule", [])
         if not isinstance(tables, list):
             raise RulesError(
                 "'rule' must be an array of tables ([[rule]])",
                 source=source,
-                line=_key_line(text, "rule", 0, len(text)),
+                line=_top_key_line(text, "rule"),
             )
         headers = _rule_headers(text)
         rules = []
@@ -436,7 +554,7 @@ class PermissionRules:
             raise RulesError(
                 error.problem,
                 source=source,
-                line=_key_line(text, "default", 0, _first_table(text)),
+                line=_top_key_line(text, "default"),
             ) from None
 
     # ------------------------------------------------------------------ deciding
@@ -543,13 +661,27 @@ def _first_table(text: str) -> int:
     return match.start() if match else len(text)
 
 
+def _spelled(key: str) -> str:
+    """A regex for ``key`` written bare, or in double or single quotes."""
+    escaped = re.escape(key)
+    return rf"(?:{escaped}|\"{escaped}\"|'{escaped}')"
+
+
 def _key_line(text: str, key: str, start: int, end: int) -> int | None:
     """The line of ``key =`` between offsets ``start`` and ``end``, if there is one."""
-    pattern = re.compile(
-        rf"^[ \t]*(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')[ \t]*=",
-        re.MULTILINE,
-    )
+    pattern = re.compile(rf"^[ \t]*{_spelled(key)}[ \t]*=", re.MULTILINE)
     match = pattern.search(text, start, end)
+    return _line_of(text, match.start()) if match else None
+
+
+def _top_key_line(text: str, key: str) -> int | None:
+    """The line that sets a top-level ``key``: ``key =`` before the first table, or a
+    ``[key]``, ``[key.sub]`` or ``[[key]]`` header."""
+    line = _key_line(text, key, 0, _first_table(text))
+    if line is not None:
+        return line
+    header = re.compile(rf"^[ \t]*\[\[?[ \t]*{_spelled(key)}[ \t]*[\].]", re.MULTILINE)
+    match = header.search(text)
     return _line_of(text, match.start()) if match else None
 
 
@@ -623,8 +755,10 @@ def default_permissions() -> PermissionRules:
     """The ``dsh_tools.plugins`` entry point factory: the rules in the TOML file named by
     ``$DSH_TOOLS_RULES``, or :func:`default_rules` when it is unset or empty.
 
-    A set but unreadable or malformed file raises :class:`RulesError` (the loader reports
-    it); it never silently falls back to the defaults.
+    A set but unreadable or malformed file raises :class:`RulesError`, a
+    :class:`~dsh_tools.errors.PluginConfigError`: :func:`~dsh_tools.plugins.load_plugins`
+    raises it in turn (strict or not), so a host never runs with no rules, or with the
+    defaults, in place of the file it named.
     """
     path = os.environ.get(RULES_ENV_VAR, "").strip()
     if path:

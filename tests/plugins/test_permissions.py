@@ -170,7 +170,7 @@ def test_predicates() -> None:
     policy = PermissionRules(
         [
             Rule("deny", "run_command", command_matches=r"\brm\s+-rf\b", name="no rm -rf"),
-            Rule("allow", "run_command", command_matches=r"^git (status|diff)\b"),
+            Rule("allow", "run_command", argv_prefix=[["git", "status"], ["git", "diff"]]),
             Rule("allow", "write_file", path_prefix="/tmp", argument="target"),
             Rule("allow", "deploy", argument_equals={"mode": "dry-run"}),
             Rule("allow", "flag", argument_equals={"force": False}),
