@@ -29,6 +29,7 @@ from dsh_tools.presentation import (
 
 texts = st.text(max_size=20)
 maybe_texts = st.none() | texts
+maybe_bools = st.none() | st.booleans()
 positive = st.integers(min_value=1, max_value=10**6)
 
 json_values: st.SearchStrategy[Any] = st.recursive(
@@ -68,7 +69,14 @@ call_views = st.one_of(
         content=st.none() | content_blocks,
         locations=st.lists(file_locations, max_size=3),
     ),
-    st.builds(TerminalCallView, texts, description=maybe_texts, cwd=maybe_texts),
+    st.builds(
+        TerminalCallView,
+        texts,
+        description=maybe_texts,
+        cwd=maybe_texts,
+        sandboxed=maybe_bools,
+        network=maybe_bools,
+    ),
     st.builds(
         DiffCallView,
         texts,
@@ -108,6 +116,8 @@ def _terminal_results(draw: st.DrawFn) -> TerminalResultView:
         output=draw(maybe_texts),
         exit_code=draw(st.integers(-255, 255)) if ending == "exited" else None,
         signal=draw(texts) if ending == "killed" else None,
+        sandboxed=draw(maybe_bools),
+        network=draw(maybe_bools),
     )
 
 

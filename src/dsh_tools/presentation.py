@@ -303,12 +303,16 @@ class TerminalCallView:
     """A shell command about to run: ``title`` is the command, ``cwd`` where it runs.
 
     A relative ``cwd`` is resolved by the UI against the session workspace; absent means
-    the workspace itself.
+    the workspace itself. ``sandboxed`` says whether the command will run in an OS
+    sandbox and ``network`` whether it can reach the network, so a user approving it
+    sees what it can touch; absent means the tool does not say.
     """
 
     title: str
     description: str | None = attrs.field(default=None, kw_only=True)
     cwd: str | None = attrs.field(default=None, kw_only=True)
+    sandboxed: bool | None = attrs.field(default=None, kw_only=True)
+    network: bool | None = attrs.field(default=None, kw_only=True)
 
 
 @attrs.frozen
@@ -341,12 +345,15 @@ class GenericResultView:
 @attrs.frozen(kw_only=True)
 class TerminalResultView:
     """A finished process: its captured ``output`` and either ``exit_code`` (it exited) or
-    ``signal`` such as ``"SIGTERM"`` (it was killed), never both."""
+    ``signal`` such as ``"SIGTERM"`` (it was killed), never both; ``sandboxed`` and
+    ``network`` as on :class:`TerminalCallView`."""
 
     title: str | None = None
     output: str | None = None
     exit_code: int | None = None
     signal: str | None = None
+    sandboxed: bool | None = None
+    network: bool | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.exit_code is not None and self.signal is not None:

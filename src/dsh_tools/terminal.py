@@ -51,6 +51,15 @@ def _diff_text(diffs: Iterable[FileDiff]) -> str:
     return _lines("".join(parts))
 
 
+def _reach(view: TerminalCallView | TerminalResultView) -> str | None:
+    """What a command can reach, when its card says: sandboxed or not, network or not."""
+    if view.sandboxed is None:
+        return None
+    if not view.sandboxed:
+        return "not sandboxed"
+    return "sandboxed, network " + ("on" if view.network else "off")
+
+
 def render_call_view(view: ToolCallView) -> str:
     """The pending card of a call, ending with a newline."""
     if isinstance(view, TerminalCallView):
@@ -58,7 +67,8 @@ def render_call_view(view: ToolCallView) -> str:
         if view.cwd:
             head += f"   (in {view.cwd})"
         description = f"  {view.description}\n" if view.description else ""
-        return f"{head}\n{description}"
+        reach = _reach(view)
+        return f"{head}\n{description}" + (f"  [{reach}]\n" if reach else "")
     if isinstance(view, DiffCallView):
         return f"✎ {view.title}\n{_diff_text(view.diffs)}"
     assert isinstance(view, GenericCallView)
@@ -95,12 +105,13 @@ def render_result(
         return f"{head}\n{_lines(text)}"
     title = f"{status}: {view.title}" if getattr(view, "title", None) else status
     if isinstance(view, TerminalResultView):
-        tail = (
-            f"  [exit {view.exit_code}]\n"
+        ending = (
+            f"exit {view.exit_code}"
             if view.exit_code is not None
-            else (f"  [killed by {view.signal}]\n" if view.signal else "")
+            else (f"killed by {view.signal}" if view.signal else None)
         )
-        return f"{title}\n{_lines(view.output or '')}{tail}"
+        notes = "; ".join(note for note in (ending, _reach(view)) if note)
+        return f"{title}\n{_lines(view.output or '')}" + (f"  [{notes}]\n" if notes else "")
     if isinstance(view, DiffResultView):
         return f"{title}\n{_diff_text(view.diffs)}"
     if isinstance(view, SearchMatchesView):
