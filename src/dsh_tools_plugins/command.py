@@ -3,34 +3,23 @@
 The body is an ``async def`` on :func:`anyio.open_process`, so it works on asyncio and
 trio hosts and is interrupted at once when the call is cancelled (the pipeline binds the
 call's signal, ``ctx.signal``, to the body's cancel scope; a tool-level timeout fires the
-same way). Whatever ends the call, the command never outlives it:
-
-* it runs in a new session, hence its own process group (``start_new_session=True``);
-* on cancellation or on its own timeout the whole group gets ``SIGTERM``, then, after a
-  grace period, ``SIGKILL``;
-* when the command exits by itself, whatever it left running in its group
-  (``sleep 30 &``) is killed too.
-
-Only a process that leaves the group on purpose (``setsid``, a double-forking daemon)
-can escape. Confinement applies to the working directory, not to what the command does:
-``run_command`` is not a sandbox. The directory is opened through the workspace (no
-symlinks, verified descriptor) and the child changes into it through ``/proc/self/fd``
-where the platform has it, so it cannot be swapped between check and use.
+same way). How the process starts, what it can reach and how it is stopped is
+:mod:`dsh_tools_plugins.sandbox`'s job: by default (``sandbox="auto"``) a bubblewrap
+sandbox where one can be made; either way an allowlisted environment, and nothing the
+command starts outlives the call.
 
 stdout and stderr are captured together, in order. Output over the cap keeps its head
 and its tail around a ``[... output truncated: N bytes omitted ...]`` marker. A non-zero
 exit or a timeout is not a failed call: the result says what happened (``exit_code``,
-``signal``, ``timed_out``) so the model can react; a command that cannot start fails.
+``signal``, ``timed_out``) and whether the command ran sandboxed, so the model can react;
+a command that cannot start fails.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shlex
 import signal as signals
-import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import anyio
@@ -44,6 +33,7 @@ from dsh_tools.pipeline import ToolRunContext
 from dsh_tools.presentation import TerminalCallView, TerminalResultView
 
 from .files import fields
+from .sandbox import Sandbox, SandboxMode, SandboxSettings, SandboxState, end_leftovers
 from .workspace import Workspace
 
 __all__ = [
@@ -68,7 +58,6 @@ DEFAULT_MAX_OUTPUT_BYTES = 64 * 1024
 """Captured output kept (head and tail) before the truncation marker."""
 
 _DRAIN_S = 0.5  # after exit, how long to wait for output held open by an escaped process
-_PROC_FD = "/proc/self/fd"
 
 
 @attrs.frozen
@@ -142,27 +131,11 @@ class _Capture:
         )
 
 
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
 def _signal_name(number: int) -> str:
     try:
         return signals.Signals(number).name
     except ValueError:
         return f"SIG{number}"
-
-
-async def _stop(process: anyio.abc.Process, grace_s: float) -> None:
-    """SIGTERM the group, wait up to ``grace_s`` for the leader, then SIGKILL the group."""
-    pgid = process.pid
-    if process.returncode is None:
-        _signal_group(pgid, signals.SIGTERM)
-        with anyio.move_on_after(grace_s):
-            await process.wait()
-    _signal_group(pgid, signals.SIGKILL)  # stragglers, and a leader that ignored SIGTERM
-    await process.wait()
 
 
 async def _pump(process: anyio.abc.Process, capture: _Capture, done: anyio.Event) -> None:
@@ -176,6 +149,20 @@ async def _pump(process: anyio.abc.Process, capture: _Capture, done: anyio.Event
         done.set()
 
 
+async def _supervise(process: anyio.abc.Process, capture: _Capture, timeout_s: float) -> bool:
+    """Collect output until the command exits, or its time is up (then return True)."""
+    done = anyio.Event()
+    with anyio.move_on_after(timeout_s) as deadline:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_pump, process, capture, done)
+            await process.wait()
+            end_leftovers(process)  # nothing outlives the call
+            with anyio.move_on_after(_DRAIN_S):
+                await done.wait()
+            group.cancel_scope.cancel()
+    return deadline.cancelled_caught
+
+
 _OUTPUT_SCHEMA = {
     "type": "object",
     "properties": {
@@ -187,6 +174,8 @@ _OUTPUT_SCHEMA = {
         "timed_out": {"type": "boolean"},
         "truncated": {"type": "boolean"},
         "output_bytes": {"type": "integer"},
+        "sandboxed": {"type": "boolean"},
+        "network": {"type": "boolean"},
     },
     "required": [
         "command",
@@ -197,6 +186,8 @@ _OUTPUT_SCHEMA = {
         "timed_out",
         "truncated",
         "output_bytes",
+        "sandboxed",
+        "network",
     ],
     "additionalProperties": False,
 }
@@ -211,12 +202,9 @@ def _render(args: RunCommandArgs, value: Any) -> str:
         status = f"killed by {value['signal']}"
     else:
         status = f"exit code {value['exit_code']}"
+    if not value["sandboxed"]:
+        status += "; not sandboxed"
     return f"{output.rstrip(chr(10))}\n[{status}]"
-
-
-def _present_call(args: RunCommandArgs) -> TerminalCallView:
-    cwd = None if args.cwd in (".", "") else args.cwd
-    return TerminalCallView(_title(args), description=args.description, cwd=cwd)
 
 
 def _present_result(args: RunCommandArgs, result: PresentableResult) -> TerminalResultView | None:
@@ -228,7 +216,54 @@ def _present_result(args: RunCommandArgs, result: PresentableResult) -> Terminal
         output=meta["output"],
         exit_code=None if killed is not None else meta["exit_code"],
         signal=killed,
+        sandboxed=meta["sandboxed"],
+        network=meta["network"],
     )
+
+
+def _value(
+    args: RunCommandArgs,
+    cwd: str,
+    capture: _Capture,
+    process: anyio.abc.Process,
+    timed_out: bool,
+    state: SandboxState,
+) -> dict[str, Any]:
+    code = process.returncode
+    assert code is not None
+    killed = _signal_name(-code) if code < 0 else None
+    return {
+        "command": _title(args),
+        "cwd": cwd,
+        "output": capture.text(),
+        "exit_code": None if killed is not None else code,
+        "signal": killed,
+        "timed_out": timed_out,
+        "truncated": capture.truncated,
+        "output_bytes": capture.total,
+        "sandboxed": state.sandboxed,
+        "network": state.network,
+    }
+
+
+def _description(default_timeout_ms: int, settings: SandboxSettings) -> str:
+    text = (
+        "Run a command in the workspace and return its combined stdout and stderr with "
+        "the exit code. Pass `command` (a shell command line, run with /bin/sh -c) or "
+        "`argv` (no shell). The command is killed, with everything it started, when "
+        f"it runs longer than timeout_ms (default {default_timeout_ms} ms)."
+    )
+    if settings.mode == "off":
+        return text
+    network = "with" if settings.network else "without"
+    text += (
+        f" It runs in a sandbox {network} network access: only the workspace is "
+        "writable, system directories are read-only, /tmp and HOME are private and "
+        "start empty, and the environment holds few variables."
+    )
+    if settings.mode == "auto":
+        text += " A result marked `not sandboxed` ran directly on the host."
+    return text
 
 
 def run_command_tool(
@@ -239,18 +274,34 @@ def run_command_tool(
     kill_grace_ms: int = DEFAULT_KILL_GRACE_MS,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     shell: str = "/bin/sh",
+    sandbox: SandboxSettings | SandboxMode = "auto",
+    pass_env: Iterable[str] = (),
     env: Mapping[str, str] | None = None,
 ) -> ToolDefinition[RunCommandArgs]:
     """The ``run_command`` tool: run ``argv`` or a shell ``command`` in the workspace.
 
-    ``env`` replaces the environment of the commands (``None`` inherits the host's).
+    ``sandbox`` says what commands may reach (:class:`~dsh_tools_plugins.sandbox.
+    SandboxSettings`, or just its mode: ``"auto"``, ``"required"`` or ``"off"``).
+    Commands get only ``PATH``, ``LANG``, ``LC_*`` and ``TERM`` from the host's
+    environment, plus the names in ``pass_env`` (``NAME`` or ``PREFIX*``); ``HOME`` is
+    an empty private directory; ``env`` sets further variables (and wins).
     The definition's own ``timeout_ms`` is a backstop above ``max_timeout_ms`` plus the
     grace period: the per-call timeout normally fires first and keeps the output.
     """
     if not 0 < default_timeout_ms <= max_timeout_ms:
         raise ValueError("need 0 < default_timeout_ms <= max_timeout_ms")
-    grace_s = kill_grace_ms / 1000
-    environment = dict(env) if env is not None else None
+    starter = Sandbox(sandbox, pass_env=pass_env, set_env=env, kill_grace_ms=kill_grace_ms)
+
+    def present_call(args: RunCommandArgs) -> TerminalCallView:
+        cwd = None if args.cwd in (".", "") else args.cwd
+        state = starter.state()
+        return TerminalCallView(
+            _title(args),
+            description=args.description,
+            cwd=cwd,
+            sandboxed=state.sandboxed,
+            network=state.network,
+        )
 
     async def execute(args: RunCommandArgs, ctx: ToolRunContext) -> dict[str, Any]:
         if (args.command is None) == (args.argv is None):
@@ -263,70 +314,28 @@ def run_command_tool(
                 [f'"timeout_ms" must be between 1 and {max_timeout_ms}, got {timeout_ms}']
             )
         argv = [shell, "-c", args.command] if args.command is not None else list(args.argv or [])
+        state, bubblewrap = await starter.prepare()
         capture = _Capture(max_output_bytes)
-        with workspace.open(args.cwd, directory=True) as directory:
-            by_fd = os.path.isdir(_PROC_FD)
-            try:
-                process = await anyio.open_process(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    cwd=f"{_PROC_FD}/{directory.fd}" if by_fd else directory.path,
-                    pass_fds=(directory.fd,) if by_fd else (),
-                    env=environment,
-                    start_new_session=True,
-                )
-            except FileNotFoundError:
-                raise ToolError(f"command not found: {argv[0]}") from None
-            except PermissionError:
-                raise ToolError(f"command is not executable: {argv[0]}") from None
-            except OSError as error:
-                raise ToolError(f"cannot start {argv[0]}: {error.strerror or error}") from None
-            cwd_display = directory.display
-        timed_out = False
-        try:
-            done = anyio.Event()
-            with anyio.move_on_after(timeout_ms / 1000) as deadline:
-                async with anyio.create_task_group() as group:
-                    group.start_soon(_pump, process, capture, done)
-                    await process.wait()
-                    _signal_group(process.pid, signals.SIGKILL)  # nothing outlives the call
-                    with anyio.move_on_after(_DRAIN_S):
-                        await done.wait()
-                    group.cancel_scope.cancel()
-            timed_out = deadline.cancelled_caught
-        finally:
-            with anyio.CancelScope(shield=True):
-                await _stop(process, grace_s)
-                await process.aclose()
-        code = process.returncode
-        assert code is not None
-        killed = _signal_name(-code) if code < 0 else None
-        return {
-            "command": _title(args),
-            "cwd": cwd_display,
-            "output": capture.text(),
-            "exit_code": None if killed is not None else code,
-            "signal": killed,
-            "timed_out": timed_out,
-            "truncated": capture.truncated,
-            "output_bytes": capture.total,
-        }
+        with (
+            workspace.open(".", directory=True) as root,
+            workspace.open(args.cwd, directory=True) as directory,
+        ):
+            async with starter.start(
+                argv, root=root, directory=directory, bubblewrap=bubblewrap
+            ) as launch:
+                timed_out = await _supervise(launch.process, capture, timeout_ms / 1000)
+        if launch.setup_failed:
+            raise ToolError(f"the sandbox could not start the command: {capture.text().strip()}")
+        return _value(args, directory.display, capture, launch.process, timed_out, state)
 
     return define_tool(
         name="run_command",
-        description=(
-            "Run a command in the workspace and return its combined stdout and stderr with "
-            "the exit code. Pass `command` (a shell command line, run with /bin/sh -c) or "
-            "`argv` (no shell). The command is killed, with everything it started, when "
-            f"it runs longer than timeout_ms (default {default_timeout_ms} ms)."
-        ),
+        description=_description(default_timeout_ms, starter.settings),
         parameters=RunCommandArgs,
         execute=execute,
         output=ToolOutput(_OUTPUT_SCHEMA, _render, lambda args, value: value),
         timeout_ms=max_timeout_ms + kill_grace_ms + 5_000,
-        present_call=_present_call,
+        present_call=present_call,
         present_result=_present_result,
         metadata={"read_only": False},
     )

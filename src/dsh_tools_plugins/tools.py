@@ -9,12 +9,14 @@ current directory.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dsh_tools.models import ToolDefinition
 
 from .command import run_command_tool
 from .files import edit_file_tool, list_dir_tool, read_file_tool, write_file_tool
+from .sandbox import SandboxMode, SandboxSettings
 from .search import glob_tool, grep_tool
 from .workspace import Workspace
 
@@ -24,12 +26,22 @@ WORKSPACE_ENV = "DSH_TOOLS_WORKSPACE"
 """Environment variable naming the workspace root when none is given."""
 
 
-def workspace_tools(root: str | os.PathLike[str] | None = None) -> list[ToolDefinition[Any]]:
+def workspace_tools(
+    root: str | os.PathLike[str] | None = None,
+    *,
+    sandbox: SandboxSettings | SandboxMode = "auto",
+    pass_env: Iterable[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> list[ToolDefinition[Any]]:
     """``read_file``, ``write_file``, ``edit_file``, ``list_dir``, ``glob``, ``grep`` and
     ``run_command``, all confined to one :class:`~dsh_tools_plugins.workspace.Workspace`.
 
     ``root=None`` reads :data:`WORKSPACE_ENV`, falling back to the current directory.
-    Raises :class:`ValueError` when the root is not an existing directory.
+    ``sandbox``, ``pass_env`` and ``env`` go to :func:`~dsh_tools_plugins.command.
+    run_command_tool`: by default commands run in a bubblewrap sandbox where one can be
+    made, without network, with an allowlisted environment.
+    Raises :class:`ValueError` when the root is not an existing directory or a sandbox
+    setting is invalid.
     """
     if root is None:
         root = os.environ.get(WORKSPACE_ENV) or os.getcwd()
@@ -41,5 +53,5 @@ def workspace_tools(root: str | os.PathLike[str] | None = None) -> list[ToolDefi
         list_dir_tool(workspace),
         glob_tool(workspace),
         grep_tool(workspace),
-        run_command_tool(workspace),
+        run_command_tool(workspace, sandbox=sandbox, pass_env=pass_env, env=env),
     ]

@@ -424,7 +424,9 @@ async def test_native_cancellation_kills_the_command_process_group(tmp_path: Pat
     root = tmp_path / "ws"
     root.mkdir()
     registry = ToolRegistry()
-    registry.register(run_command_tool(Workspace(root), kill_grace_ms=200))
+    # unsandboxed: the pids the command writes are host pids (tests/plugins/test_sandbox.py
+    # cancels a sandboxed call)
+    registry.register(run_command_tool(Workspace(root), kill_grace_ms=200, sandbox="off"))
     observed: list[ToolExecutionResult] = []
 
     class Observer:
