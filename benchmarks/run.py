@@ -30,6 +30,7 @@ CASES: dict[str, tuple[str, str]] = {
     "4": ("argument validation", "case_validate:run"),
     "5": ("import and plugin startup", "case_startup:run"),
     "6": ("scale and memory", "case_scale:run"),
+    "7": ("sandbox start cost", "case_sandbox:run"),
 }
 
 
