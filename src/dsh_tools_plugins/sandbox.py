@@ -42,6 +42,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import typing
 from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import PurePosixPath
 from typing import Literal
@@ -74,7 +75,7 @@ logger = logging.getLogger("dsh_tools")
 SandboxMode = Literal["required", "auto", "off"]
 """``required``: sandbox or refuse; ``auto``: sandbox where possible; ``off``: never."""
 
-_MODES = ("required", "auto", "off")
+_MODES = typing.get_args(SandboxMode)
 
 DEFAULT_ENV_NAMES = ("PATH", "LANG", "LC_*", "TERM")
 """Host variables a command always gets (a trailing ``*`` matches a prefix)."""
@@ -179,6 +180,16 @@ def _env_names(names: Iterable[str]) -> tuple[str, ...]:
                 f"environment names are letters, digits and _ (with an optional trailing *), "
                 f"got {name!r}"
             )
+    return checked
+
+
+def _env_values(values: Mapping[str, str] | None) -> dict[str, str]:
+    checked = dict(values or {})
+    for name, value in checked.items():
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name) or name.endswith("*"):
+            raise ValueError(f"environment names are letters, digits and _, got {name!r}")
+        if not isinstance(value, str) or "\x00" in value:
+            raise ValueError(f"environment variable {name} must be text without NUL, got {value!r}")
     return checked
 
 
@@ -647,7 +658,7 @@ class Sandbox:
             settings = SandboxSettings(mode=settings)
         self.settings = settings
         self.pass_env = _env_names(pass_env)
-        self.set_env = dict(set_env or {})
+        self.set_env = _env_values(set_env)
         self._grace_s = kill_grace_ms / 1000
 
     def state(self) -> SandboxState:

@@ -251,5 +251,9 @@ def test_hosts_add_variables_by_name_prefix_or_value(
     assert {"CI_TOKEN=from-host", "NPM_CONFIG_REGISTRY=https://npm.example"} <= set(listing)
     assert {"MODE=test", "HOME=/nonexistent-home"} <= set(listing)
     assert not any(line.startswith("OPENAI_API_KEY=") for line in listing)
-    with pytest.raises(ValueError, match="environment names"):
+    with pytest.raises(ValueError, match=r"environment names .* got 'BAD NAME'"):
         run_command_tool(Workspace(root), pass_env=["BAD NAME"])
+    with pytest.raises(ValueError, match=r"environment names .* got 'A=B'"):
+        run_command_tool(Workspace(root), env={"A=B": "x"})
+    with pytest.raises(ValueError, match="variable MODE must be text without NUL, got 3"):
+        run_command_tool(Workspace(root), env={"MODE": 3})  # type: ignore[dict-item]
