@@ -407,8 +407,9 @@ def _exit_reported(status: bytes) -> bool:
     return b'"exit-code"' in status
 
 
-async def _first_record(fd: int) -> dict[str, object] | None:
-    """The first JSON line bwrap writes to its status descriptor (``None`` at EOF)."""
+async def _sandbox_pid(fd: int) -> int | None:
+    """The host pid of the sandbox's first process, from the first JSON line bwrap writes
+    to its status descriptor; ``None`` when bwrap ended before making one."""
     data = b""
     while b"\n" not in data:
         try:
@@ -419,8 +420,14 @@ async def _first_record(fd: int) -> dict[str, object] | None:
         if not chunk:
             return None
         data += chunk
-    record = json.loads(data.split(b"\n", 1)[0])
-    return record if isinstance(record, dict) else None
+    line = data.split(b"\n", 1)[0]
+    try:
+        pid = json.loads(line).get("child-pid")
+    except (ValueError, AttributeError):
+        pid = None
+    if not isinstance(pid, int) or isinstance(pid, bool):
+        raise ToolError(f"bubblewrap reported no sandbox process: {line!r}")
+    return pid
 
 
 # --------------------------------------------------------------------------- cgroups
@@ -741,13 +748,14 @@ class Sandbox:
         if "/" not in argv[0] and shutil.which(argv[0], path=environment["PATH"]) is None:
             raise ToolError(f"command not found: {argv[0]}")
         limits = self.settings.limits
-        cgroup = _PidsCgroup.create(limits.processes)
         status_r, status_w = os.pipe()
         block_r, block_w = os.pipe()
         os.set_blocking(status_r, False)
         process: anyio.abc.Process | None = None
         init: int | None = None  # pidfd of the sandbox's first process
+        cgroup: _PidsCgroup | None = None
         try:
+            cgroup = _PidsCgroup.create(limits.processes)
             jail = _jail_arguments(
                 bubblewrap,
                 self.settings,
@@ -766,9 +774,8 @@ class Sandbox:
             finally:
                 os.close(status_w)
                 os.close(block_r)
-            header = await _first_record(status_r)
-            child = header.get("child-pid") if header is not None else None
-            if isinstance(child, int):
+            child = await _sandbox_pid(status_r)
+            if child is not None:
                 init = _pidfd(child)
                 try:
                     _confine(child, limits, cgroup)
