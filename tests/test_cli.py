@@ -234,3 +234,41 @@ def test_serve_mcp_answers_an_mcp_client_on_stdio(workspace: Path) -> None:
     call = replies[3]["result"]
     assert call["isError"] is False
     assert "beta" in call["content"][0]["text"]
+
+
+def test_sandbox_flags_reach_run_command_and_its_rules(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--sandbox required`` with the network off: the default rules let a command run
+    without asking, or the tool refuses it where no sandbox can be made. ``auto`` and
+    ``--network`` keep asking (no terminal here: denied)."""
+    from dsh_tools_plugins.sandbox import Sandbox
+
+    monkeypatch.setenv("DSH_TOOLS_SANDBOX", "")
+    monkeypatch.setenv("DSH_TOOLS_NETWORK", "")
+    call = ["call", "run_command", '{"argv": ["echo", "hi"]}']
+    confined = dsh("--workspace", str(workspace), "--sandbox", "required", *call)
+    if Sandbox("required").state().sandboxed:
+        assert confined.code == 0, confined.out
+        assert "hi" in confined.out
+        assert "[exit 0; sandboxed, network off]" in confined.out
+    else:
+        assert confined.code == EXIT_CALL_FAILED
+        assert "✗ failed (DENIED)" in confined.out
+    for flags in (["--sandbox", "auto"], ["--sandbox", "required", "--network"]):
+        asked = dsh("--workspace", str(workspace), *flags, *call)
+        assert asked.code == EXIT_CALL_FAILED, flags
+        assert "no approval channel" in asked.out, flags
+    bad = dsh("--workspace", str(workspace), "--sandbox", "strict", "list")
+    assert bad.code == EXIT_USAGE
+    assert "--sandbox" in bad.err
+
+
+def test_a_bad_network_setting_stops_the_command(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DSH_TOOLS_SANDBOX", "")
+    monkeypatch.setenv("DSH_TOOLS_NETWORK", "maybe")
+    run = dsh("--workspace", str(workspace), "list")
+    assert run.code == EXIT_USAGE
+    assert '$DSH_TOOLS_NETWORK: must be "on" or "off"' in run.err

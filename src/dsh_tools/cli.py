@@ -137,6 +137,17 @@ def _parser() -> argparse.ArgumentParser:
         "--workspace", metavar="DIR", help="root the workspace tools are confined to (default: .)"
     )
     parser.add_argument("--rules", metavar="FILE", help="permission rules (TOML) to enforce")
+    parser.add_argument(
+        "--sandbox",
+        choices=("auto", "required", "off"),
+        help="how run_command sandboxes commands (default: the rules file's [sandbox], or auto)",
+    )
+    parser.add_argument(
+        "--network",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="let sandboxed commands use the network (default: the rules file's, or off)",
+    )
     parser.add_argument("--audit-log", metavar="FILE", help="append every call to this JSONL log")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -183,6 +194,11 @@ def _build(
         if not os.path.isfile(options.rules):
             raise UsageError(f"--rules {options.rules!r} is not a file")
         os.environ["DSH_TOOLS_RULES"] = os.path.abspath(options.rules)
+    # The workspace and permissions entry points both read these (configured_sandbox).
+    if options.sandbox is not None:
+        os.environ["DSH_TOOLS_SANDBOX"] = options.sandbox
+    if options.network is not None:
+        os.environ["DSH_TOOLS_NETWORK"] = "on" if options.network else "off"
     registry = ToolRegistry(approval=TerminalApproval(stdin, stderr))
     report = LoadReport()
     if not options.no_plugins:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import shlex
 import signal as signals
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -275,7 +275,6 @@ def run_command_tool(
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     shell: str = "/bin/sh",
     sandbox: SandboxSettings | SandboxMode = "auto",
-    pass_env: Iterable[str] = (),
     env: Mapping[str, str] | None = None,
 ) -> ToolDefinition[RunCommandArgs]:
     """The ``run_command`` tool: run ``argv`` or a shell ``command`` in the workspace.
@@ -283,14 +282,14 @@ def run_command_tool(
     ``sandbox`` says what commands may reach (:class:`~dsh_tools_plugins.sandbox.
     SandboxSettings`, or just its mode: ``"auto"``, ``"required"`` or ``"off"``).
     Commands get only ``PATH``, ``LANG``, ``LC_*`` and ``TERM`` from the host's
-    environment, plus the names in ``pass_env`` (``NAME`` or ``PREFIX*``); ``HOME`` is
-    an empty private directory; ``env`` sets further variables (and wins).
+    environment, plus the names in the settings' ``pass_env``; ``HOME`` is an empty
+    private directory; ``env`` sets further variables (and wins).
     The definition's own ``timeout_ms`` is a backstop above ``max_timeout_ms`` plus the
     grace period: the per-call timeout normally fires first and keeps the output.
     """
     if not 0 < default_timeout_ms <= max_timeout_ms:
         raise ValueError("need 0 < default_timeout_ms <= max_timeout_ms")
-    starter = Sandbox(sandbox, pass_env=pass_env, set_env=env, kill_grace_ms=kill_grace_ms)
+    starter = Sandbox(sandbox, set_env=env, kill_grace_ms=kill_grace_ms)
 
     def present_call(args: RunCommandArgs) -> TerminalCallView:
         cwd = None if args.cwd in (".", "") else args.cwd

@@ -93,6 +93,7 @@ from dsh_tools.json import FrozenDict, snapshot
 from dsh_tools.models import Allow, Ask, Deny, ToolExecution
 
 from ._shell import simple_argv
+from .sandbox import SandboxLimits, SandboxMode, SandboxSettings
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -100,17 +101,28 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
 __all__ = [
+    "NETWORK_ENV_VAR",
     "RULES_ENV_VAR",
+    "SANDBOX_ENV_VAR",
     "Action",
     "PermissionRules",
     "Rule",
     "RulesError",
+    "configured_sandbox",
     "default_permissions",
     "default_rules",
 ]
 
 RULES_ENV_VAR: Final = "DSH_TOOLS_RULES"
 """Environment variable naming the TOML rules file :func:`default_permissions` loads."""
+
+SANDBOX_ENV_VAR: Final = "DSH_TOOLS_SANDBOX"
+"""Environment variable (``auto``, ``required`` or ``off``; the command's ``--sandbox``)
+that overrides the rules file's ``[sandbox] mode``."""
+
+NETWORK_ENV_VAR: Final = "DSH_TOOLS_NETWORK"
+"""Environment variable (``on`` or ``off``; the command's ``--network``/``--no-network``)
+that overrides the rules file's ``[sandbox] network``."""
 
 Action = Literal["allow", "deny", "ask"]
 _ACTIONS: Final[tuple[Action, ...]] = ("allow", "deny", "ask")
@@ -128,9 +140,17 @@ _RULE_KEYS: Final = frozenset(
         "command_matches",
         "argument_equals",
         "enforce",
+        "sandboxed",
     }
 )
-_TOP_KEYS: Final = frozenset({"default", "rule"})
+_TOP_KEYS: Final = frozenset({"default", "rule", "sandbox"})
+_SANDBOX_KEYS: Final = frozenset(attrs.fields_dict(SandboxSettings))
+_SANDBOX_MODES: Final[dict[str, SandboxMode]] = {
+    "required": "required",
+    "auto": "auto",
+    "off": "off",
+}
+_LIMIT_KEYS: Final = frozenset(attrs.fields_dict(SandboxLimits))
 
 
 class RulesError(PluginConfigError, ValueError):
@@ -305,6 +325,12 @@ def _reason_text(value: object) -> str | None:
     return _text("reason", value)
 
 
+def _sandboxed(value: object) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise RulesError(f"sandboxed must be true or false, got {value!r}")
+
+
 def _equals(value: object) -> FrozenDict | None:
     if value is None:
         return None
@@ -334,6 +360,9 @@ class Rule:
     :param name: how messages name the rule (default: its position).
     :param reason: the model-facing reason for ``deny`` and ``ask``.
     :param enforce: ``"guard"`` (deny rules only) also enforces the rule as a guard.
+    :param sandboxed: ``True`` matches only while commands are sure to run in the sandbox
+        offline (the policy's sandbox settings are ``contained``), ``False`` only while
+        they are not.
 
     Raises :class:`RulesError` for an invalid field.
     """
@@ -355,6 +384,7 @@ class Rule:
     name: str | None = attrs.field(default=None, kw_only=True, converter=_name)
     reason: str | None = attrs.field(default=None, kw_only=True, converter=_reason_text)
     enforce: Literal["policy", "guard"] = attrs.field(default="policy", kw_only=True)
+    sandboxed: bool | None = attrs.field(default=None, kw_only=True, converter=_sandboxed)
     _pattern: re.Pattern[str] | None = attrs.field(init=False, repr=False, eq=False)
     _normal_prefixes: tuple[tuple[bool, tuple[str, ...]], ...] = attrs.field(
         init=False, repr=False, eq=False
@@ -389,9 +419,14 @@ class Rule:
             self, "_normal_prefixes", tuple(_normalise(p) for p in self.path_prefix or ())
         )
 
-    def matches(self, name: str, arguments: Mapping[str, object] | None) -> bool:
-        """Whether this rule applies to a call of ``name`` with ``arguments``."""
+    def matches(
+        self, name: str, arguments: Mapping[str, object] | None, *, contained: bool = False
+    ) -> bool:
+        """Whether this rule applies to a call of ``name`` with ``arguments``;
+        ``contained`` says whether commands are sure to run in the sandbox, offline."""
         if not any(fnmatch.fnmatchcase(name, glob) for glob in self.tool):
+            return False
+        if self.sandboxed is not None and self.sandboxed != contained:
             return False
         args: Mapping[str, object] = arguments or {}
         if self._normal_prefixes:
@@ -471,10 +506,19 @@ class PermissionRules:
         then allow).
     :param default: the action for calls no rule matches.
     :param source: where the rules came from (a file path), used in messages.
+    :param sandbox: the sandbox ``run_command`` runs commands in (a rules file's
+        ``[sandbox]`` table). Rules with ``sandboxed`` match by its ``contained``
+        property; the host must give ``run_command`` the same settings
+        (:func:`configured_sandbox` does for the entry points). ``None``: not contained.
     """
 
     def __init__(
-        self, rules: Iterable[Rule] = (), default: Action = "ask", *, source: str | None = None
+        self,
+        rules: Iterable[Rule] = (),
+        default: Action = "ask",
+        *,
+        source: str | None = None,
+        sandbox: SandboxSettings | None = None,
     ) -> None:
         self.rules: tuple[Rule, ...] = tuple(rules)
         for index, rule in enumerate(self.rules, 1):
@@ -491,6 +535,8 @@ class PermissionRules:
             )
         self.default: Action = default
         self.source = source
+        self.sandbox = sandbox
+        self._contained = sandbox is not None and sandbox.contained
         self._guards = tuple(
             (index, rule) for index, rule in enumerate(self.rules, 1) if rule.enforce == "guard"
         )
@@ -547,9 +593,12 @@ class PermissionRules:
         rules = []
         for index, table in enumerate(tables, 1):
             rules.append(_rule_from_table(text, source, index, table, headers))
+        sandbox = None
+        if "sandbox" in document:
+            sandbox = _sandbox_from_table(text, source, document["sandbox"])
         default = document.get("default", "ask")
         try:
-            return cls(rules, default, source=source)
+            return cls(rules, default, source=source, sandbox=sandbox)
         except RulesError as error:
             raise RulesError(
                 error.problem,
@@ -571,7 +620,7 @@ class PermissionRules:
         allowed = False
         asked: tuple[int, Rule] | None = None
         for index, rule in enumerate(self.rules, 1):
-            if not rule.matches(name, arguments):
+            if not rule.matches(name, arguments, contained=self._contained):
                 continue
             if rule.action == "deny":
                 return Deny(self._reason(rule, index, name))
@@ -613,7 +662,7 @@ class PermissionRules:
     @hookimpl
     def dsh_tools_guard(self, execution: ToolExecution) -> str | None:
         for index, rule in self._guards:
-            if rule.matches(execution.name, execution.arguments):
+            if rule.matches(execution.name, execution.arguments, contained=self._contained):
                 return self._reason(rule, index, execution.name)
         return None
 
@@ -725,35 +774,118 @@ def _rule_from_table(
         raise fail(error.problem, key) from None
 
 
+def _sandbox_from_table(text: str, source: str, table: object) -> SandboxSettings:
+    """The ``[sandbox]`` table as :class:`SandboxSettings`; every problem is a
+    :class:`RulesError` naming the line of the key at fault."""
+    header = re.compile(rf"^[ \t]*\[[ \t]*{_spelled('sandbox')}[ \t]*[\].]", re.MULTILINE)
+    found = header.search(text)
+    start = end = found.start() if found else 0
+    while found is not None:  # [sandbox] and [sandbox.limits] make one region
+        following = _TABLE.search(text, found.end())
+        end = following.start() if following else len(text)
+        found = header.match(text, end) if following else None
+
+    def fail(problem: str, key: str | None = None) -> RulesError:
+        line = _key_line(text, key, start, end) if key is not None else None
+        return RulesError(problem, source=source, line=line or _top_key_line(text, "sandbox"))
+
+    if not isinstance(table, dict):
+        raise fail(f"sandbox must be a table ([sandbox]), got {table!r}")
+    for keys, where, given in (
+        (_SANDBOX_KEYS, "[sandbox]", table),
+        (_LIMIT_KEYS, "[sandbox.limits]", table.get("limits", {})),
+    ):
+        if not isinstance(given, dict):
+            raise fail(f"sandbox.limits must be a table, got {given!r}", "limits")
+        unknown = sorted(set(given) - keys)
+        if unknown:
+            raise fail(
+                f"unknown key {unknown[0]!r} in {where} (known keys: {', '.join(sorted(keys))})",
+                unknown[0],
+            )
+    settings = dict(table)
+    limits = settings.pop("limits", {})
+    for record, given in ((SandboxLimits, limits), (SandboxSettings, settings)):
+        for key, value in given.items():
+            try:
+                record(**{key: value})
+            except ValueError as error:
+                named = key in str(error).split()  # "sandbox mode must be ...": says which
+                raise fail(str(error) if named else f"{key}: {error}", key) from None
+    return SandboxSettings(**settings, limits=SandboxLimits(**limits))
+
+
 # --------------------------------------------------------------------------- defaults
 
 
-def default_rules() -> PermissionRules:
+def default_rules(sandbox: SandboxSettings | None = None) -> PermissionRules:
     """The default policy for the reference tools.
 
-    ``read_file``, ``list_dir``, ``glob`` and ``grep`` are allowed; ``write_file``,
-    ``edit_file`` and ``run_command`` ask. Other tools are left to their own policies (the
-    rules abstain): installing dsh-tools must not silently disable every third-party tool.
-    A host that wants "ask for everything else" passes a rules file with
-    ``default = "ask"``.
+    ``read_file``, ``list_dir``, ``glob`` and ``grep`` are allowed; ``write_file`` and
+    ``edit_file`` ask. ``run_command`` asks too, unless ``sandbox`` (the settings its
+    commands run under) is ``contained``: mode ``required`` and the network off. Then
+    every command runs without asking, because the sandbox, not a pattern over the
+    command's text, keeps it in the workspace; a command that could reach the network,
+    or run outside the sandbox, still asks. Other tools are left to their own policies
+    (the rules abstain): installing dsh-tools must not silently disable every
+    third-party tool. A host that wants "ask for everything else" passes a rules file
+    with ``default = "ask"``.
     """
     return PermissionRules(
         [
             Rule("allow", ("read_file", "list_dir", "glob", "grep"), name="read-only tools"),
+            Rule("ask", ("write_file", "edit_file"), name="tools that change files"),
             Rule(
                 "ask",
-                ("write_file", "edit_file", "run_command"),
-                name="tools that change things",
+                "run_command",
+                sandboxed=False,
+                name="commands not confined to an offline sandbox",
             ),
         ],
         default="allow",
         source="default_rules()",
+        sandbox=sandbox,
     )
+
+
+def configured_sandbox() -> SandboxSettings:
+    """The sandbox settings the host configured, for the entry points.
+
+    The ``[sandbox]`` table of the rules file named by ``$DSH_TOOLS_RULES`` (when there
+    is one), then ``$DSH_TOOLS_SANDBOX`` (the mode) and ``$DSH_TOOLS_NETWORK`` (``on`` or
+    ``off``) over it: the command's ``--sandbox`` and ``--network`` set those, so its
+    flags win over the file. Without any of them: mode ``auto``, network off. A bad
+    value raises :class:`RulesError` naming the variable or the file and line.
+    """
+    path = os.environ.get(RULES_ENV_VAR, "").strip()
+    settings = PermissionRules.from_toml(path).sandbox if path else None
+    return _with_overrides(settings or SandboxSettings())
+
+
+def _with_overrides(settings: SandboxSettings) -> SandboxSettings:
+    """``settings`` with ``$DSH_TOOLS_SANDBOX`` and ``$DSH_TOOLS_NETWORK`` applied."""
+    mode = os.environ.get(SANDBOX_ENV_VAR, "").strip()
+    network = os.environ.get(NETWORK_ENV_VAR, "").strip()
+    if mode:
+        if mode not in _SANDBOX_MODES:
+            raise RulesError(
+                f'must be "required", "auto" or "off", got {mode!r}', source=f"${SANDBOX_ENV_VAR}"
+            )
+        settings = attrs.evolve(settings, mode=_SANDBOX_MODES[mode])
+    if network:
+        if network not in ("on", "off"):
+            raise RulesError(
+                f'must be "on" or "off", got {network!r}', source=f"${NETWORK_ENV_VAR}"
+            )
+        settings = attrs.evolve(settings, network=network == "on")
+    return settings
 
 
 def default_permissions() -> PermissionRules:
     """The ``dsh_tools.plugins`` entry point factory: the rules in the TOML file named by
-    ``$DSH_TOOLS_RULES``, or :func:`default_rules` when it is unset or empty.
+    ``$DSH_TOOLS_RULES``, or :func:`default_rules` when it is unset or empty; either way
+    with the sandbox settings of :func:`configured_sandbox`, which the ``workspace``
+    entry point gives ``run_command`` too.
 
     A set but unreadable or malformed file raises :class:`RulesError`, a
     :class:`~dsh_tools.errors.PluginConfigError`: :func:`~dsh_tools.plugins.load_plugins`
@@ -761,6 +893,8 @@ def default_permissions() -> PermissionRules:
     defaults, in place of the file it named.
     """
     path = os.environ.get(RULES_ENV_VAR, "").strip()
-    if path:
-        return PermissionRules.from_toml(path)
-    return default_rules()
+    if not path:
+        return default_rules(_with_overrides(SandboxSettings()))
+    rules = PermissionRules.from_toml(path)
+    sandbox = _with_overrides(rules.sandbox or SandboxSettings())
+    return PermissionRules(rules.rules, rules.default, source=rules.source, sandbox=sandbox)

@@ -127,16 +127,34 @@ def _mode(instance: object, attribute: attrs.Attribute[str], value: str) -> None
         raise ValueError(f'sandbox mode must be "required", "auto" or "off", got {value!r}')
 
 
+def _boolean(instance: object, attribute: attrs.Attribute[bool], value: bool) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"sandbox {attribute.name} must be true or false, got {value!r}")
+
+
 def _absolute_paths(value: Iterable[str | os.PathLike[str]]) -> tuple[str, ...]:
     if isinstance(value, (str, os.PathLike)):
         raise ValueError(f"sandbox paths must be a list of paths, got the single path {value!r}")
     paths = []
     for item in value:
-        path = os.fspath(item)
+        path = os.fspath(item) if isinstance(item, (str, os.PathLike)) else item
         if not isinstance(path, str) or not os.path.isabs(path) or "\x00" in path:
             raise ValueError(f"sandbox paths must be absolute, got {path!r}")
         paths.append(os.path.normpath(path))
     return tuple(paths)
+
+
+def _env_names(names: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(names, str):
+        raise ValueError(f"environment names must be a list of names, got the single {names!r}")
+    checked = tuple(names)
+    for name in checked:
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise ValueError(
+                f"environment names are letters, digits and _ (with an optional trailing *), "
+                f"got {name!r}"
+            )
+    return checked
 
 
 @attrs.frozen(kw_only=True)
@@ -148,16 +166,26 @@ class SandboxSettings:
     (``DENIED``) to run a command it cannot sandbox; ``"off"`` never sandboxes.
     ``network`` lets sandboxed commands use the host's network. ``read_only_paths`` and
     ``read_write_paths`` are absolute host paths mounted at the same place (missing ones
-    are skipped), on top of the workspace.
+    are skipped), on top of the workspace. ``pass_env`` names host environment variables
+    commands get besides :data:`DEFAULT_ENV_NAMES` (``NAME`` or ``PREFIX*``), with or
+    without the sandbox.
     """
 
     mode: SandboxMode = attrs.field(default="auto", validator=_mode)
-    network: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    network: bool = attrs.field(default=False, validator=_boolean)
     read_only_paths: tuple[str, ...] = attrs.field(default=(), converter=_absolute_paths)
     read_write_paths: tuple[str, ...] = attrs.field(default=(), converter=_absolute_paths)
+    pass_env: tuple[str, ...] = attrs.field(default=(), converter=_env_names)
     limits: SandboxLimits = attrs.field(
         factory=SandboxLimits, validator=attrs.validators.instance_of(SandboxLimits)
     )
+
+    @property
+    def contained(self) -> bool:
+        """Whether every command is sure to run in the sandbox, offline: the mode is
+        ``required`` (a command that cannot be sandboxed is refused, never run) and the
+        network is off. Permission rules can rely on this (``sandboxed = true``)."""
+        return self.mode == "required" and not self.network
 
 
 @attrs.frozen
@@ -170,17 +198,6 @@ class SandboxState:
 
 
 # --------------------------------------------------------------------------- environment
-
-
-def _env_names(names: Iterable[str]) -> tuple[str, ...]:
-    checked = tuple(names)
-    for name in checked:
-        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
-            raise ValueError(
-                f"environment names are letters, digits and _ (with an optional trailing *), "
-                f"got {name!r}"
-            )
-    return checked
 
 
 def _env_values(values: Mapping[str, str] | None) -> dict[str, str]:
@@ -647,8 +664,7 @@ def _cannot_start(program: str, error: OSError) -> ToolError:
 class Sandbox:
     """Starts ``run_command``'s processes under one :class:`SandboxSettings`.
 
-    ``pass_env`` names host variables the command also gets (``NAME`` or ``PREFIX*``);
-    ``set_env`` sets values (they win over everything, ``HOME`` included).
+    ``set_env`` sets environment values (they win over everything, ``HOME`` included).
     ``kill_grace_ms`` is the time between ``SIGTERM`` and ``SIGKILL`` when a command is
     stopped.
     """
@@ -657,14 +673,12 @@ class Sandbox:
         self,
         settings: SandboxSettings | SandboxMode = "auto",
         *,
-        pass_env: Iterable[str] = (),
         set_env: Mapping[str, str] | None = None,
         kill_grace_ms: int = 2_000,
     ) -> None:
         if not isinstance(settings, SandboxSettings):
             settings = SandboxSettings(mode=settings)
         self.settings = settings
-        self.pass_env = _env_names(pass_env)
         self.set_env = _env_values(set_env)
         self._grace_s = kill_grace_ms / 1000
 
@@ -726,7 +740,7 @@ class Sandbox:
                 argv,
                 cwd=f"{_PROC_FD}/{directory.fd}" if by_fd else str(directory.path),
                 pass_fds=(directory.fd,) if by_fd else (),
-                env=command_environment(self.pass_env, self.set_env, home),
+                env=command_environment(self.settings.pass_env, self.set_env, home),
             )
         except OSError as error:
             raise _cannot_start(argv[0], error) from None
@@ -744,7 +758,7 @@ class Sandbox:
         """bwrap holds the sandbox's first process on ``--block-fd`` until it is limited;
         it reports that process's pid, then (only if the command started) its exit code,
         on ``--json-status-fd``."""
-        environment = command_environment(self.pass_env, self.set_env, SANDBOX_HOME)
+        environment = command_environment(self.settings.pass_env, self.set_env, SANDBOX_HOME)
         if "/" not in argv[0] and shutil.which(argv[0], path=environment["PATH"]) is None:
             raise ToolError(f"command not found: {argv[0]}")
         limits = self.settings.limits

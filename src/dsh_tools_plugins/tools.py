@@ -9,13 +9,14 @@ current directory.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from dsh_tools.models import ToolDefinition
 
 from .command import run_command_tool
 from .files import edit_file_tool, list_dir_tool, read_file_tool, write_file_tool
+from .permissions import configured_sandbox
 from .sandbox import SandboxMode, SandboxSettings
 from .search import glob_tool, grep_tool
 from .workspace import Workspace
@@ -29,23 +30,25 @@ WORKSPACE_ENV = "DSH_TOOLS_WORKSPACE"
 def workspace_tools(
     root: str | os.PathLike[str] | None = None,
     *,
-    sandbox: SandboxSettings | SandboxMode = "auto",
-    pass_env: Iterable[str] = (),
+    sandbox: SandboxSettings | SandboxMode | None = None,
     env: Mapping[str, str] | None = None,
 ) -> list[ToolDefinition[Any]]:
     """``read_file``, ``write_file``, ``edit_file``, ``list_dir``, ``glob``, ``grep`` and
     ``run_command``, all confined to one :class:`~dsh_tools_plugins.workspace.Workspace`.
 
     ``root=None`` reads :data:`WORKSPACE_ENV`, falling back to the current directory.
-    ``sandbox``, ``pass_env`` and ``env`` go to :func:`~dsh_tools_plugins.command.
-    run_command_tool`: by default commands run in a bubblewrap sandbox where one can be
-    made, without network, with an allowlisted environment.
+    ``sandbox`` and ``env`` go to :func:`~dsh_tools_plugins.command.run_command_tool`;
+    ``sandbox=None`` (what the entry point gets) takes what the host configured,
+    :func:`~dsh_tools_plugins.permissions.configured_sandbox`: the rules file's
+    ``[sandbox]`` table and the command's ``--sandbox``/``--network``, else ``auto``.
     Raises :class:`ValueError` when the root is not an existing directory or a sandbox
     setting is invalid.
     """
     if root is None:
         root = os.environ.get(WORKSPACE_ENV) or os.getcwd()
     workspace = Workspace(root)
+    if sandbox is None:
+        sandbox = configured_sandbox()
     return [
         read_file_tool(workspace),
         write_file_tool(workspace),
@@ -53,5 +56,5 @@ def workspace_tools(
         list_dir_tool(workspace),
         glob_tool(workspace),
         grep_tool(workspace),
-        run_command_tool(workspace, sandbox=sandbox, pass_env=pass_env, env=env),
+        run_command_tool(workspace, sandbox=sandbox, env=env),
     ]

@@ -23,7 +23,7 @@ from command_calls import (
 from dsh_tools import ToolExecutionInput, ToolRegistry
 from dsh_tools.presentation import TerminalCallView, TerminalResultView
 from dsh_tools_plugins.command import run_command_tool
-from dsh_tools_plugins.sandbox import Sandbox
+from dsh_tools_plugins.sandbox import Sandbox, SandboxSettings
 from dsh_tools_plugins.workspace import Workspace
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
@@ -243,8 +243,7 @@ def test_hosts_add_variables_by_name_prefix_or_value(
     monkeypatch.setenv("OPENAI_API_KEY", "sk-host-secret")
     registry = command_registry(
         root,
-        sandbox=mode,
-        pass_env=["CI_TOKEN", "NPM_*"],
+        sandbox=SandboxSettings(mode=mode, pass_env=["CI_TOKEN", "NPM_*"]),
         env={"MODE": "test", "HOME": "/nonexistent-home"},
     )
     listing = ok(registry, argv=["env"]).value["output"].splitlines()
@@ -252,7 +251,7 @@ def test_hosts_add_variables_by_name_prefix_or_value(
     assert {"MODE=test", "HOME=/nonexistent-home"} <= set(listing)
     assert not any(line.startswith("OPENAI_API_KEY=") for line in listing)
     with pytest.raises(ValueError, match=r"environment names .* got 'BAD NAME'"):
-        run_command_tool(Workspace(root), pass_env=["BAD NAME"])
+        SandboxSettings(pass_env=["BAD NAME"])
     with pytest.raises(ValueError, match=r"environment names .* got 'A=B'"):
         run_command_tool(Workspace(root), env={"A=B": "x"})
     with pytest.raises(ValueError, match="variable MODE must be text without NUL, got 3"):

@@ -28,9 +28,11 @@ from dsh_tools_plugins.permissions import (
     PermissionRules,
     Rule,
     RulesError,
+    configured_sandbox,
     default_permissions,
     default_rules,
 )
+from dsh_tools_plugins.sandbox import SandboxLimits, SandboxSettings
 
 TOOLS = ("read_file", "write_file", "run_command", "deploy")
 
@@ -269,6 +271,7 @@ def test_default_permissions_reads_the_env_var(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("DSH_TOOLS_RULES", raising=False)
+    monkeypatch.delenv("DSH_TOOLS_SANDBOX", raising=False)
     assert default_permissions().decide("grep", {}) == Allow()
 
     rules_file = tmp_path / "rules.toml"
@@ -300,6 +303,33 @@ def test_default_permissions_reads_the_env_var(
         ('rule = [{action = "allow"}, {action = "nah"}]\n', 1, None, 2, "action must"),
         ('[[rule]]\naction = "allow"\nname = \n', 3, 8, None, "invalid TOML"),
         ("unknown = 1\n", 1, None, None, "unknown top-level key 'unknown'"),
+        ('[[rule]]\naction = "allow"\nsandboxed = 1\n', 3, None, 1, "sandboxed must be true"),
+        ('[sandbox]\nmode = "on"\n', 2, None, None, 'sandbox mode must be "required", "auto"'),
+        ('[sandbox]\nnetwork = "yes"\n', 2, None, None, "network must be true or false"),
+        ("[sandbox]\nnetwrok = true\n", 2, None, None, "unknown key 'netwrok' in [sandbox]"),
+        (
+            '[sandbox]\nread_only_paths = ["/opt", "relative"]\n',
+            2,
+            None,
+            None,
+            "read_only_paths: sandbox paths must be absolute, got 'relative'",
+        ),
+        ('[sandbox]\npass_env = ["A B"]\n', 2, None, None, "pass_env: environment names"),
+        (
+            '[sandbox]\nmode = "auto"\n\n[sandbox.limits]\nprocs = 3\n',
+            5,
+            None,
+            None,
+            "unknown key 'procs' in [sandbox.limits]",
+        ),
+        (
+            '[sandbox]\n\n[sandbox.limits]\nprocesses = 0\n\n[[rule]]\naction = "ask"\n',
+            4,
+            None,
+            None,
+            "limit processes must be a positive integer, got 0",
+        ),
+        ("sandbox = 3\n", 1, None, None, "sandbox must be a table"),
     ],
 )
 def test_malformed_rules_name_the_file_line_and_rule(
@@ -333,3 +363,107 @@ def test_python_rules_are_validated() -> None:
         PermissionRules([Rule("allow"), "deny"])  # type: ignore[list-item]
     with pytest.raises(RulesError, match="argument_equals"):
         Rule("allow", argument_equals={"x": {1, 2}})
+
+
+def test_a_sandbox_table_configures_the_command_sandbox() -> None:
+    policy = PermissionRules.from_toml_text(
+        textwrap.dedent(
+            """
+            [sandbox]
+            mode = "required"
+            network = true
+            read_only_paths = ["/opt/toolchain"]
+            read_write_paths = ["/var/cache/build"]
+            pass_env = ["CI", "NPM_*"]
+
+            [sandbox.limits]
+            processes = 64
+            memory_bytes = 1073741824
+            """
+        )
+    )
+    assert policy.sandbox == SandboxSettings(
+        mode="required",
+        network=True,
+        read_only_paths=["/opt/toolchain"],
+        read_write_paths=["/var/cache/build"],
+        pass_env=["CI", "NPM_*"],
+        limits=SandboxLimits(processes=64, memory_bytes=1024**3),
+    )
+    assert PermissionRules.from_toml_text('default = "ask"\n').sandbox is None
+
+
+@pytest.mark.parametrize(
+    ("sandbox", "contained"),
+    [
+        (SandboxSettings(mode="required"), True),
+        (SandboxSettings(mode="required", network=True), False),
+        (SandboxSettings(mode="auto"), False),  # a command may then run unsandboxed
+        (SandboxSettings(mode="off"), False),
+        (None, False),
+    ],
+)
+def test_sandboxed_rules_rely_only_on_a_sandbox_that_cannot_be_skipped(
+    sandbox: SandboxSettings | None, contained: bool
+) -> None:
+    rules = [
+        Rule("allow", "run_command", sandboxed=True, name="confined"),
+        Rule("deny", "run_command", sandboxed=False, argv_prefix=["curl"], name="no curl"),
+    ]
+    policy = PermissionRules(rules, default="ask", sandbox=sandbox)
+    decision = policy.decide("run_command", {"command": "rm -rf build"})
+    assert (decision == Allow()) is contained
+    assert isinstance(decision, Allow if contained else Ask)
+    curl = policy.decide("run_command", {"argv": ["curl", "example.com"]})
+    assert isinstance(curl, Allow if contained else Deny)
+
+
+def test_default_rules_ask_for_commands_unless_the_sandbox_confines_them() -> None:
+    confined = default_rules(SandboxSettings(mode="required"))
+    assert confined.decide("run_command", {"command": "pytest -q; rm -rf build"}) == Allow()
+    assert confined.decide("run_command", {"argv": ["make"]}) == Allow()
+    for name in ("write_file", "edit_file"):
+        assert isinstance(confined.decide(name, {"path": "x"}), Ask), name
+    for sandbox in (
+        None,
+        SandboxSettings(mode="auto"),
+        SandboxSettings(mode="required", network=True),
+        SandboxSettings(mode="off"),
+    ):
+        decision = default_rules(sandbox).decide("run_command", {"argv": ["ls"]})
+        assert decision == Ask(
+            "permission rule 'commands not confined to an offline sandbox' in default_rules() "
+            'asks before tool "run_command" runs'
+        ), sandbox
+
+
+def test_the_configured_sandbox_is_the_rules_files_with_the_commands_flags_over_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("DSH_TOOLS_RULES", "DSH_TOOLS_SANDBOX", "DSH_TOOLS_NETWORK"):
+        monkeypatch.setenv(name, "")
+    assert configured_sandbox() == SandboxSettings()
+    assert default_permissions().sandbox == SandboxSettings()
+    rules_file = tmp_path / "rules.toml"
+    rules_file.write_text('[sandbox]\nmode = "required"\npass_env = ["CI"]\n')
+    monkeypatch.setenv("DSH_TOOLS_RULES", str(rules_file))
+    assert configured_sandbox() == SandboxSettings(mode="required", pass_env=["CI"])
+    assert default_permissions().decide("run_command", {"argv": ["ls"]}) == Ask(
+        f'no permission rule in {rules_file} covers tool "run_command"'
+    )
+    monkeypatch.setenv("DSH_TOOLS_NETWORK", "on")
+    assert configured_sandbox() == SandboxSettings(mode="required", network=True, pass_env=["CI"])
+    monkeypatch.setenv("DSH_TOOLS_SANDBOX", "off")
+    assert default_permissions().sandbox == configured_sandbox()
+    assert configured_sandbox().mode == "off"
+    monkeypatch.setenv("DSH_TOOLS_RULES", "")
+    monkeypatch.setenv("DSH_TOOLS_SANDBOX", "required")
+    monkeypatch.setenv("DSH_TOOLS_NETWORK", "off")
+    assert default_permissions().decide("run_command", {"argv": ["ls"]}) == Allow()
+    monkeypatch.setenv("DSH_TOOLS_SANDBOX", "strict")
+    with pytest.raises(RulesError, match=r'^\$DSH_TOOLS_SANDBOX: must be "required", "auto"'):
+        configured_sandbox()
+    monkeypatch.setenv("DSH_TOOLS_SANDBOX", "")
+    monkeypatch.setenv("DSH_TOOLS_NETWORK", "yes")
+    with pytest.raises(RulesError, match=r'^\$DSH_TOOLS_NETWORK: must be "on" or "off"'):
+        default_permissions()

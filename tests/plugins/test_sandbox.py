@@ -46,6 +46,7 @@ from dsh_tools_plugins.sandbox import (
     SandboxSettings,
     enforces_process_limit,
 )
+from dsh_tools_plugins.tools import workspace_tools
 from dsh_tools_plugins.workspace import Workspace
 
 _STATE = Sandbox("auto").state()
@@ -474,6 +475,31 @@ def test_off_is_the_hosts_choice_and_says_so(root: Path) -> None:
     assert "sandbox" not in definition.description
 
 
+def test_the_workspace_entry_point_takes_the_configured_sandbox(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``workspace_tools()`` with no sandbox argument (the entry point's call) gets the
+    rules file's ``[sandbox]``, with ``$DSH_TOOLS_SANDBOX`` (``--sandbox``) over it."""
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[sandbox]\nmode = "required"\n')
+    monkeypatch.setenv("DSH_TOOLS_RULES", str(rules))
+    monkeypatch.setenv("DSH_TOOLS_SANDBOX", "")
+    monkeypatch.setenv("DSH_TOOLS_NETWORK", "")
+    empty = tmp_path / "no-bwrap"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+
+    def run_echo() -> Any:
+        registry = ToolRegistry()
+        for tool in workspace_tools(root):
+            registry.register(tool)
+        return run(registry, command="echo ran")
+
+    assert run_echo().code == "DENIED"  # required, and no bubblewrap on PATH
+    monkeypatch.setenv("DSH_TOOLS_SANDBOX", "off")
+    assert run_echo().text == "ran\n[exit code 0; not sandboxed]"
+
+
 def test_terminal_cards_carry_and_render_what_a_command_can_reach() -> None:
     call = TerminalCallView("make", cwd="pkg", sandboxed=True, network=False)
     assert unstructure_view(call) == {
@@ -505,5 +531,9 @@ def test_bad_settings_name_what_is_wrong() -> None:
         SandboxLimits(processes=0)
     with pytest.raises(ValueError, match="memory_bytes must be a positive integer, got True"):
         SandboxLimits(memory_bytes=True)
-    with pytest.raises(TypeError, match="network"):
+    with pytest.raises(ValueError, match="sandbox network must be true or false, got 'yes'"):
         SandboxSettings(network="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="must be absolute, got 3"):
+        SandboxSettings(read_only_paths=[3])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="environment names must be a list of names"):
+        SandboxSettings(pass_env="CI")
