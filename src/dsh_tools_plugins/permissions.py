@@ -51,6 +51,10 @@ Predicates, all optional:
     alone it is for ``deny`` and ``ask`` rules.
 ``argument_equals``
     ``{name = value}``: each named argument equals the JSON value (``true`` is not ``1``).
+``sandboxed``
+    ``true``: the policy's sandbox settings (a ``[sandbox]`` table, see
+    :func:`configured_sandbox`) are *contained*, so every command runs in the sandbox
+    offline or not at all (mode ``required``, network off); ``false``: they are not.
 
 A predicate whose argument is missing or of the wrong type does not match. So a ``deny``
 rule with ``path_prefix`` does not stop a call that has no ``path``: deny the tool
