@@ -1,13 +1,20 @@
 """Search tools confined to a :class:`~dsh_tools_plugins.workspace.Workspace`.
 
 * ``glob``: file paths matching a pattern (``**`` spans directories), a ``paths`` card.
-* ``grep``: lines matching a Python regular expression, a ``matches`` card.
+* ``grep``: lines matching a regular expression (RE2 syntax), a ``matches`` card.
 
 Both walk the tree through directory descriptors without following symlinks (links are
-neither entered nor reported), skip ``.git``, visit entries in name order, cap what they
-return and report ``total`` (everything found) and ``truncated``. Both poll the call's
-cancellation signal between files, and are ``blocking`` so an async host runs them in a
-worker thread.
+neither entered nor reported), skip ``.git`` and, unless ``include_ignored`` is set, what
+``.gitignore`` and ``.ignore`` files exclude (see :mod:`dsh_tools_plugins._ignore`).
+They visit entries in name order, cap what they return and report ``total`` (everything
+found) and ``truncated``. Both are ``blocking`` (an async host runs them in a worker
+thread) and stop when the call's signal fires: the walk checks it between files and
+directories, grep also between chunks of a file and while ripgrep runs.
+
+Model-supplied patterns never reach a backtracking engine: globs translate to RE2, grep
+patterns are RE2 (:mod:`dsh_tools_plugins._regex`), so a match costs time linear in the
+text. grep may ask ripgrep which files can match (:mod:`dsh_tools_plugins._ripgrep`);
+what it returns is the same with or without ripgrep.
 
 Pattern syntax (``glob`` patterns and ``grep``'s ``include``): ``*`` and ``?`` stay inside
 one path component, ``**`` as a whole component matches any number of directories (none
@@ -17,16 +24,15 @@ matches names starting with a dot too.
 
 from __future__ import annotations
 
-import functools
-import os
-import re
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
 from dsh_tools.define import define_tool
 from dsh_tools.errors import ToolArgsError, ToolError
+from dsh_tools.json import is_unicode, unicode_text
 from dsh_tools.models import PresentableResult, ToolDefinition, ToolOutput
 from dsh_tools.pipeline import ToolRunContext
 from dsh_tools.presentation import (
@@ -38,16 +44,20 @@ from dsh_tools.presentation import (
     ToolCallKind,
 )
 
-from .files import DEFAULT_MAX_FILE_BYTES, fields, is_binary, read_fd, split_lines
-from .workspace import Opened, Workspace, WorkspaceFile
+from ._grep import MAX_MATCH_LINE_CHARS, Findings, search_tree
+from ._ignore import ignore_filter
+from ._regex import compile_line_pattern, compile_path_regex
+from .files import DEFAULT_MAX_FILE_BYTES, fields
+from .workspace import Opened, WalkFilter, Workspace
 
 __all__ = [
     "DEFAULT_GLOB_LIMIT",
     "DEFAULT_GREP_LIMIT",
     "MAX_MATCH_LINE_CHARS",
     "GlobArgs",
+    "GlobMatcher",
     "GrepArgs",
-    "glob_regex",
+    "compile_glob",
     "glob_tool",
     "grep_tool",
 ]
@@ -58,14 +68,35 @@ DEFAULT_GLOB_LIMIT = 500
 DEFAULT_GREP_LIMIT = 200
 """Matching lines ``grep`` returns when the call gives no ``limit``."""
 
-MAX_MATCH_LINE_CHARS = 500
-"""Matching lines longer than this are cut and marked with ``…``."""
-
 _READ_ONLY = {"read_only": True, "idempotent": True}
 _SPECIAL = frozenset("*?[{")
+_INCLUDE_IGNORED = (
+    "Also search files that .gitignore or .ignore files exclude (.git is always skipped)"
+)
 
 
 # --------------------------------------------------------------------------- patterns
+
+
+def _literal(char: str) -> str:
+    return char if char.isascii() and char.isalnum() else f"\\x{{{ord(char):x}}}"
+
+
+def _translate_class(body: str) -> str:
+    """An RE2 class for the glob class ``body`` (between ``[`` and ``]``)."""
+    negate = body[:1] in ("!", "^")
+    if negate:
+        body = body[1:]
+    members: list[str] = []
+    index = 0
+    while index < len(body):
+        if index + 2 < len(body) and body[index + 1] == "-":
+            members.append(f"{_literal(body[index])}-{_literal(body[index + 2])}")
+            index += 3
+        else:
+            members.append(_literal(body[index]))
+            index += 1
+    return f"[{'^/' if negate else ''}{''.join(members)}]"
 
 
 def _translate_component(part: str) -> str:
@@ -81,47 +112,58 @@ def _translate_component(part: str) -> str:
         elif char == "[":
             end = part.find("]", index + 1 if part[index : index + 1] in ("!", "^") else index)
             if end < 0:
-                out.append(re.escape(char))
+                out.append(_literal(char))
                 continue
-            body = part[index:end]
+            out.append(_translate_class(part[index:end]))
             index = end + 1
-            negate = body[:1] in ("!", "^")
-            if negate:
-                body = body[1:]
-            body = body.replace("\\", "\\\\")
-            out.append(f"[{'^/' if negate else ''}{body}]")
         elif char == "{":
             end = part.find("}", index)
             if end < 0:
-                out.append(re.escape(char))
+                out.append(_literal(char))
                 continue
             options = part[index:end].split(",")
             index = end + 1
             out.append("(?:" + "|".join(_translate_component(o) for o in options) + ")")
         else:
-            out.append(re.escape(char))
+            out.append(_literal(char))
     return "".join(out)
 
 
-@functools.lru_cache(maxsize=256)
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """Compile a glob ``pattern`` (see the module docstring) to an anchored regex.
+class GlobMatcher:
+    """A compiled glob: :meth:`matches` a ``/``-separated relative path, whole.
 
-    Raises :class:`~dsh_tools.errors.ToolArgsError` when the result is not a valid
-    regular expression (for example a malformed character class).
+    Matching is RE2's, linear in the length of the path.
+    """
+
+    __slots__ = ("_regex", "pattern")
+
+    def __init__(self, pattern: str, regex: Any) -> None:
+        self.pattern = pattern
+        self._regex = regex
+
+    def matches(self, path: str) -> bool:
+        """Whether ``path`` matches (a name that is not valid Unicode is matched as
+        shown, with U+FFFD)."""
+        if not is_unicode(path):
+            path = unicode_text(path)
+        return self._regex.fullmatch(path.encode()) is not None
+
+
+def compile_glob(pattern: str, argument: str = "pattern") -> GlobMatcher:
+    """Compile a glob ``pattern`` (see the module docstring).
+
+    Raises :class:`~dsh_tools.errors.ToolArgsError` naming ``argument`` when the pattern
+    cannot be compiled (a class range such as ``[z-a]``, text that is not valid Unicode).
     """
     parts = [part for part in pattern.split("/") if part not in ("", ".")]
     out: list[str] = []
     for index, part in enumerate(parts):
         last = index == len(parts) - 1
         if part == "**":
-            out.append(".*" if last else "(?:[^/]+/)*")
+            out.append("(?s:.*)" if last else "(?:[^/]+/)*")
         else:
             out.append(_translate_component(part) + ("" if last else "/"))
-    try:
-        return re.compile("".join(out) + r"\Z", re.DOTALL)
-    except re.error as error:
-        raise ToolArgsError([f'"{pattern}" is not a valid glob pattern: {error}']) from None
+    return GlobMatcher(pattern, compile_path_regex("".join(out), pattern, argument))
 
 
 def _literal_base(pattern: str) -> tuple[str, str]:
@@ -144,17 +186,23 @@ def _check_pattern(name: str, pattern: str) -> None:
         )
 
 
-def _relative(found: WorkspaceFile, base: Opened) -> str:
-    if base.display == ".":
-        return found.display
-    return found.display[len(base.display) + 1 :]
+def _check_limit(limit: int) -> None:
+    if limit < 1:
+        raise ToolArgsError([f'"limit" must be 1 or more, got {limit}'])
 
 
-def _walk(workspace: Workspace, base: Opened, ctx: ToolRunContext) -> Iterator[WorkspaceFile]:
-    for found in workspace.walk_files(base):
-        if ctx.signal.cancelled:
-            return
-        yield found
+def _prefix(base: Opened) -> str:
+    """What the display paths of files under ``base`` start with."""
+    return "" if base.display == "." else base.display + "/"
+
+
+def _walk_filter(workspace: Workspace, base: Opened, include_ignored: bool) -> WalkFilter | None:
+    return None if include_ignored else ignore_filter(workspace, base)
+
+
+def _stopper(ctx: ToolRunContext) -> Callable[[], bool]:
+    signal = ctx.signal
+    return lambda: signal.cancelled
 
 
 # --------------------------------------------------------------------------- glob
@@ -175,6 +223,7 @@ class GlobArgs:
     limit: int = attrs.field(
         default=DEFAULT_GLOB_LIMIT, metadata={"description": "Most paths to return"}
     )
+    include_ignored: bool = attrs.field(default=False, metadata={"description": _INCLUDE_IGNORED})
 
 
 _GLOB_SCHEMA = {
@@ -222,10 +271,9 @@ def glob_tool(workspace: Workspace) -> ToolDefinition[GlobArgs]:
 
     def execute(args: GlobArgs, ctx: ToolRunContext) -> dict[str, Any]:
         _check_pattern("pattern", args.pattern)
-        if args.limit < 1:
-            raise ToolArgsError([f'"limit" must be 1 or more, got {args.limit}'])
+        _check_limit(args.limit)
         literal, rest = _literal_base(args.pattern)
-        matcher = glob_regex(rest)
+        matcher = compile_glob(rest)
         start = f"{args.path}/{literal}" if literal else args.path
         try:
             base = workspace.open(start, directory=True)
@@ -233,14 +281,20 @@ def glob_tool(workspace: Workspace) -> ToolDefinition[GlobArgs]:
             if error.code == "DENIED" or not literal:
                 raise
             return {"paths": [], "total": 0, "truncated": False}  # the literal part is absent
+        stop = _stopper(ctx)
         with base:
+            skip = len(_prefix(base))
             found = sorted(
                 found.display
-                for found in _walk(workspace, base, ctx)
-                if matcher.match(_relative(found, base))
+                for found in workspace.walk_files(
+                    base,
+                    entry_filter=_walk_filter(workspace, base, args.include_ignored),
+                    stop=stop,
+                )
+                if not stop() and matcher.matches(found.display[skip:])
             )
         return {
-            "paths": found[: args.limit],
+            "paths": [unicode_text(path) for path in found[: args.limit]],
             "total": len(found),
             "truncated": len(found) > args.limit,
         }
@@ -250,7 +304,8 @@ def glob_tool(workspace: Workspace) -> ToolDefinition[GlobArgs]:
         description=(
             "Find workspace files by path pattern. `*` and `?` match within one path "
             "component, `**` spans directories, `{a,b}` gives alternatives. Paths are "
-            "relative to the workspace root, sorted; symlinks and .git are skipped."
+            "relative to the workspace root, sorted; symlinks, .git and files excluded by "
+            ".gitignore or .ignore are skipped (include_ignored=true keeps the latter)."
         ),
         parameters=GlobArgs,
         execute=execute,
@@ -264,12 +319,18 @@ def glob_tool(workspace: Workspace) -> ToolDefinition[GlobArgs]:
 
 # --------------------------------------------------------------------------- grep
 
+_PATTERN_HELP = (
+    "Regular expression in RE2 syntax (Python `re` without backreferences or lookaround; "
+    "`\\d`, `\\w`, `\\s` and `\\b` are ASCII-only). A match never spans lines; `^` and `$` "
+    "match at line starts and ends"
+)
+
 
 @attrs.frozen
 class GrepArgs:
     """Arguments of ``grep``."""
 
-    pattern: str = attrs.field(metadata={"description": "Python regular expression to search for"})
+    pattern: str = attrs.field(metadata={"description": _PATTERN_HELP})
     path: str = attrs.field(
         default=".",
         metadata={"description": "File or directory to search, relative to the workspace root"},
@@ -287,6 +348,7 @@ class GrepArgs:
     limit: int = attrs.field(
         default=DEFAULT_GREP_LIMIT, metadata={"description": "Most matching lines to return"}
     )
+    include_ignored: bool = attrs.field(default=False, metadata={"description": _INCLUDE_IGNORED})
 
 
 _GREP_SCHEMA = {
@@ -366,88 +428,56 @@ def _present_grep_result(args: GrepArgs, result: PresentableResult) -> SearchMat
     )
 
 
-def _include_matcher(include: str | None) -> Any:
+def _include_matcher(include: str | None) -> Callable[[str], bool] | None:
     if include is None:
         return None
     _check_pattern("include", include)
-    regex = glob_regex(include)
+    matcher = compile_glob(include, "include")
     by_path = "/" in include.strip("/")
 
     def matches(display: str) -> bool:
-        return regex.match(display if by_path else display.rsplit("/", 1)[-1]) is not None
+        return matcher.matches(display if by_path else display.rsplit("/", 1)[-1])
 
     return matches
 
 
 def grep_tool(
-    workspace: Workspace, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    workspace: Workspace,
+    *,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    ripgrep: str | bool = True,
 ) -> ToolDefinition[GrepArgs]:
-    """The ``grep`` tool: lines matching a regex in workspace text files.
+    """The ``grep`` tool: lines matching an RE2 regex in workspace text files.
 
-    Binary files and files over ``max_file_bytes`` are skipped (and counted).
+    Binary files (a NUL byte in the first 8 KiB) and files over ``max_file_bytes`` are
+    skipped (and counted). ``ripgrep``: ``True`` uses an ``rg`` found on ``PATH`` when
+    the tool is made, a path names the executable, ``False`` never runs it. The results
+    are the same either way; ripgrep only saves reading files that cannot match.
     """
+    executable = shutil.which("rg") if ripgrep is True else (ripgrep or None)
 
     def execute(args: GrepArgs, ctx: ToolRunContext) -> dict[str, Any]:
-        try:
-            regex = re.compile(args.pattern, re.IGNORECASE if args.case_insensitive else 0)
-        except re.error as error:
-            raise ToolArgsError([f'"pattern" is not a valid regular expression: {error}']) from None
-        if args.limit < 1:
-            raise ToolArgsError([f'"limit" must be 1 or more, got {args.limit}'])
+        regex = compile_line_pattern(args.pattern, case_insensitive=args.case_insensitive)
+        _check_limit(args.limit)
         include = _include_matcher(args.include)
-        files: dict[str, list[dict[str, Any]]] = {}
-        total = 0
-        skipped = 0
-
-        def search(display: str, fd: int, size: int) -> None:
-            nonlocal total, skipped
-            data = read_fd(fd, max_file_bytes + 1) if size <= max_file_bytes else b""
-            if size > max_file_bytes or len(data) > max_file_bytes or is_binary(data):
-                skipped += 1
-                return
-            text = data.decode("utf-8", errors="replace")
-            for number, line in enumerate(split_lines(text), start=1):
-                if regex.search(line) is None:
-                    continue
-                total += 1
-                if total <= args.limit:
-                    cut = (
-                        line
-                        if len(line) <= MAX_MATCH_LINE_CHARS
-                        else (line[:MAX_MATCH_LINE_CHARS] + "…")
-                    )
-                    files.setdefault(display, []).append({"line_number": number, "line": cut})
-
+        findings = Findings(regex, args.limit, max_file_bytes, _stopper(ctx))
         if not workspace.resolve(args.path).is_dir():
             with workspace.open(args.path) as single:
-                search(single.display, single.fd, single.stat.st_size)
-        else:
-            with workspace.open(args.path, directory=True) as base:
-                for found in _walk(workspace, base, ctx):
-                    if include is not None and not include(found.display):
-                        continue
-                    try:
-                        fd = workspace.open_walked(found)
-                    except (OSError, ToolError):
-                        skipped += 1
-                        continue
-                    try:
-                        search(found.display, fd, found.size)
-                    finally:
-                        os.close(fd)
-        return {
-            "files": [{"path": path, "matches": matches} for path, matches in files.items()],
-            "total": total,
-            "truncated": total > args.limit,
-            "skipped_files": skipped,
-        }
+                findings.search(single.display, single.fd, single.stat.st_size)
+            return findings.value()
+        with workspace.open(args.path, directory=True) as base:
+            entry_filter = _walk_filter(workspace, base, args.include_ignored)
+            search_tree(workspace, base, findings, entry_filter, include, ripgrep=executable)
+        return findings.value()
 
     return define_tool(
         name="grep",
         description=(
-            "Search workspace text files for lines matching a Python regular expression. "
-            "Returns `path:line:text` per matching line. Filter files with include "
-            "(e.g. `*.py`); binary files, symlinks and .git are skipped."
+            "Search workspace text files for lines matching a regular expression (RE2 "
+            "syntax: no backreferences or lookaround; `\\d`, `\\w`, `\\s`, `\\b` are "
+            "ASCII-only). Returns `path:line:text` per matching line. Filter files with "
+            "include (e.g. `*.py`); binary files, symlinks, .git and files excluded by "
+            ".gitignore or .ignore are skipped (include_ignored=true keeps the latter)."
         ),
         parameters=GrepArgs,
         execute=execute,

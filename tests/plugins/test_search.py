@@ -1,11 +1,23 @@
-"""glob and grep through a real registry: matching, caps, skips, errors and their cards."""
+"""glob and grep through a real registry: matching, caps, skips, errors and their cards;
+the RE2 dialect, ignore files, deep trees, cancellation, odd names, and grep giving the
+same answers with and without ripgrep."""
 
 from __future__ import annotations
 
+import itertools
+import json
+import os
+import random
+import shutil
+import stat
+import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dsh_tools import (
     CancelSource,
@@ -14,6 +26,7 @@ from dsh_tools import (
     ToolExecutionInput,
     ToolRegistry,
 )
+from dsh_tools.json import is_unicode
 from dsh_tools.models import ToolDefinition, ToolExecutionFailure, ToolExecutionSuccess
 from dsh_tools.presentation import (
     GenericCallView,
@@ -24,8 +37,19 @@ from dsh_tools.presentation import (
     ToolCallKind,
     unstructure_view,
 )
-from dsh_tools_plugins.search import glob_regex, glob_tool, grep_tool
-from dsh_tools_plugins.workspace import Workspace
+from dsh_tools_plugins import _regex
+from dsh_tools_plugins.search import compile_glob, glob_tool, grep_tool
+from dsh_tools_plugins.timeouts import TimeoutPolicy
+from dsh_tools_plugins.workspace import WALK_OPEN_DIRECTORIES, Workspace
+
+RG = shutil.which("rg")
+needs_rg = pytest.mark.skipif(RG is None, reason="ripgrep (rg) is not installed")
+BACKENDS = [
+    pytest.param(False, id="builtin"),
+    pytest.param(True, id="ripgrep", marks=needs_rg),
+]
+HANG_BOUND_S = 10.0
+"""A search the old code ran for 30 s to hours must end well inside this."""
 
 
 @pytest.fixture
@@ -54,13 +78,18 @@ def root(tmp_path: Path) -> Path:
     return workspace
 
 
-@pytest.fixture
-def registry(root: Path) -> ToolRegistry:
+def _registry(root: Path, ripgrep: str | bool = False, **grep_options: Any) -> ToolRegistry:
     ws = Workspace(root)
     registry = ToolRegistry()
     registry.register(glob_tool(ws))
-    registry.register(grep_tool(ws, max_file_bytes=1024))
+    registry.register(grep_tool(ws, ripgrep=ripgrep, **grep_options))
     return registry
+
+
+@pytest.fixture(params=BACKENDS)
+def registry(root: Path, request: pytest.FixtureRequest) -> ToolRegistry:
+    """glob and grep on ``root``; grep with the built-in search, then with ripgrep."""
+    return _registry(root, ripgrep=request.param, max_file_bytes=1024)
 
 
 def _call(registry: ToolRegistry, name: str, **arguments: Any) -> Any:
@@ -89,6 +118,16 @@ def _cards(registry: ToolRegistry, name: str, result: Any, **arguments: Any) -> 
     return call_view, result_view
 
 
+def _write(root: Path, files: dict[str, str | bytes]) -> None:
+    for name, content in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+
+
 # --------------------------------------------------------------------------- patterns
 
 
@@ -110,11 +149,30 @@ def _cards(registry: ToolRegistry, name: str, result: Any, **arguments: Any) -> 
         ("[!a]*.md", "guide.md", True),
         ("[!g]*.md", "guide.md", False),
         ("[gh]uide.md", "huide.md", True),
+        ("[a-c]x", "bx", True),
+        ("[a-c]x", "dx", False),
         ("a+b(c).txt", "a+b(c).txt", True),
+        ("a.txt", "abtxt", False),
+        ("*", "line\nbreak", True),
+        ("*.txt", "caf\udce9.txt", True),  # a name that is not UTF-8, as os.fsdecode gives it
     ],
 )
-def test_glob_regex(pattern: str, path: str, expected: bool) -> None:
-    assert (glob_regex(pattern).match(path) is not None) is expected
+def test_compile_glob(pattern: str, path: str, expected: bool) -> None:
+    assert compile_glob(pattern).matches(path) is expected
+
+
+def test_a_glob_the_old_regex_took_minutes_on_matches_in_linear_time() -> None:
+    # r06b: "*a" * 7 + "*b" compiled to a backtracking regex: 11 s on a 60-character
+    # name, 69 s with one more "*a". Now a 10 000-character name is instant.
+    started = time.perf_counter()
+    assert not compile_glob("*a" * 12 + "*b").matches("a" * 10_000)
+    assert compile_glob("*a" * 12 + "*").matches("a" * 10_000)
+    assert time.perf_counter() - started < HANG_BOUND_S
+
+
+def test_a_malformed_glob_is_invalid_args_naming_the_argument() -> None:
+    with pytest.raises(ToolArgsError, match=r'"include": "\[z-a\]" is not a valid glob'):
+        compile_glob("[z-a]", "include")
 
 
 # --------------------------------------------------------------------------- glob
@@ -149,13 +207,24 @@ def test_glob_base_directory_literal_prefix_and_cap(registry: ToolRegistry) -> N
 
 
 def test_glob_refusals(registry: ToolRegistry) -> None:
-    for pattern in ("../*", "/etc/*", ""):
+    for pattern in ("../*", "/etc/*", "", "[z-a]"):
         result = _call(registry, "glob", pattern=pattern)
         assert result.code == "INVALID_ARGS", result.text
+    assert _call(registry, "glob", pattern="*", limit=0).code == "INVALID_ARGS"
     assert _call(registry, "glob", pattern="*", path="linked").code == "DENIED"
     assert _call(registry, "glob", pattern="*", path="..").code == "DENIED"
     assert _call(registry, "glob", pattern="*", path="missing").code == "TOOL_ERROR"
     assert _call(registry, "glob", pattern="*", path="setup.py").code == "TOOL_ERROR"
+
+
+def test_a_hostile_glob_on_a_long_name_ends_at_once(root: Path) -> None:
+    """r06b through the tool: the old translation ran 11 s for 7 stars, 69 s for 8."""
+    (root / ("a" * 200)).touch()
+    registry = _registry(root)
+    started = time.perf_counter()
+    assert _ok(registry, "glob", pattern="*a" * 8 + "*b").value["total"] == 0
+    assert _ok(registry, "glob", pattern="*a" * 8 + "*").value["paths"] == ["a" * 200]
+    assert time.perf_counter() - started < HANG_BOUND_S
 
 
 # --------------------------------------------------------------------------- grep
@@ -230,29 +299,436 @@ def test_grep_skips_oversized_files_and_cuts_long_lines(registry: ToolRegistry, 
     assert entry["matches"][0]["line"] == "main" + "x" * 496 + "…"
 
 
-def test_grep_invalid_regex_is_invalid_args(registry: ToolRegistry) -> None:
-    result = _call(registry, "grep", pattern="(unclosed")
-    assert isinstance(result, ToolExecutionFailure)
-    assert result.code == "INVALID_ARGS"
-    assert result.error.message == (
-        'invalid arguments: "pattern" is not a valid regular expression: '
-        "missing ), unterminated subpattern at position 0"
-    )
-    assert _cards(registry, "grep", result, pattern="(unclosed")[1] is None
-    assert _call(registry, "grep", pattern="x", include="../*.py").code == "INVALID_ARGS"
-    assert _call(registry, "grep", pattern="x", limit=0).code == "INVALID_ARGS"
-    with pytest.raises(ToolArgsError, match="not a valid glob pattern"):
-        glob_regex("[z-a]")
-
-
 def test_grep_never_follows_symlinks(registry: ToolRegistry) -> None:
     result = _ok(registry, "grep", pattern="secret")
     assert result.value["total"] == 0
     assert _call(registry, "grep", pattern="secret", path="leak.py").code == "DENIED"
+    assert _call(registry, "grep", pattern="secret", path="linked").code == "DENIED"
+
+
+def test_metadata_marks_search_tools_read_only(registry: ToolRegistry) -> None:
+    for name in ("glob", "grep"):
+        definition = registry.get(name)
+        assert definition is not None
+        assert definition.metadata == {"read_only": True, "idempotent": True}
+        assert definition.blocking is True
+
+
+# --------------------------------------------------------------------------- the RE2 dialect
+
+
+def test_a_catastrophic_pattern_ends_at_once(root: Path) -> None:
+    """r06: `(.*.*)*z` on one 16-character line ran 33-35 s in Python's re."""
+    (root / "notes.txt").write_text("an ordinary line\n" + "x" * 5000 + "\n")
+    registry = _registry(root)
+    started = time.perf_counter()
+    for pattern in ("(.*.*)*z", "(a|a)*q$", "(x+x+)+y", "(.*){1,32}[qz]"):
+        assert _ok(registry, "grep", pattern=pattern).value["total"] == 0, pattern
+    assert time.perf_counter() - started < HANG_BOUND_S
+
+
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        ("(unclosed", "missing ): (unclosed"),
+        ("a(?=b)", "invalid perl operator: (?= (lookahead is not supported in RE2 syntax)"),
+        ("(?<!a)b", "invalid perl operator: (?<! (lookbehind is not supported in RE2 syntax)"),
+        ("(a)\\1", "invalid escape sequence: \\1 (backreferences are not supported in RE2 syntax)"),
+        ("a\\Z", "invalid escape sequence: \\Z (use \\z for the end of the text in RE2 syntax)"),
+        ("a{1001}", "invalid repetition size: {1001}"),
+        ("\\C", "\\C (any single byte) is not supported"),
+        ("caf\udce9", "it is not valid Unicode text"),
+        ("(\\pL|\\pN){300}x" * 40, "pattern too large - compile failed"),
+    ],
+)
+def test_patterns_outside_re2_are_invalid_args_saying_why(
+    root: Path, pattern: str, message: str
+) -> None:
+    result = _call(_registry(root), "grep", pattern=pattern)
+    assert isinstance(result, ToolExecutionFailure)
+    assert result.code == "INVALID_ARGS"
+    assert result.error.message == (
+        f'invalid arguments: "pattern" is not a valid regular expression (RE2 syntax): {message}'
+    )
+
+
+@pytest.mark.parametrize("ripgrep", BACKENDS)
+def test_lines_classes_and_anchors_follow_the_documented_dialect(
+    tmp_path: Path, ripgrep: bool
+) -> None:
+    _write(
+        tmp_path,
+        {
+            "a.txt": b"alpha\r\nbeta gamma\n\nend without newline",
+            "b.txt": b"digits 42 and \xd9\xa3 (arabic three)\nword_char\n"
+            b"caf\xc3\xa9\nbad \xff byte\n",
+        },
+    )
+    registry = _registry(tmp_path, ripgrep=ripgrep)
+
+    def lines(pattern: str, **options: Any) -> list[str]:
+        result = _ok(registry, "grep", pattern=pattern, **options)
+        return [line for line in result.text.split("\n\n")[0].splitlines() if ":" in line]
+
+    assert lines("^beta|^alpha$") == ["a.txt:2:beta gamma"]  # lines end at \n only
+    assert lines("^alpha\\r$") == ["a.txt:1:alpha"]  # and show without the \r
+    assert lines("a\\sbeta") == []  # a match never spans lines
+    assert lines("^$") == ["a.txt:3:"]
+    assert lines("newline$") == ["a.txt:4:end without newline"]
+    assert lines("\\d \\(") == []  # \d is ASCII: not the Arabic three
+    assert lines("\\pN \\(") == ["b.txt:1:digits 42 and ٣ (arabic three)"]
+    assert lines("^\\w+$") == ["b.txt:2:word_char"]  # \w is ASCII: not café
+    assert lines("caf\\b") == ["b.txt:3:café"]  # \b is ASCII too
+    assert lines("CAFÉ", case_insensitive=True) == ["b.txt:3:café"]
+    assert lines("bad . byte") == []  # an invalid UTF-8 byte is not a character
+    assert lines("bad") == ["b.txt:4:bad \ufffd byte"]  # and is shown as U+FFFD
+
+
+def test_line_numbers_hold_across_chunk_boundaries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(5)
+    text = ["".join(rng.choice("ab \t") for _ in range(rng.randrange(0, 40))) for _ in range(3000)]
+    (tmp_path / "f.txt").write_text("\n".join(text) + "\n")
+    monkeypatch.setattr(_regex, "CHUNK_BYTES", 97)  # many chunks, ending mid-pattern
+    registry = _registry(tmp_path, max_file_bytes=10**6)
+    for pattern, expected in [
+        ("ab a", [i + 1 for i, line in enumerate(text) if "ab a" in line]),
+        ("^b", [i + 1 for i, line in enumerate(text) if line.startswith("b")]),
+        ("a$", [i + 1 for i, line in enumerate(text) if line.endswith("a")]),
+        ("^$", [i + 1 for i, line in enumerate(text) if not line]),
+    ]:
+        result = _ok(registry, "grep", pattern=pattern, limit=10_000)
+        numbers = [match["line_number"] for match in result.value["files"][0]["matches"]]
+        assert numbers == expected, pattern
+
+
+def test_the_public_re2_call_finds_the_same_lines_as_the_internal_one() -> None:
+    """LineRegex calls google-re2's wrapped RE2.Match for speed, and falls back to the
+    public ``search`` should a release rename it."""
+    import re2
+
+    options = re2.Options()
+    options.never_nl = True
+    options.case_sensitive = False
+    compiled = re2.compile(b"(?m)\\bb\\w*$|^$", options)
+
+    class PublicOnly:
+        search = compiled.search
+
+    data = b"alpha beta\nBravo\n\nab\r\nbx\nno\n" * 50
+    fast = _regex.LineRegex("pattern", True, compiled)
+    public = _regex.LineRegex("pattern", True, PublicOnly())
+    lines = list(_regex.matching_lines(fast, data, lambda: False))
+    assert len(lines) == 4 * 50
+    assert list(_regex.matching_lines(public, data, lambda: False)) == lines
+
+
+# --------------------------------------------------------------------------- ignore files
+
+
+@pytest.fixture
+def ignoring(tmp_path: Path) -> Path:
+    _write(
+        tmp_path,
+        {
+            ".gitignore": "*.log\nbuild/\n/top-only.txt\nnode_modules\n# a comment\n",
+            ".ignore": "!kept.log\n",  # .ignore wins over .gitignore in the same directory
+            "a.log": "needle\n",
+            "kept.log": "needle\n",
+            "top-only.txt": "needle\n",
+            "main.py": "needle\n",
+            "build/out.py": "needle\n",
+            "node_modules/m.js": "needle\n",
+            "sub/top-only.txt": "needle\n",  # the root pattern is anchored
+            "sub/build/x.py": "needle\n",  # build/ matches at any depth
+            "sub/.gitignore": "*.tmp\n!important.log\n",
+            "sub/important.log": "needle\n",  # the deeper file re-includes it
+            "sub/x.tmp": "needle\n",
+            "sub/deeper/y.tmp": "needle\n",  # sub's rules hold below it
+            "other/x.tmp": "needle\n",  # ... and only there
+            "nested/.git/HEAD": "needle\n",
+        },
+    )
+    return tmp_path
+
+
+KEPT = [
+    ".gitignore",
+    ".ignore",
+    "kept.log",
+    "main.py",
+    "other/x.tmp",
+    "sub/.gitignore",
+    "sub/important.log",
+    "sub/top-only.txt",
+]
+
+
+@pytest.mark.parametrize("ripgrep", BACKENDS)
+def test_ignore_files_apply_to_their_subtree_as_in_git(ignoring: Path, ripgrep: bool) -> None:
+    registry = _registry(ignoring, ripgrep=ripgrep)
+    assert _ok(registry, "glob", pattern="**").value["paths"] == KEPT
+    found = _ok(registry, "grep", pattern="needle").value["files"]
+    assert [entry["path"] for entry in found] == [p for p in KEPT if not p.endswith("ignore")]
+
+
+@pytest.mark.parametrize("ripgrep", BACKENDS)
+def test_include_ignored_searches_everything_but_git(ignoring: Path, ripgrep: bool) -> None:
+    registry = _registry(ignoring, ripgrep=ripgrep)
+    everything = [
+        str(path.relative_to(ignoring))
+        for path in sorted(ignoring.rglob("*"))
+        if path.is_file() and ".git/" not in str(path)
+    ]
+    result = _ok(registry, "glob", pattern="**", include_ignored=True)
+    assert sorted(result.value["paths"]) == sorted(everything)
+    grep = _ok(registry, "grep", pattern="needle", include_ignored=True)
+    assert grep.value["total"] == len([p for p in everything if not p.endswith("ignore")])
+    assert grep.value["total"] > len(KEPT)
+
+
+@pytest.mark.parametrize("ripgrep", BACKENDS)
+def test_a_directory_named_explicitly_is_searched_though_ignored(
+    ignoring: Path, ripgrep: bool
+) -> None:
+    registry = _registry(ignoring, ripgrep=ripgrep)
+    assert _ok(registry, "glob", pattern="**", path="build").value["paths"] == ["build/out.py"]
+    assert _ok(registry, "grep", pattern="needle", path="sub/build").text == (
+        "sub/build/x.py:1:needle"
+    )
+    assert _ok(registry, "grep", pattern="needle", path="a.log").text == "a.log:1:needle"
+    # the rules above a searched directory still apply when they do not ignore it
+    assert _ok(registry, "glob", pattern="**", path="sub").value["paths"] == [
+        "sub/.gitignore",
+        "sub/important.log",
+        "sub/top-only.txt",
+    ]
+
+
+def test_a_hostile_ignore_file_does_not_stall_the_walk(tmp_path: Path) -> None:
+    # pathspec's default backend compiles these lines to backtracking Python regexes
+    _write(
+        tmp_path,
+        {".gitignore": "*a" * 8 + "*b\n" + "!\n[z-a]\n", "a" * 200: "needle\n"},
+    )
+    registry = _registry(tmp_path)
+    started = time.perf_counter()
+    assert _ok(registry, "glob", pattern="*").value["paths"] == [".gitignore", "a" * 200]
+    assert time.perf_counter() - started < HANG_BOUND_S
+
+
+def test_ignore_files_of_many_lines_still_apply(tmp_path: Path) -> None:
+    lines = [f"generated-{index}/*.py" for index in range(5000)] + ["*.log"]
+    _write(tmp_path, {".gitignore": "\n".join(lines), "x.log": "", "generated-4999/a.py": ""})
+    _write(tmp_path, {"generated-4999/a.txt": "", "keep.py": ""})
+    registry = _registry(tmp_path)
+    assert _ok(registry, "glob", pattern="**/*.*").value["paths"] == [
+        ".gitignore",
+        "generated-4999/a.txt",
+        "keep.py",
+    ]
+
+
+# --------------------------------------------------------------------------- deep trees
+
+
+def _deep_tree(root: Path, depth: int) -> str:
+    """``depth`` nested directories ``d``, each with a file; the deepest file's path."""
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        for level in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            child = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+            handle = os.open(f"f{level}.txt", os.O_WRONLY | os.O_CREAT, dir_fd=fd)
+            os.write(handle, b"needle\n")
+            os.close(handle)
+    finally:
+        os.close(fd)
+    return "d/" * depth + f"f{depth - 1}.txt"
+
+
+def _cut_deep_tree(root: Path) -> None:
+    """Cut a tree made by :func:`_deep_tree` into pieces 100 levels deep (moved beside
+    it): ``shutil.rmtree``, pytest's clean-up included, recurses once per level."""
+    pieces = [root]
+    while pieces:
+        deep = pieces.pop().joinpath(*["d"] * 100)
+        if deep.is_dir():
+            piece = root / f"piece-{len(list(root.glob('piece-*')))}"
+            os.rename(deep, piece)
+            pieces.append(piece)
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_tree_deeper_than_the_recursion_limit_is_searched(tmp_path: Path) -> None:
+    deepest = _deep_tree(tmp_path, 1100)
+    try:
+        registry = _registry(tmp_path)
+        result = _ok(registry, "glob", pattern="**/f1099.txt")
+        assert result.value["paths"] == [deepest]
+        grep = _ok(registry, "grep", pattern="needle", limit=5000)
+        assert grep.value["total"] == 1100
+        assert grep.value["files"][0]["path"] == deepest  # a directory comes before "f..."
+    finally:
+        _cut_deep_tree(tmp_path)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_a_deep_walk_holds_a_bounded_number_of_descriptors(tmp_path: Path) -> None:
+    _deep_tree(tmp_path, 300)
+    ws = Workspace(tmp_path)
+    before = _open_descriptors()
+    most = 0
+    found: list[str] = []
+    with ws.open(".", directory=True) as base:
+        for item in ws.walk_files(base):
+            found.append(item.display)
+            most = max(most, _open_descriptors())
+    assert len(found) == 300
+    assert found == sorted(found, key=len, reverse=True)  # "d" sorts before "f0.txt"
+    assert most - before <= WALK_OPEN_DIRECTORIES + 3  # start, scandir, this listdir
+    assert _open_descriptors() == before
+
+
+def test_a_deep_directory_swapped_during_the_walk_is_not_followed(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    _deep_tree(tmp_path / "ws", 100)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("needle\n")
+    ws = Workspace(tmp_path / "ws")
+    found: list[str] = []
+    with ws.open(".", directory=True) as base:
+        for item in ws.walk_files(base):
+            found.append(item.display)
+            if len(found) == 90:  # f10.txt, 11 levels down: the shallow levels were closed
+                shallow = tmp_path / "ws" / "d" / "d"
+                shallow.rename(tmp_path / "moved")
+                shallow.symlink_to(outside)
+    assert not any("secret" in path for path in found)  # the link was not followed
+    assert "d/f0.txt" in found  # the walk went on where the tree was unchanged
+    assert "d/d/f1.txt" not in found  # and reopened nothing through the swapped name
+
+
+# --------------------------------------------------------------------------- names
+
+
+@pytest.mark.parametrize("ripgrep", BACKENDS)
+def test_names_that_are_not_utf8_are_shown_with_the_replacement_character(
+    tmp_path: Path, ripgrep: bool
+) -> None:
+    """r04: such a name came back with lone surrogates, which killed serve-mcp."""
+    with open(os.fsencode(tmp_path) + b"/caf\xe9.txt", "wb") as handle:  # latin-1
+        handle.write(b"needle\n")
+    registry = _registry(tmp_path, ripgrep=ripgrep)
+    for result in (
+        _ok(registry, "glob", pattern="*.txt"),
+        _ok(registry, "grep", pattern="needle"),
+        _ok(registry, "grep", pattern="needle", include="caf?.txt"),
+    ):
+        assert "caf\ufffd.txt" in result.text
+        wire = json.dumps({"text": result.text, "value": result.value}, ensure_ascii=False)
+        assert is_unicode(wire)
+        wire.encode("utf-8")  # what the MCP SDK does; it raised before
+
+
+# --------------------------------------------------------------------------- cancellation
+
+
+@pytest.fixture(scope="module")
+def slow_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Random lower-case text on which RE2 takes its slow path for ``SLOW``: 8 files of
+    1.5 MB, over ten seconds of search in all."""
+    root = tmp_path_factory.mktemp("slow")
+    letters = bytes(b"abcdefghijklmnopqrstuvw"[byte % 23] for byte in range(256))
+    rng = random.Random(1)
+    for index in range(8):
+        body = bytearray(rng.randbytes(1_500_000).translate(letters))
+        body[199::200] = b"\n" * len(body[199::200])
+        (root / f"f{index}.txt").write_bytes(bytes(body))
+    return root
+
+
+SLOW = "[a-q][^u-z]{40}x"
 
 
 @pytest.mark.anyio
-async def test_a_cancelled_search_ends_aborted(registry: ToolRegistry) -> None:
+@pytest.mark.parametrize("ripgrep", BACKENDS)
+async def test_a_timeout_stops_a_long_search_while_the_event_loop_keeps_beating(
+    slow_tree: Path, ripgrep: bool
+) -> None:
+    registry = _registry(slow_tree, ripgrep=ripgrep, max_file_bytes=2_000_000)
+    registry.add_plugin(TimeoutPolicy(default_ms=300, registry=registry))
+    beats: list[float] = []
+
+    async def heartbeat() -> None:
+        while True:
+            beats.append(time.monotonic())
+            await anyio.sleep(0.02)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(heartbeat)
+        started = time.monotonic()
+        result = await registry.execute(ToolExecutionInput("c", "grep", {"pattern": SLOW}))
+        elapsed = time.monotonic() - started
+        group.cancel_scope.cancel()
+    assert result.code == "TOOL_TIMEOUT", result.text
+    assert elapsed < 3.0  # the search alone takes well over ten seconds
+    assert max(later - earlier for earlier, later in itertools.pairwise(beats)) < 0.5
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_search_stops_promptly(slow_tree: Path) -> None:
+    registry = _registry(slow_tree, max_file_bytes=2_000_000)
+    source = CancelSource()
+    async with anyio.create_task_group() as group:
+
+        async def cancel_soon() -> None:
+            await anyio.sleep(0.3)
+            source.cancel()
+
+        group.start_soon(cancel_soon)
+        started = time.monotonic()
+        result = await registry.execute(
+            ToolExecutionInput("c", "grep", {"pattern": SLOW}, signal=source.signal)
+        )
+    assert result.code == "ABORTED", result.text
+    assert time.monotonic() - started < 3.0
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_search_kills_ripgrep(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("needle\n")
+    fake = tmp_path / "slow-rg"
+    fake.write_text(f'#!/bin/sh\necho $$ > "{tmp_path}/rg.pid"\nexec sleep 60\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    registry = _registry(tmp_path, ripgrep=str(fake))
+    source = CancelSource()
+    async with anyio.create_task_group() as group:
+
+        async def cancel_soon() -> None:
+            await anyio.sleep(0.5)
+            source.cancel()
+
+        group.start_soon(cancel_soon)
+        started = time.monotonic()
+        result = await registry.execute(
+            ToolExecutionInput("c", "grep", {"pattern": "needle"}, signal=source.signal)
+        )
+    assert result.code == "ABORTED", result.text
+    assert time.monotonic() - started < 3.0
+    pid = int((tmp_path / "rg.pid").read_text())
+    assert not os.path.exists(f"/proc/{pid}")  # killed and reaped
+
+
+@pytest.mark.anyio
+async def test_a_search_cancelled_before_it_starts_never_runs(registry: ToolRegistry) -> None:
     source = CancelSource()
     source.cancel()
     result = await registry.execute(
@@ -263,9 +739,166 @@ async def test_a_cancelled_search_ends_aborted(registry: ToolRegistry) -> None:
     assert result.text == "docs/guide.md"  # blocking tools run in a worker thread
 
 
-def test_metadata_marks_search_tools_read_only(registry: ToolRegistry) -> None:
-    for name in ("glob", "grep"):
-        definition = registry.get(name)
-        assert definition is not None
-        assert definition.metadata == {"read_only": True, "idempotent": True}
-        assert definition.blocking is True
+# --------------------------------------------------------------------------- both backends
+
+
+def _mixed_tree(root: Path) -> None:
+    rng = random.Random(11)
+    words = ["alpha", "Beta", "gamma_1", "café", "ÉCOLE", "x=42", "tab\there", "[br]", "a.b"]
+    for index in range(60):
+        lines = [" ".join(rng.choice(words) for _ in range(rng.randrange(0, 6))) for _ in range(9)]
+        ending = rng.choice(["\n", "\r\n"])
+        path = root / f"d{index % 4}" / f"s{index % 3}" / f"f{index}.{rng.choice(['py', 'md'])}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes((ending.join(lines) + rng.choice(["", ending])).encode())
+    _write(
+        root,
+        {
+            ".gitignore": "*.md\n!d1/**/*.md\nd3/\n",
+            "bin.dat": b"alpha\x00beta\n",
+            "late-nul.txt": b"alpha\n" + b"x" * 9000 + b"\x00\n",
+            "invalid.txt": b"caf\xe9 alpha\n",
+            "bom.txt": b"\xef\xbb\xbfalpha\n",
+            "empty.txt": b"",
+            "d2/big.txt": b"alpha\n" * 4000,
+        },
+    )
+    outside = root.parent / f"{root.name}-outside"
+    outside.mkdir()
+    (outside / "secret.py").write_text("alpha gamma_1\n")
+    (root / "link-dir").symlink_to(outside)
+    (root / "link.py").symlink_to(outside / "secret.py")
+    os.mkfifo(root / "fifo.py")
+
+
+PATTERNS = [
+    "alpha",
+    r"\bBeta\b",
+    r"gamma_\d",
+    "caf.",
+    "É",
+    r"^\s*$",
+    "^alpha",
+    "here$",
+    r"x=\d+",
+    r"\[br\]",
+    r"a\.b",
+    r"\w+é",
+    "[^a-z ]",
+    r"\pL{5}",
+    "(?i)école",
+    "(?P<w>alpha) (Beta|gamma)",
+    r"\Qa.b\E",
+    r"\Qa.b",
+    r"\x41|\x{263a}",
+    r"\101",  # octal: left to the built-in search
+    "",
+    "zzz",
+]
+
+
+def _both(root: Path) -> tuple[ToolRegistry, ToolRegistry, Path]:
+    log = root.parent / f"{root.name}-rg.log"
+    spy = root.parent / f"{root.name}-rg"
+    spy.write_text(f'#!/bin/sh\necho ran >> "{log}"\nexec "{RG}" "$@"\n')
+    spy.chmod(spy.stat().st_mode | stat.S_IEXEC)
+    options = {"max_file_bytes": 20_000}
+    return _registry(root, **options), _registry(root, ripgrep=str(spy), **options), log
+
+
+@needs_rg
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_grep_gives_the_same_answer_with_and_without_ripgrep(tmp_path: Path, pattern: str) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    _mixed_tree(root)
+    builtin, ripgrep, log = _both(root)
+    for options in (
+        {},
+        {"case_insensitive": True},
+        {"limit": 3},
+        {"include": "*.py"},
+        {"include": "d1/**"},
+        {"include_ignored": True},
+        {"path": "d1"},
+    ):
+        expected = _call(builtin, "grep", pattern=pattern, **options)
+        got = _call(ripgrep, "grep", pattern=pattern, **options)
+        assert (got.is_error, got.text, got.value) == (
+            expected.is_error,
+            expected.text,
+            expected.value,
+        ), options
+        assert "secret" not in got.text
+    assert log.exists() is (pattern != r"\101")  # ripgrep ran for the patterns it can take
+
+
+_ATOMS = st.sampled_from(
+    [
+        "a",
+        "b",
+        "é",
+        "É",
+        "_",
+        " ",
+        ".",
+        "\\d",
+        "\\w",
+        "\\s",
+        "\\S",
+        "\\W",
+        "\\b",
+        "^",
+        "$",
+        "[a-c]",
+        "[^ab]",
+        "[[:alpha:]]",
+        "\\pL",
+        "\\x41",
+        "(?i:b)",
+        "\\.",
+        "\\[",
+    ]
+)
+
+
+@st.composite
+def _patterns(draw: st.DrawFn) -> str:
+    parts = draw(st.lists(_ATOMS, min_size=1, max_size=5))
+    quantified = [part + draw(st.sampled_from(["", "", "*", "+", "?", "{1,2}"])) for part in parts]
+    joined = "".join(quantified)
+    if draw(st.booleans()):
+        joined = f"({joined})|{draw(_ATOMS)}"
+    return joined
+
+
+@pytest.fixture(scope="module")
+def mixed_registries(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
+    root = tmp_path_factory.mktemp("mixed") / "ws"
+    root.mkdir()
+    _mixed_tree(root)
+    builtin, ripgrep, _ = _both(root)
+    return builtin, ripgrep
+
+
+@needs_rg
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pattern=_patterns(), case_insensitive=st.booleans())
+def test_random_patterns_give_the_same_answer_with_and_without_ripgrep(
+    mixed_registries: tuple[ToolRegistry, ToolRegistry], pattern: str, case_insensitive: bool
+) -> None:
+    builtin, ripgrep = mixed_registries
+    expected = _call(builtin, "grep", pattern=pattern, case_insensitive=case_insensitive)
+    got = _call(ripgrep, "grep", pattern=pattern, case_insensitive=case_insensitive)
+    assert (got.text, got.value) == (expected.text, expected.value)
+
+
+def test_a_ripgrep_that_fails_or_is_missing_changes_nothing(root: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken-rg"
+    broken.write_text("#!/bin/sh\nexit 2\n")  # what ripgrep says when it could not read a file
+    broken.chmod(broken.stat().st_mode | stat.S_IEXEC)
+    expected = _ok(_registry(root), "grep", pattern="main")
+    for ripgrep in (str(broken), str(tmp_path / "no-such-rg")):
+        assert _ok(_registry(root, ripgrep=ripgrep), "grep", pattern="main").value == (
+            expected.value
+        )
