@@ -10,7 +10,9 @@ Invariants checked on random input:
 * random pre/guard/post/wrapper decisions, valid or not, never crash a call, and a denial
   (pre-execute ``Deny`` or a guard reason) always keeps the body from running;
 * random card JSON either structures into a card or raises ``CardError``;
-* 100 000 levels of nesting and 10 MB arguments end cleanly in bounded time and memory.
+* 100 000 levels of nesting and 10 MB arguments end cleanly in bounded time and memory;
+* catastrophic regexes and globs (nested quantifiers, ``*a*a*a*b``) given to ``grep`` and
+  ``glob`` end within the time bound, as a result or an ``INVALID_ARGS`` failure.
 
 Hypothesis profiles (registered here, applied per test, so other modules are unaffected):
 ``ci`` (the default) and ``long`` (5000 examples per property). The long run::
@@ -1098,3 +1100,100 @@ def test_changing_a_file_of_repeated_lines_is_bounded() -> None:
     for result in results:
         assert isinstance(result, ToolExecutionSuccess), result.text
         assert len(result.value["diffs"]) == 1  # type: ignore[index]
+
+
+# --------------------------------------------------------------------------- catastrophic patterns
+
+_BACKTRACKING_PIECES = st.sampled_from(
+    [
+        *("a*", "a+", "(a|a)", "(a|aa)", ".*", "(.*)", "(a*)*", "(a+)+", "x?", "\\w*"),
+        *("[ab]*", "(?:a|b|ab)*", ".{0,50}", "(.*.*)*", "a{1,40}", "(\\s*\\S*)*", "\\b"),
+    ]
+)
+
+
+@st.composite
+def catastrophic_regexes(draw: st.DrawFn) -> str:
+    """Nested and stacked quantifiers: exponential or high-polynomial for a backtracker."""
+    body = "".join(draw(st.lists(_BACKTRACKING_PIECES, min_size=1, max_size=8)))
+    for _ in range(draw(st.integers(0, 3))):
+        body = f"({body})" + draw(st.sampled_from(["*", "+", "{2,30}", "?"]))
+    return body + draw(st.sampled_from(["z", "$", "b", "!", ""]))
+
+
+@st.composite
+def catastrophic_globs(draw: st.DrawFn) -> str:
+    """Many stars between literals (``*a*a*a*b``), braces and classes."""
+    piece = st.sampled_from(["*a", "*", "?", "[ab]", "{a,aa,*a}", "*{a,b}", "a"])
+    name = "".join(draw(st.lists(piece, min_size=1, max_size=40)))
+    return draw(st.sampled_from(["", "**/", "*/"])) + name + draw(st.sampled_from(["b", "*", ""]))
+
+
+@pytest.fixture(scope="module")
+def search_registry(tmp_path_factory: pytest.TempPathFactory) -> ToolRegistry:
+    """glob and grep over long lines and long names, what backtracking chokes on."""
+    from dsh_tools_plugins.search import glob_tool, grep_tool
+    from dsh_tools_plugins.workspace import Workspace
+
+    root = tmp_path_factory.mktemp("catastrophic")
+    (root / "long-line.txt").write_text("a" * 5000 + "\n" + "ab " * 2000 + "\n")
+    (root / ("a" * 200)).write_text(
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n"
+    )
+    (root / "a" / "aa" / "aaa").mkdir(parents=True)
+    (root / "a" / "aa" / "aaa" / ("ab" * 60)).write_text("x\n")
+    workspace = Workspace(root)
+    registry = ToolRegistry()
+    registry.register(glob_tool(workspace))
+    registry.register(grep_tool(workspace))
+    return registry
+
+
+def _search_ends_cleanly(registry: ToolRegistry, name: str, arguments: dict[str, Any]) -> None:
+    started = time.perf_counter()
+    result = registry.execute_sync(ToolExecutionInput("c", name, arguments))
+    elapsed = time.perf_counter() - started
+    assert elapsed < TIME_BOUND_S, f"{name} {arguments!r} took {elapsed:.1f} s"
+    assert_clean(result)
+    if isinstance(result, ToolExecutionFailure):
+        assert result.code == "INVALID_ARGS", result.text
+
+
+@FUZZ
+@given(pattern=catastrophic_regexes(), case_insensitive=st.booleans())
+def test_catastrophic_grep_patterns_end_within_a_bound(
+    search_registry: ToolRegistry, pattern: str, case_insensitive: bool
+) -> None:
+    COUNTS["catastrophic grep"] += 1
+    arguments = {"pattern": pattern, "case_insensitive": case_insensitive}
+    _search_ends_cleanly(search_registry, "grep", arguments)
+
+
+@FUZZ
+@given(pattern=catastrophic_globs())
+def test_catastrophic_glob_patterns_end_within_a_bound(
+    search_registry: ToolRegistry, pattern: str
+) -> None:
+    COUNTS["catastrophic glob"] += 1
+    _search_ends_cleanly(search_registry, "glob", {"pattern": pattern})
+    _search_ends_cleanly(search_registry, "grep", {"pattern": "a", "include": pattern})
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments"),
+    [
+        ("grep", {"pattern": "(.*.*)*z"}),  # r06: 33 s in Python's re
+        ("grep", {"pattern": "(a|aa)*" * 30 + "b"}),
+        ("grep", {"pattern": "(" * 1000 + "a" + ")" * 1000}),  # RE2 refuses the nesting
+        ("grep", {"pattern": "((a{1,1000}){1,1000}){1,1000}"}),  # and the repetition
+        ("grep", {"pattern": "|".join(f"w{index}" for index in range(50_000))}),  # too large
+        ("glob", {"pattern": "*a" * 8 + "*b"}),  # r06b: 69 s in Python's re
+        ("glob", {"pattern": "**/" * 200 + "*a" * 50 + "*b"}),
+        ("grep", {"pattern": "a", "include": "{*a,*aa,*aaa}" * 20 + "b"}),
+    ],
+)
+def test_known_catastrophic_searches_end_within_a_bound(
+    search_registry: ToolRegistry, name: str, arguments: dict[str, Any]
+) -> None:
+    COUNTS["catastrophic known"] += 1
+    _search_ends_cleanly(search_registry, name, arguments)
