@@ -31,6 +31,7 @@ CASES: dict[str, tuple[str, str]] = {
     "5": ("import and plugin startup", "case_startup:run"),
     "6": ("scale and memory", "case_scale:run"),
     "7": ("sandbox start cost", "case_sandbox:run"),
+    "8": ("grep over a 10 000-file tree", "case_search:run"),
 }
 
 

@@ -10,6 +10,7 @@ is opened, read and matched here, so the answer is the same.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
@@ -19,7 +20,7 @@ from dsh_tools.errors import ToolError
 from dsh_tools.json import unicode_text
 
 from ._regex import LineRegex, matching_lines
-from ._ripgrep import candidate_files, superset_pattern
+from ._ripgrep import Preselection, superset_pattern
 from .files import is_binary, read_fd
 from .workspace import Opened, WalkFilter, Workspace, WorkspaceFile
 
@@ -57,10 +58,10 @@ class Findings:
         if is_binary(data):
             self.skipped += 1
             return
-        for number, line in matching_lines(self.regex, data, self.stop):
-            self.total += 1
-            if self.total <= self.limit:
-                self.add(display, number, line.decode("utf-8", errors="replace"))
+        kept, count = matching_lines(self.regex, data, self.limit - self.total, self.stop)
+        self.total += count
+        for number, line in kept:
+            self.add(display, number, line.decode("utf-8", errors="replace"))
 
     def add(self, display: str, number: int, line: str) -> None:
         if len(line) > MAX_MATCH_LINE_CHARS:
@@ -193,37 +194,44 @@ def _search_with_ripgrep(
     """Search only the files ripgrep pre-selects; false when ripgrep could not answer.
 
     A first walk (no file is opened) applies the ignore rules and ``include`` exactly as
-    :func:`_search_walk` does, counts the files over the size cap and notes the ignored
-    directories, which ripgrep is told to skip. A second walk visits only the admitted
-    files ripgrep returned, and the directories leading to them.
+    :func:`_search_walk` does and counts the files over the size cap, while ripgrep
+    runs: it starts once the walk has filtered the top directory, told to skip the
+    ignored directories met so far. A second walk visits only the admitted files
+    ripgrep returned, and the directories leading to them.
     """
     stop = findings.stop
     skip = 0 if base.display == "." else len(base.display) + 1
     refused: list[str] = []
     admitted: set[bytes] = set()
     oversized = 0
+    preselection: Preselection | None = None
     walk = workspace.walk_files(base, entry_filter=_Recorder(entry_filter, "", refused), stop=stop)
-    for found in walk:
-        if stop():
-            return True
-        if include is not None and not include(found.display):
-            continue
-        try:
-            size = os.stat(found.name, dir_fd=found.parent_fd, follow_symlinks=False).st_size
-        except OSError:
-            return False  # the built-in search would count it as skipped
-        if size > findings.max_file_bytes:
-            oversized += 1
-        else:
-            admitted.add(os.fsencode(found.display[skip:]))
-    candidates = candidate_files(
-        ripgrep,
-        base.fd,
-        pattern,
-        excluded_directories=refused,
-        max_file_bytes=findings.max_file_bytes,
-        stop=stop,
-    )
+    with contextlib.ExitStack() as running:
+        for found in walk:
+            if preselection is None:
+                preselection = Preselection.start(
+                    ripgrep,
+                    base.fd,
+                    pattern,
+                    excluded_directories=refused,
+                    max_file_bytes=findings.max_file_bytes,
+                )
+                if preselection is None:
+                    return False
+                running.enter_context(preselection)
+            if stop():
+                return True
+            if include is not None and not include(found.display):
+                continue
+            try:
+                size = os.stat(found.name, dir_fd=found.parent_fd, follow_symlinks=False).st_size
+            except OSError:
+                return False  # the built-in search would count it as skipped
+            if size > findings.max_file_bytes:
+                oversized += 1
+            else:
+                admitted.add(os.fsencode(found.display[skip:]))
+        candidates = set() if preselection is None else preselection.files(stop)
     if candidates is None:
         return stop()
     findings.skipped += oversized

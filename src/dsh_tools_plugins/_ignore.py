@@ -57,7 +57,7 @@ class _Rules:
     def verdict(self, path: str) -> bool | None:
         """True: ignored; False: re-included by a negated line; None: no line matches."""
         for spec in reversed(self._specs):  # later lines win
-            included = spec.check_file(path).include
+            included = spec.check_file(path, ()).include  # (): our paths use "/" already
             if included is not None:
                 return included
         return None

@@ -23,7 +23,7 @@ import re
 import subprocess
 from collections.abc import Callable, Iterable
 
-__all__ = ["MAX_EXCLUDED_DIRECTORIES", "candidate_files", "superset_pattern"]
+__all__ = ["MAX_EXCLUDED_DIRECTORIES", "Preselection", "superset_pattern"]
 
 MAX_EXCLUDED_DIRECTORIES = 2000
 """Ignored directories passed to ripgrep as exclusions, at most (the rest are searched
@@ -253,76 +253,99 @@ def _exclusion(path: str) -> str | None:
     return None
 
 
-def candidate_files(
-    executable: str,
-    directory_fd: int,
-    pattern: str,
-    *,
-    excluded_directories: Iterable[str],
-    max_file_bytes: int,
-    stop: Callable[[], bool],
-) -> set[bytes] | None:
-    """Paths (relative to the directory ``directory_fd``, as bytes) that may match.
+class Preselection:
+    """A ripgrep run listing the files that may match; it works while the caller walks.
 
-    Files over ``max_file_bytes`` are left out, as are the directories in
-    ``excluded_directories`` (relative paths; an optimisation only, so names that would
-    need escaping are simply not excluded). Returns ``None`` when ripgrep could not give
-    a complete answer (it is missing, refused the pattern or could not read a file), or
-    when ``stop`` returned true: ripgrep is then killed.
+    Use it as a context manager: leaving the block kills ripgrep if it is still running.
     """
-    if not os.path.isdir(_PROC_FD):
-        return None
-    globs: list[str] = ["--glob", "!.git/"]
-    for path in excluded_directories:
-        exclusion = _exclusion(path)
-        if exclusion is not None and len(globs) < 2 * MAX_EXCLUDED_DIRECTORIES:
-            globs += ["--glob", exclusion]
-    argv = [
-        executable,
-        "--no-config",
-        "--files-with-matches",
-        "--null",
-        "--no-messages",
-        "--text",
-        "--hidden",
-        "--no-ignore",
-        "--encoding=none",
-        f"--max-filesize={max_file_bytes}",
-        *globs,
-        "--regexp",
-        pattern,
-        "--regexp",
-        "\\x00",  # binary files come back, to be counted as skipped
-        "--",
-        ".",
-    ]
-    try:
-        process = subprocess.Popen(
-            argv,
-            cwd=f"{_PROC_FD}/{directory_fd}",
-            pass_fds=(directory_fd,),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-    except OSError:
-        return None
-    with process:
-        output = _communicate(process, stop)
-    if output is None or process.returncode not in (0, 1):
-        return None
-    return {path[2:] if path.startswith(b"./") else path for path in output.split(b"\0") if path}
 
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self._process = process
 
-def _communicate(process: subprocess.Popen[bytes], stop: Callable[[], bool]) -> bytes | None:
-    """ripgrep's whole output, polling ``stop``; ``None`` (and ripgrep killed) on stop."""
-    while True:
+    @classmethod
+    def start(
+        cls,
+        executable: str,
+        directory_fd: int,
+        pattern: str,
+        *,
+        excluded_directories: Iterable[str],
+        max_file_bytes: int,
+    ) -> Preselection | None:
+        """Start ripgrep on the directory ``directory_fd``; ``None`` when it cannot run.
+
+        Files over ``max_file_bytes`` are left out, as are the directories in
+        ``excluded_directories`` (relative paths; an optimisation only, so names that
+        would need escaping are simply not excluded).
+        """
+        if not os.path.isdir(_PROC_FD):
+            return None
+        globs: list[str] = ["--glob", "!.git/"]
+        for path in excluded_directories:
+            exclusion = _exclusion(path)
+            if exclusion is not None and len(globs) < 2 * MAX_EXCLUDED_DIRECTORIES:
+                globs += ["--glob", exclusion]
+        argv = [
+            executable,
+            "--no-config",
+            "--files-with-matches",
+            "--null",
+            "--no-messages",
+            "--text",
+            "--hidden",
+            "--no-ignore",
+            "--encoding=none",
+            f"--max-filesize={max_file_bytes}",
+            *globs,
+            "--regexp",
+            pattern,
+            "--regexp",
+            "\\x00",  # binary files come back, to be counted as skipped
+            "--",
+            ".",
+        ]
         try:
-            output, _ = process.communicate(timeout=_POLL_SECONDS)
-            return output
-        except subprocess.TimeoutExpired:
-            if stop():
-                with contextlib.suppress(OSError):
-                    process.kill()
-                process.communicate()
-                return None
+            process = subprocess.Popen(
+                argv,
+                cwd=f"{_PROC_FD}/{directory_fd}",  # the directory itself: no swap possible
+                pass_fds=(directory_fd,),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+        except OSError:
+            return None
+        return cls(process)
+
+    def files(self, stop: Callable[[], bool]) -> set[bytes] | None:
+        """The paths (relative to the directory, as bytes) that may match.
+
+        ``None`` when ripgrep could not give a complete answer (it refused the pattern or
+        could not read a file: exit status 2), or when ``stop`` returned true first.
+        """
+        while True:
+            try:
+                output, _ = self._process.communicate(timeout=_POLL_SECONDS)
+                break
+            except subprocess.TimeoutExpired:
+                if stop():
+                    self.close()
+                    return None
+        if self._process.returncode not in (0, 1):
+            return None
+        return {
+            path[2:] if path.startswith(b"./") else path for path in output.split(b"\0") if path
+        }
+
+    def close(self) -> None:
+        """Kill ripgrep if it still runs, and reap it."""
+        if self._process.poll() is None:
+            with contextlib.suppress(OSError):
+                self._process.kill()
+        self._process.communicate()
+
+    def __enter__(self) -> Preselection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

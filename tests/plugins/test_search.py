@@ -401,6 +401,10 @@ def test_line_numbers_hold_across_chunk_boundaries(
         result = _ok(registry, "grep", pattern=pattern, limit=10_000)
         numbers = [match["line_number"] for match in result.value["files"][0]["matches"]]
         assert numbers == expected, pattern
+        capped = _ok(registry, "grep", pattern=pattern, limit=3)  # the rest only counted
+        assert capped.value["total"] == len(expected), pattern
+        shown = [match["line_number"] for match in capped.value["files"][0]["matches"]]
+        assert shown == expected[:3]
 
 
 def test_the_public_re2_call_finds_the_same_lines_as_the_internal_one() -> None:
@@ -419,9 +423,10 @@ def test_the_public_re2_call_finds_the_same_lines_as_the_internal_one() -> None:
     data = b"alpha beta\nBravo\n\nab\r\nbx\nno\n" * 50
     fast = _regex.LineRegex("pattern", True, compiled)
     public = _regex.LineRegex("pattern", True, PublicOnly())
-    lines = list(_regex.matching_lines(fast, data, lambda: False))
-    assert len(lines) == 4 * 50
-    assert list(_regex.matching_lines(public, data, lambda: False)) == lines
+    for keep in (0, 7, 1000):
+        lines, count = _regex.matching_lines(fast, data, keep, lambda: False)
+        assert (len(lines), count) == (min(keep, 4 * 50), 4 * 50)
+        assert _regex.matching_lines(public, data, keep, lambda: False) == (lines, count)
 
 
 # --------------------------------------------------------------------------- ignore files
