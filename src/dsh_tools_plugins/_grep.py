@@ -22,7 +22,7 @@ from dsh_tools.json import unicode_text
 from ._regex import LineRegex, matching_lines
 from ._ripgrep import Preselection, superset_pattern
 from .files import is_binary, read_fd
-from .workspace import Opened, WalkFilter, Workspace, WorkspaceFile
+from .workspace import Opened, WalkFilter, Workspace
 
 __all__ = ["MAX_MATCH_LINE_CHARS", "Findings", "search_tree"]
 
@@ -58,6 +58,8 @@ class Findings:
         if is_binary(data):
             self.skipped += 1
             return
+        if not self.regex.may_match(data):
+            return  # most files: one look, and nothing to count
         kept, count = matching_lines(self.regex, data, self.limit - self.total, self.stop)
         self.total += count
         for number, line in kept:
@@ -68,17 +70,6 @@ class Findings:
             line = line[:MAX_MATCH_LINE_CHARS] + "…"
         entry = {"line_number": number, "line": line}
         self.files.setdefault(unicode_text(display), []).append(entry)
-
-    def search_walked(self, workspace: Workspace, found: WorkspaceFile) -> None:
-        try:
-            fd, info = workspace.open_walked(found)
-        except (OSError, ToolError):
-            self.skipped += 1
-            return
-        try:
-            self.search(found.display, fd, info.st_size)
-        finally:
-            os.close(fd)
 
     def value(self) -> dict[str, Any]:
         return {
@@ -174,12 +165,21 @@ def _search_walk(
     include: Callable[[str], bool] | None,
 ) -> None:
     """The built-in search: read and match every file the walk admits."""
-    stop = findings.stop
+    stop, search, open_walked = findings.stop, findings.search, workspace.open_walked
     for found in workspace.walk_files(base, entry_filter=entry_filter, stop=stop):
         if stop():
             return
-        if include is None or include(found.display):
-            findings.search_walked(workspace, found)
+        if include is not None and not include(found.display):
+            continue
+        try:
+            fd, info = open_walked(found)
+        except (OSError, ToolError):
+            findings.skipped += 1
+            continue
+        try:
+            search(found.display, fd, info.st_size)
+        finally:
+            os.close(fd)
 
 
 def _search_with_ripgrep(

@@ -18,10 +18,11 @@ git skips it. ``.git/info/exclude`` and the user's global excludes are not read.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from collections.abc import Set as AbstractSet
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dsh_tools.json import is_unicode, unicode_text
 
@@ -47,15 +48,38 @@ _DIRECTORY_FLAGS = os.O_RDONLY | _NOFOLLOW_CLOEXEC | getattr(os, "O_DIRECTORY", 
 
 
 class _Rules:
-    """The compiled lines of one directory's ignore files, in order."""
+    """The compiled lines of one directory's ignore files, in order.
 
-    __slots__ = ("_specs",)
+    Most paths match no line; one RE2 set of every line's regex answers that in about a
+    microsecond, against several for pathspec's full verdict, which is asked only when
+    some line matches.
+    """
+
+    __slots__ = ("_any", "_specs")
 
     def __init__(self, specs: list[GitIgnoreSpec]) -> None:
+        import re2  # type: ignore[import-untyped]
+        from pathspec import RegexPattern
+
         self._specs = specs
+        self._any: Any = None
+        regexes = [
+            pattern.regex.pattern
+            for spec in specs
+            for pattern in spec.patterns
+            if isinstance(pattern, RegexPattern) and pattern.regex is not None
+        ]
+        with contextlib.suppress(re2.error):
+            any_line = re2.Set.SearchSet(re2.Options())
+            for regex in regexes:
+                any_line.Add(regex)
+            any_line.Compile()
+            self._any = any_line
 
     def verdict(self, path: str) -> bool | None:
         """True: ignored; False: re-included by a negated line; None: no line matches."""
+        if self._any is not None and not self._any.Match(path):
+            return None
         for spec in reversed(self._specs):  # later lines win
             included = spec.check_file(path, ()).include  # (): our paths use "/" already
             if included is not None:

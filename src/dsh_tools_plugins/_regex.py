@@ -16,18 +16,23 @@ google-re2 is imported on first use: ``import dsh_tools`` stays light.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from dsh_tools.errors import ToolArgsError
 
 __all__ = [
     "CHUNK_BYTES",
-    "LineRegex",
     "MAX_PATTERN_MEMORY",
+    "LineRegex",
+    "Token",
     "compile_line_pattern",
     "compile_path_regex",
+    "escape_tokens",
     "matching_lines",
+    "required_literal",
+    "tokens",
 ]
 
 MAX_PATTERN_MEMORY = 4 * 1024 * 1024
@@ -70,14 +75,152 @@ def _explain(message: str) -> str:
     return message
 
 
-def _any_byte_escape(pattern: str) -> bool:
-    """Whether ``pattern`` uses ``\\C`` (one byte), which could split a UTF-8 character."""
-    index = pattern.find("\\")
-    while index >= 0:
-        if pattern[index + 1 : index + 2] == "C":
-            return True
-        index = pattern.find("\\", index + 2)
-    return False
+class Token(NamedTuple):
+    """One token of an RE2 pattern (see :func:`tokens`); ``code`` is a literal's character."""
+
+    kind: str
+    text: str
+    code: int = -1
+
+    @property
+    def folds_case(self) -> bool:
+        """Whether this flag setting or group opening turns case-insensitive matching on."""
+        if self.kind not in ("flags", "open") or not self.text.startswith("(?"):
+            return False
+        return "<" not in self.text and "i" in self.text[2:].split("-")[0]
+
+
+_CONTROL_ESCAPES = {"t": 9, "n": 10, "r": 13, "f": 12, "v": 11, "a": 7}
+_COUNTED = re.compile(r"\{[0-9]+(?:,[0-9]*)?\}\??")
+_GROUP = re.compile(r"\((?:\?(?::|P?<[^>]*>|[imsU-]*[:)]))?")
+
+
+def tokens(pattern: str) -> list[Token]:
+    """The tokens of ``pattern``, which must already compile under RE2. Kinds:
+
+    ``literal`` (one character: plain, escaped, ``\\x..``, ``\\t``..., each one inside
+    ``\\Q...\\E``), ``perl`` (``\\d \\w \\s`` and negations), ``unicode`` (``\\pL``,
+    ``\\p{Greek}``), ``assertion`` (``^ $ \\b \\B \\A \\z``), ``dot``, ``class`` (a whole
+    ``[...]``), ``open`` (any group opening), ``flags`` (``(?i)``), ``close``, ``alt``,
+    ``quantifier`` (with its lazy ``?``) and ``other`` (octal escapes, ``\\C``).
+    """
+    found: list[Token] = []
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\":
+            token, index = escape_tokens(pattern, index)
+            found.extend(token)
+            continue
+        if char == "[":
+            end = _class_end(pattern, index)
+            found.append(Token("class", pattern[index:end]))
+            index = end
+            continue
+        if char == "(":
+            group = _GROUP.match(pattern, index)
+            assert group is not None
+            text = group.group()
+            found.append(Token("flags" if text.endswith(")") else "open", text))
+            index = group.end()
+            continue
+        counted = _COUNTED.match(pattern, index) if char == "{" else None
+        if counted is not None:
+            found.append(Token("quantifier", counted.group()))
+            index = counted.end()
+            continue
+        if char in "*+?":
+            lazy = pattern[index + 1 : index + 2] == "?"
+            found.append(Token("quantifier", pattern[index : index + 1 + lazy]))
+            index += 1 + lazy
+            continue
+        kind = {")": "close", "|": "alt", ".": "dot", "^": "assertion", "$": "assertion"}
+        found.append(Token(kind.get(char, "literal"), char, ord(char)))
+        index += 1
+    return found
+
+
+def escape_tokens(pattern: str, index: int) -> tuple[list[Token], int]:
+    """The token(s) of the escape at ``index`` (several for ``\\Q...\\E``) and the index
+    after it."""
+    char = pattern[index + 1 : index + 2]
+    after = index + 2
+    if char in ("d", "w", "s", "D", "W", "S"):
+        return [Token("perl", "\\" + char)], after
+    if char in ("b", "B", "A", "z"):
+        return [Token("assertion", "\\" + char)], after
+    if char in ("p", "P"):
+        end = pattern.index("}", after) + 1 if pattern[after : after + 1] == "{" else after + 1
+        return [Token("unicode", pattern[index:end])], end
+    if char == "x":
+        if pattern[after : after + 1] == "{":
+            end = pattern.index("}", after) + 1
+            digits = pattern[after + 1 : end - 1]
+        else:
+            end, digits = after + 2, pattern[after : after + 2]
+        return [Token("literal", pattern[index:end], int(digits, 16))], end
+    if char in _CONTROL_ESCAPES:
+        return [Token("literal", "\\" + char, _CONTROL_ESCAPES[char])], after
+    if char == "Q":
+        end = pattern.find("\\E", after)
+        end = len(pattern) if end < 0 else end
+        quoted = [Token("literal", c, ord(c)) for c in pattern[after:end]]
+        return quoted, min(end + 2, len(pattern))
+    if char.isascii() and not char.isalnum():
+        return [Token("literal", "\\" + char, ord(char))], after
+    return [Token("other", "\\" + char)], after
+
+
+def _class_end(pattern: str, index: int) -> int:
+    """The index after the character class that starts at ``index``."""
+    index += 1
+    if pattern[index : index + 1] == "^":
+        index += 1
+    if pattern[index : index + 1] == "]":
+        index += 1  # a leading ] is a member
+    while pattern[index] != "]":
+        if pattern.startswith("[:", index):
+            index = pattern.index(":]", index) + 2
+        else:
+            index += 2 if pattern[index] == "\\" else 1
+    return index + 1
+
+
+def required_literal(pattern: str, *, case_insensitive: bool) -> bytes | None:
+    """A run of characters (3 or more) every match of ``pattern`` contains, or ``None``.
+
+    Read from the top level only: no top-level ``|``; each literal not made optional by
+    its quantifier extends the current run, anything else ends it; group contents are
+    not looked into. Case-insensitive matching anywhere rules it out. grep finds this
+    run with ``bytes.find`` and asks RE2 only about the lines holding it: RE2 itself has
+    no such shortcut for, say, ``^class \\w+Handler\\(``.
+    """
+    if case_insensitive:
+        return None
+    found = tokens(pattern)
+    runs: list[str] = []
+    run: list[str] = []
+    depth = 0
+    for index, token in enumerate(found):
+        if token.kind == "flags" and token.folds_case:
+            return None
+        if token.kind == "alt" and depth == 0:
+            return None
+        depth += (token.kind == "open") - (token.kind == "close")
+        if token.kind == "quantifier":
+            continue  # read with the token it applies to
+        after = found[index + 1] if index + 1 < len(found) else None
+        following = after.text if after is not None and after.kind == "quantifier" else ""
+        optional = following[:1] in ("*", "?") or following.startswith("{0")
+        required = depth == 0 and token.kind == "literal" and token.code != 0x0A and not optional
+        if required:
+            run.append(chr(token.code))
+        if not required or following[:1] in ("+", "{"):  # a repeated literal ends a run
+            runs.append("".join(run))
+            run = []
+    runs.append("".join(run))
+    longest = max(runs, key=len)
+    return longest.encode("utf-8") if len(longest) >= 3 else None
 
 
 class LineRegex:
@@ -88,15 +231,19 @@ class LineRegex:
     an enum lookup, a match object) against 1 us for RE2 itself, and grep calls it once
     per file and per matching line: so :attr:`first` calls the wrapped ``RE2.Match``
     directly, or falls back to ``search`` should a google-re2 release rename it.
+    ``required`` is the pattern's :func:`required_literal`, if any.
     """
 
-    __slots__ = ("case_insensitive", "first", "source")
+    __slots__ = ("case_insensitive", "first", "required", "source")
 
-    def __init__(self, source: str, case_insensitive: bool, regex: Any) -> None:
+    def __init__(
+        self, source: str, case_insensitive: bool, regex: Any, required: bytes | None = None
+    ) -> None:
         import re2
 
         self.source = source
         self.case_insensitive = case_insensitive
+        self.required = required
         self.first: Callable[[bytes, int, int], int]
         try:
             match, anchor = regex._regexp.Match, re2._Anchor.UNANCHORED
@@ -109,6 +256,12 @@ class LineRegex:
             self.first = first
         else:
             self.first = lambda data, start, end: int(match(anchor, data, start, end)[0][0])
+
+    def may_match(self, data: bytes) -> bool:
+        """False when no line of ``data`` can match (one quick look at the whole buffer)."""
+        if self.required is not None:
+            return self.required in data
+        return self.first(data, 0, len(data)) >= 0
 
 
 def compile_line_pattern(pattern: str, *, case_insensitive: bool) -> LineRegex:
@@ -131,14 +284,16 @@ def compile_line_pattern(pattern: str, *, case_insensitive: bool) -> LineRegex:
         encoded = pattern.encode("utf-8")
     except UnicodeEncodeError:
         raise refuse("it is not valid Unicode text") from None
-    if _any_byte_escape(pattern):
-        raise refuse("\\C (any single byte) is not supported")
     options = _options(case_insensitive=case_insensitive, never_nl=True)
     options.never_capture = True  # grep needs where a match is, not its groups: faster
     try:
-        return LineRegex(pattern, case_insensitive, re2.compile(b"(?m)" + encoded, options))
+        regex = re2.compile(b"(?m)" + encoded, options)
     except re2.error as error:
         raise refuse(_explain(_error_text(error))) from None
+    if Token("other", "\\C") in tokens(pattern):
+        raise refuse("\\C (any single byte) is not supported")
+    required = required_literal(pattern, case_insensitive=case_insensitive)
+    return LineRegex(pattern, case_insensitive, regex, required)
 
 
 def compile_path_regex(regex: str, pattern: str, argument: str) -> Any:
@@ -176,10 +331,27 @@ def matching_lines(
     Lines end at ``\\n`` (a ``\\r`` before it is dropped from the line shown); an empty
     buffer has no lines, and a final ``\\n`` does not start one. ``stop`` is polled
     between chunks of :data:`CHUNK_BYTES`; once it returns true, the search ends there.
-    Lines past ``keep`` are only counted, which costs a third as much.
+    Lines past ``keep`` are only counted, which costs a third as much. With a required
+    literal, RE2 looks only at the lines that hold it.
     """
-    first = regex.first
+    first, required = regex.first, regex.required
     text_end = len(data) - (data[-1:] == b"\n")
+
+    def locate(position: int, end: int) -> int:
+        """A position in the first matching line within ``data[position:end]``, or -1."""
+        if required is None:
+            return first(data, position, end)
+        while True:
+            hit = data.find(required, position, end)
+            if hit < 0:
+                return -1
+            line_start = data.rfind(b"\n", 0, hit) + 1
+            line_end = data.find(b"\n", hit, end)
+            line_end = end if line_end < 0 else line_end
+            if first(data, line_start, line_end) >= 0:
+                return hit
+            position = line_end + 1
+
     kept: list[tuple[int, bytes]] = []
     count, number, counted, start = 0, 1, 0, 0
     while start <= text_end and data:
@@ -189,7 +361,7 @@ def matching_lines(
             end = text_end if end < 0 else end
         position = start
         while position <= end and count < keep:
-            at = first(data, position, end)
+            at = locate(position, end)
             if at < 0:
                 break
             line_start = data.rfind(b"\n", 0, at) + 1
@@ -202,7 +374,7 @@ def matching_lines(
             count += 1
             position = line_end + 1
         while position <= end:  # past keep: count only
-            at = first(data, position, end)
+            at = locate(position, end)
             if at < 0:
                 break
             count += 1

@@ -23,6 +23,8 @@ import re
 import subprocess
 from collections.abc import Callable, Iterable
 
+from ._regex import Token, escape_tokens, tokens
+
 __all__ = ["MAX_EXCLUDED_DIRECTORIES", "Preselection", "superset_pattern"]
 
 MAX_EXCLUDED_DIRECTORIES = 2000
@@ -33,10 +35,7 @@ _POLL_SECONDS = 0.05
 _PROC_FD = "/proc/self/fd"
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9._+@=,%-]+")
 """Path components passed to ripgrep as exclusion globs verbatim: nothing to escape."""
-_QUANTIFIER = re.compile(r"\{[0-9]+(?:,[0-9]*)?\}")
-_CASE_FLAG = re.compile(r"\(\?[imsU]*i")
 _ASCII_CLASSES = {"d": "0-9", "w": "0-9A-Za-z_", "s": "\\t\\x{c}\\r "}
-_CONTROL = {"t": 9, "r": 13, "f": 12, "v": 11, "a": 7}
 _EMPTY = "(?:)"
 
 
@@ -55,194 +54,94 @@ def superset_pattern(pattern: str, *, case_insensitive: bool) -> str | None:
     classes and non-ASCII letters. ``None`` when the pattern uses a construct left out
     (octal escapes).
     """
-    relax_classes = case_insensitive or _CASE_FLAG.search(pattern) is not None
+    found = tokens(pattern)
+    relax = case_insensitive or any(token.folds_case for token in found)
     try:
-        body = _Translation(pattern, relax_classes).run()
+        body = "".join(_translate(token, relax) for token in found)
     except _Unsupported:
         return None
-    return f"(?i){body}" if relax_classes else body
+    return f"(?i){body}" if relax else body
 
 
-class _Translation:
-    """One left-to-right pass over an RE2 pattern; every token becomes one atom."""
-
-    def __init__(self, pattern: str, relax_classes: bool) -> None:
-        self.text = pattern
-        self.index = 0
-        self.relax = relax_classes
-        self.out: list[str] = []
-
-    def next(self) -> str:
-        if self.index >= len(self.text):
-            raise _Unsupported
-        char = self.text[self.index]
-        self.index += 1
-        return char
-
-    def peek(self, count: int = 1) -> str:
-        return self.text[self.index : self.index + count]
-
-    def run(self) -> str:
-        while self.index < len(self.text):
-            char = self.next()
-            if char == "\\":
-                self.out.append(self.escape())
-            elif char == "[":
-                self.out.append(self.char_class())
-            elif char == "(":
-                self.out.append(self.group())
-            elif char in ")|.*+?":
-                self.out.append(char)
-            elif char in "^$":
-                self.out.append(_EMPTY)
-            elif char == "{":
-                quantifier = _QUANTIFIER.match(self.text, self.index - 1)
-                if quantifier is None:
-                    self.out.append(self.literal(ord(char)))
-                else:
-                    self.out.append(quantifier.group())
-                    self.index = quantifier.end()
-            else:
-                self.out.append(self.literal(ord(char)))
-        return "".join(self.out)
-
-    def literal(self, code: int) -> str:
-        if code == 0x0A:
-            return _EMPTY  # RE2 never matches a newline here: any atom is a superset
-        if self.relax and code > 0x7F:
-            return "."
-        if chr(code).isascii() and chr(code).isalnum():
-            return chr(code)
-        return f"\\x{{{code:x}}}"
-
-    def escape(self) -> str:
-        char = self.next()
-        if char in "dws":
-            return "." if self.relax else f"[{_ASCII_CLASSES[char]}]"
-        if char in "DWS":
-            return "." if self.relax else f"[^{_ASCII_CLASSES[char.lower()]}]"
-        if char in "bBAz":
-            return _EMPTY
-        if char in "pP":
-            self.unicode_class_name()
-            return "."
-        if char == "x":
-            return self.literal(self.hex_code())
-        if char == "n":
-            return _EMPTY
-        if char in _CONTROL:
-            return self.literal(_CONTROL[char])
-        if char == "Q":
-            end = self.text.find("\\E", self.index)
-            end = len(self.text) if end < 0 else end
-            quoted, self.index = self.text[self.index : end], end + 2
-            return "(?:" + "".join(self.literal(ord(c)) for c in quoted) + ")"
-        if char.isascii() and not char.isalnum():
-            return self.literal(ord(char))
-        raise _Unsupported  # octal, \C
-
-    def unicode_class_name(self) -> None:
-        if self.peek() == "{":
-            end = self.text.find("}", self.index)
-            if end < 0:
-                raise _Unsupported
-            self.index = end + 1
-        else:
-            self.next()
-
-    def hex_code(self) -> int:
-        if self.peek() == "{":
-            end = self.text.find("}", self.index)
-            if end < 0:
-                raise _Unsupported
-            digits, self.index = self.text[self.index + 1 : end], end + 1
-        else:
-            digits = self.next() + self.next()
-        try:
-            return int(digits, 16)
-        except ValueError:
-            raise _Unsupported from None
-
-    def group(self) -> str:
-        if self.peek() != "?":
-            return "(?:"
-        self.next()
-        if self.peek() == ":":
-            self.next()
-            return "(?:"
-        if self.peek() in ("P", "<"):
-            end = self.text.find(">", self.index)
-            if end < 0:
-                raise _Unsupported
-            self.index = end + 1
-            return "(?:"
-        while self.peek() and self.peek() in "imsU-":
-            self.next()  # flags: case folding is applied to the whole pattern instead
-        closing = self.next()
-        if closing == ")":
-            return _EMPTY
-        if closing == ":":
-            return "(?:"
-        raise _Unsupported
-
-    def char_class(self) -> str:
-        negated = self.peek() == "^"
-        if negated:
-            self.next()
-        members: list[str] = []
-        relax = self.relax
-        first = True
-        while True:
-            char = self.next()
-            if char == "]" and not first:
-                break
-            first = False
-            if char == "[" and self.peek() == ":":
-                end = self.text.find(":]", self.index)
-                if end < 0:
-                    raise _Unsupported
-                members.append(self.text[self.index - 1 : end + 2])
-                self.index = end + 2
-                continue
-            low = self.class_member(char)
-            if low is None:
-                relax = True
-                continue
-            if self.peek() == "-" and self.peek(2) != "-]" and self.peek(2)[1:] != "]":
-                self.next()
-                high = self.class_member(self.next())
-                if high is None:
-                    raise _Unsupported
-                members.append(f"{low}-{high}")
-            else:
-                members.append(low)
+def _translate(token: Token, relax: bool) -> str:
+    """The ripgrep text for one RE2 token: one atom, so quantifiers still apply."""
+    kind = token.kind
+    if kind == "literal":
+        return _literal(token.code, relax)
+    if kind == "perl":
+        letter = token.text[1]
         if relax:
             return "."
-        if not [member for member in members if member != "\\x{a}"]:
-            return "." if negated else _EMPTY
-        members = [member for member in members if member != "\\x{a}"]
-        return f"[{'^' if negated else ''}{''.join(members)}]"
+        negated = "^" if letter.isupper() else ""
+        return f"[{negated}{_ASCII_CLASSES[letter.lower()]}]"
+    if kind in ("unicode", "dot"):
+        return "."
+    if kind in ("assertion", "flags"):
+        return _EMPTY  # flags: case folding is applied to the whole pattern instead
+    if kind == "class":
+        return _translate_class(token.text, relax)
+    if kind == "open":
+        return "(?:"
+    if kind in ("close", "alt", "quantifier"):
+        return token.text
+    raise _Unsupported  # octal escapes, \C
 
-    def class_member(self, char: str) -> str | None:
-        """One class member as ripgrep text; ``None`` when the class must be relaxed."""
-        if char != "\\":
-            return f"\\x{{{ord(char):x}}}"
-        escaped = self.next()
-        if escaped in "dws":
-            return _ASCII_CLASSES[escaped]
-        if escaped in "DWSpP":
-            if escaped in "pP":
-                self.unicode_class_name()
-            return None
-        if escaped == "x":
-            return f"\\x{{{self.hex_code():x}}}"
-        if escaped == "n":
-            return "\\x{a}"
-        if escaped in _CONTROL:
-            return f"\\x{{{_CONTROL[escaped]:x}}}"
-        if escaped.isascii() and not escaped.isalnum():
-            return f"\\x{{{ord(escaped):x}}}"
-        raise _Unsupported
+
+def _literal(code: int, relax: bool) -> str:
+    if code == 0x0A:
+        return _EMPTY  # RE2 never matches a newline here: any atom is a superset
+    if relax and code > 0x7F:
+        return "."
+    if chr(code).isascii() and chr(code).isalnum():
+        return chr(code)
+    return f"\\x{{{code:x}}}"
+
+
+def _translate_class(text: str, relax: bool) -> str:
+    """A ripgrep class for the RE2 class ``text`` (``[...]``), or ``.`` when relaxed."""
+    body = text[1:-1]
+    negated = body.startswith("^")
+    if negated:
+        body = body[1:]
+    members: list[str] = []
+    index = 0
+    while index < len(body):
+        if body.startswith("[:", index):
+            end = body.index(":]", index) + 2
+            members.append(body[index:end])  # ASCII in both engines
+            index = end
+            continue
+        low, index = _class_member(body, index)
+        if low is None:
+            relax = True
+        elif body[index : index + 1] == "-" and index + 1 < len(body):
+            high, index = _class_member(body, index + 1)
+            if high is None:
+                raise _Unsupported
+            members.append(f"{low}-{high}")
+        else:
+            members.append(low)
+    if relax:
+        return "."
+    members = [member for member in members if member != "\\x{a}"]  # never matched
+    if not members:
+        return "." if negated else _EMPTY
+    return f"[{'^' if negated else ''}{''.join(members)}]"
+
+
+def _class_member(body: str, index: int) -> tuple[str | None, int]:
+    """One class member at ``index`` as ripgrep text (``None``: relax the class) and the
+    index after it."""
+    if body[index] != "\\":
+        return f"\\x{{{ord(body[index]):x}}}", index + 1
+    [token], after = escape_tokens(body, index)
+    if token.kind == "literal":
+        return f"\\x{{{token.code:x}}}", after
+    if token.kind == "perl" and token.text[1].islower():
+        return _ASCII_CLASSES[token.text[1]], after
+    if token.kind in ("perl", "unicode"):
+        return None, after
+    raise _Unsupported
 
 
 def _exclusion(path: str) -> str | None:

@@ -4,6 +4,7 @@ same answers with and without ripgrep."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import os
@@ -427,6 +428,46 @@ def test_the_public_re2_call_finds_the_same_lines_as_the_internal_one() -> None:
         lines, count = _regex.matching_lines(fast, data, keep, lambda: False)
         assert (len(lines), count) == (min(keep, 4 * 50), 4 * 50)
         assert _regex.matching_lines(public, data, keep, lambda: False) == (lines, count)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "literal"),
+    [
+        ("needle_handler", b"needle_handler"),
+        (r"^class \w+Handler\(", b"Handler("),
+        (r"def \w+\(self, (node|tree)\)", b"(self, "),
+        (r"a\.b\.c", b"a.b.c"),
+        (r"\Qx.y*z\E", b"x.y*z"),
+        (r"caf\x{e9}s", "cafés".encode()),
+        ("ab*cde", b"cde"),  # b may be absent
+        ("abc+def", b"abc"),  # a repeated character ends a run
+        ("abc{0,3}de", None),  # c may be absent: "ab", "de" are too short
+        ("ab|cd", None),  # a top-level alternative: nothing is required
+        ("(?i)abcd", None),  # case folding: bytes.find would miss "ABCD"
+        ("x(?i:abc)yz", None),  # group contents are not looked into
+        ("[abc]def", b"def"),
+        ("abc\ndef", b"abc"),  # never a newline
+    ],
+)
+def test_the_literal_every_match_holds(pattern: str, literal: bytes | None) -> None:
+    assert _regex.required_literal(pattern, case_insensitive=False) == literal
+    assert _regex.required_literal(pattern, case_insensitive=True) is None
+
+
+_TEXT = st.text(alphabet="abé.\n \t_xyz", max_size=300).map(lambda text: text.encode())
+
+
+@settings(max_examples=300, deadline=None)
+@given(pattern=st.deferred(lambda: _patterns()), data=_TEXT, keep=st.integers(0, 5))
+def test_the_literal_shortcut_finds_the_lines_re2_finds(
+    pattern: str, data: bytes, keep: int
+) -> None:
+    shortcut = _regex.compile_line_pattern(pattern, case_insensitive=False)
+    plain = copy.copy(shortcut)
+    plain.required = None
+    expected = _regex.matching_lines(plain, data, keep, lambda: False)
+    assert _regex.matching_lines(shortcut, data, keep, lambda: False) == expected
+    assert shortcut.may_match(data) or expected == ([], 0)
 
 
 # --------------------------------------------------------------------------- ignore files
