@@ -1,10 +1,10 @@
 """ripgrep as a fast pre-selection of the files grep must read. It never decides a result.
 
-When an ``rg`` executable is available, grep asks it which files *may* match, then reads
-and matches only those itself: through the workspace's descriptor walk (no links
-followed, every path inside), with the same ignore rules, size cap, binary test and RE2
-engine as without ripgrep. So a result never depends on whether ``rg`` is installed;
-ripgrep only saves reading the files that cannot match.
+When a grep tool is given ripgrep (``grep_tool(ws, ripgrep=True)``), grep asks it which
+files *may* match, then reads and matches only those itself: through the workspace's
+descriptor walk (no links followed, every path inside), with the same ignore rules, size
+cap, binary test and RE2 engine as without ripgrep. So a result never depends on
+ripgrep; it only saves reading the files that cannot match.
 
 For that, the set ripgrep returns must contain every file the built-in search would
 report. ripgrep runs with ``--no-ignore --hidden --text`` (the walk, not ripgrep,

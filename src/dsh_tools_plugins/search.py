@@ -13,7 +13,7 @@ directories, grep also between chunks of a file and while ripgrep runs.
 
 Model-supplied patterns never reach a backtracking engine: globs translate to RE2, grep
 patterns are RE2 (:mod:`dsh_tools_plugins._regex`), so a match costs time linear in the
-text. grep may ask ripgrep which files can match (:mod:`dsh_tools_plugins._ripgrep`);
+text. Given ripgrep, grep asks it which files can match (:mod:`dsh_tools_plugins._ripgrep`);
 what it returns is the same with or without ripgrep.
 
 Pattern syntax (``glob`` patterns and ``grep``'s ``include``): ``*`` and ``?`` stay inside
