@@ -301,7 +301,7 @@ def compile_path_regex(regex: str, pattern: str, argument: str) -> Any:
 
     Match paths with ``fullmatch``. Raises :class:`~dsh_tools.errors.ToolArgsError`
     naming ``argument`` and the glob when RE2 refuses the translation (a malformed
-    character class, for example).
+    character class, for example). ``regex`` is ASCII: the translation escapes the rest.
     """
     import re2
 
@@ -311,8 +311,6 @@ def compile_path_regex(regex: str, pattern: str, argument: str) -> Any:
         raise ToolArgsError(
             [f'"{argument}": "{pattern}" is not a valid glob pattern: {_error_text(error)}']
         ) from None
-    except UnicodeEncodeError:
-        raise ToolArgsError([f'"{argument}": "{pattern}" is not valid Unicode text']) from None
 
 
 def _error_text(error: Exception) -> str:

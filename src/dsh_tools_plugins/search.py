@@ -153,7 +153,7 @@ def compile_glob(pattern: str, argument: str = "pattern") -> GlobMatcher:
     """Compile a glob ``pattern`` (see the module docstring).
 
     Raises :class:`~dsh_tools.errors.ToolArgsError` naming ``argument`` when the pattern
-    cannot be compiled (a class range such as ``[z-a]``, text that is not valid Unicode).
+    cannot be compiled (a class range such as ``[z-a]``).
     """
     parts = [part for part in pattern.split("/") if part not in ("", ".")]
     out: list[str] = []

@@ -176,6 +176,12 @@ def test_a_malformed_glob_is_invalid_args_naming_the_argument() -> None:
         compile_glob("[z-a]", "include")
 
 
+def test_a_pattern_that_is_not_unicode_is_refused_by_the_compiler_too() -> None:
+    # the pipeline refuses such arguments first (INVALID_JSON); a library caller may not
+    with pytest.raises(ToolArgsError, match="not valid Unicode text"):
+        _regex.compile_line_pattern("caf\udce9", case_insensitive=False)
+
+
 # --------------------------------------------------------------------------- glob
 
 
@@ -338,7 +344,6 @@ def test_a_catastrophic_pattern_ends_at_once(root: Path) -> None:
         ("a\\Z", "invalid escape sequence: \\Z (use \\z for the end of the text in RE2 syntax)"),
         ("a{1001}", "invalid repetition size: {1001}"),
         ("\\C", "\\C (any single byte) is not supported"),
-        ("caf\udce9", "it is not valid Unicode text"),
         ("(\\pL|\\pN){300}x" * 40, "pattern too large - compile failed"),
     ],
 )
