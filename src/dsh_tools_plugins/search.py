@@ -454,7 +454,7 @@ def grep_tool(
     read, with an ``rg`` found on ``PATH`` when the tool is made (none: no
     pre-selection); a path names the executable; ``False`` (the default) never runs it.
     The results are the same either way. Off by default because on a 2-core machine the
-    pre-selection measured slower than the built-in search (benchmarks/, case 7).
+    pre-selection measured slower than the built-in search (benchmarks/, case 8).
     """
     executable = shutil.which("rg") if ripgrep is True else (ripgrep or None)
 
