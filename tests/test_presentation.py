@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import given
 from card_strategies import call_views, result_views
 from dsh_tools.errors import DshToolsError
 from dsh_tools.presentation import (
+    DIFF_MATCH_LINES,
     CardError,
     DiffCallView,
     DiffResultView,
@@ -429,3 +431,24 @@ def test_zero_context_and_change_at_file_edges() -> None:
 def test_file_diffs_feed_a_diff_card() -> None:
     view = DiffResultView(diffs=file_diffs("f", "a\n", "b\n"))
     assert structure_result_view(through_json(unstructure_view(view))) == view
+
+
+def test_a_file_of_repeated_lines_diffs_in_linear_time() -> None:
+    # Matching 10 000 identical lines pairwise took 15 s; the common head and tail are cut
+    # first, so only the changed region is matched.
+    before = ["same\n"] * 10_000
+    after = [*before[:5000], "changed\n", *before[5000:]]
+    started = time.process_time()
+    (hunk,) = file_diffs("f", "".join(before), "".join(after))
+    assert time.process_time() - started < 2  # a generous bound: it takes milliseconds
+    assert hunk.old_text == "same\n" * 3 + "same\n" * 3
+    assert hunk.new_text == "same\n" * 3 + "changed\n" + "same\n" * 3
+
+
+def test_a_changed_region_past_the_matching_limit_is_one_hunk() -> None:
+    before = numbered(DIFF_MATCH_LINES + 10)
+    after = ["X" + line for line in before[:-2]] + before[-2:]
+    (hunk,) = file_diffs("f", "".join(before), "".join(after), context=1)
+    # every changed line and one unchanged line of context after them
+    assert hunk.old_text == "".join(before[:-1])
+    assert hunk.new_text == "".join(after[:-1])

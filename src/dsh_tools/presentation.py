@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import difflib
 import enum
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
@@ -56,6 +56,7 @@ from .errors import DshToolsError, ErrorCode, JsonValueError
 from .json import FrozenDict, FrozenList, JsonValue, snapshot, thaw
 
 __all__ = [
+    "DIFF_MATCH_LINES",
     "CardError",
     "ContentBlocks",
     "DiffCallView",
@@ -735,6 +736,11 @@ def unstructure_view(view: ToolCallView | ToolResultView) -> dict[str, Any]:
 # --- helpers for tools ----------------------------------------------------------------
 
 
+DIFF_MATCH_LINES = 500
+"""A changed region longer than this many lines (on either side) is one hunk: matching
+lines costs quadratic time, and a file of repeated lines would take minutes to diff."""
+
+
 def file_diffs(
     path: str, before: str | None, after: str, *, context: int = 3
 ) -> tuple[FileDiff, ...]:
@@ -743,13 +749,22 @@ def file_diffs(
     Each hunk carries up to ``context`` unchanged lines on each side, so a UI can show
     where it sits without the whole file; hunks closer than ``2 * context`` lines merge.
     ``before=None`` (no before-image, e.g. a new file) gives one whole-file diff; equal
-    texts give ``()``.
+    texts give ``()``. Lines are matched only between the texts' common head and tail
+    (found in linear time), and a region of more than :data:`DIFF_MATCH_LINES` changed
+    lines is carried as one hunk, so any edit diffs in bounded time.
     """
     if before is None:
         return (FileDiff(path, None, after),)
     if before == after:
         return ()
     old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    head = _common_head(old, new)
+    tail = _common_head(old[head:][::-1], new[head:][::-1])
+    # Keep the context lines around the changed region; cut the rest of the head and tail.
+    start, cut = max(0, head - context), max(0, tail - context)
+    old, new = old[start : len(old) - cut], new[start : len(new) - cut]
+    if max(len(old), len(new)) - (head - start) - (tail - cut) > DIFF_MATCH_LINES:
+        return (FileDiff(path, "".join(old), "".join(new)),)
     # autojunk off: its popularity heuristic would swallow blank lines in long files
     matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
     hunks = []
@@ -760,6 +775,16 @@ def file_diffs(
             FileDiff(path, "".join(old[old_start:old_end]), "".join(new[new_start:new_end]))
         )
     return tuple(hunks)
+
+
+def _common_head(old: Sequence[str], new: Sequence[str]) -> int:
+    """How many leading lines ``old`` and ``new`` share."""
+    count = 0
+    for old_line, new_line in zip(old, new, strict=False):
+        if old_line != new_line:
+            break
+        count += 1
+    return count
 
 
 def fallback_call_view(name: str, arguments: object) -> GenericCallView:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -52,7 +52,6 @@ __all__ = [
     "DEFAULT_LIST_LIMIT",
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_READ_LIMIT",
-    "DIFF_MATCH_LINES",
     "MAX_LINE_CHARS",
     "EditFileArgs",
     "ListDirArgs",
@@ -83,11 +82,6 @@ MAX_LINE_CHARS = 2000
 
 BINARY_SNIFF_BYTES = 8192
 """A NUL byte in this many leading bytes makes a file binary."""
-
-DIFF_MATCH_LINES = 500
-"""A changed region longer than this (in lines, on either side) is shown as one hunk:
-:func:`~dsh_tools.presentation.file_diffs` matches lines in quadratic time, and a file of
-repeated lines would otherwise take minutes to diff."""
 
 READ_ONLY = {"read_only": True, "idempotent": True}
 
@@ -390,39 +384,12 @@ _CONTEXT = 3
 """Unchanged lines a hunk carries on each side."""
 
 
-def _diffs(display: str, before: str | None, after: str) -> tuple[FileDiff, ...]:
-    """:func:`~dsh_tools.presentation.file_diffs`, its line matching confined to the
-    changed middle: the common head and tail are cut (but for the context lines) and a
-    middle longer than :data:`DIFF_MATCH_LINES` becomes one hunk."""
-    if before is None:
-        return file_diffs(display, None, after, context=_CONTEXT)
-    old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
-    head = _common_head(old, new)
-    tail = _common_head(old[head:][::-1], new[head:][::-1])
-    start = max(0, head - _CONTEXT)
-    end = max(0, tail - _CONTEXT)
-    old_middle = "".join(old[start : len(old) - end])
-    new_middle = "".join(new[start : len(new) - end])
-    if max(len(old), len(new)) - head - tail > DIFF_MATCH_LINES:
-        return (FileDiff(display, old_middle, new_middle),)
-    return file_diffs(display, old_middle, new_middle, context=_CONTEXT)
-
-
-def _common_head(old: Sequence[str], new: Sequence[str]) -> int:
-    count = 0
-    for old_line, new_line in zip(old, new, strict=False):
-        if old_line != new_line:
-            break
-        count += 1
-    return count
-
-
 def _bounded_diffs(
     display: str, before: str | None, after: str, budget: int
 ) -> tuple[list[dict[str, str | None]], int]:
     """The hunks from ``before`` to ``after`` that fit, in order, in ``budget`` UTF-8
     bytes of text, and how many hunks were left out."""
-    hunks = _diffs(display, before, after)
+    hunks = file_diffs(display, before, after, context=_CONTEXT)
     kept: list[dict[str, str | None]] = []
     used = 0
     for index, diff in enumerate(hunks):
