@@ -410,13 +410,14 @@ def _cmd_serve_mcp(registry: ToolRegistry, options: argparse.Namespace) -> int:
     import anyio
 
     try:
-        from .bridges.mcp import _is_loopback, serve_http, serve_stdio
+        from .bridges.mcp import is_loopback_host, serve_http, serve_stdio
     except ImportError as error:
         raise UsageError(
-            f"serve-mcp needs the mcp extra: pip install 'dsh-tools[mcp]' ({error})"
+            "serve-mcp needs the mcp extra: install dsh-tools with it (in a clone: "
+            f"pip install '.[mcp]') ({error})"
         ) from None
     if options.http:
-        if not options.allow_remote and not _is_loopback(options.host):
+        if not options.allow_remote and not is_loopback_host(options.host):
             raise UsageError(
                 f"--host {options.host!r} is not a loopback address; the server has no "
                 "authentication of its own, so serving other machines needs --allow-remote"

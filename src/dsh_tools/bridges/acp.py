@@ -7,9 +7,10 @@ call as an ACP *tool call*: a ``tool_call`` session update when the call starts 
 never written), and answers ``Ask`` decisions with ACP's ``session/request_permission``.
 
 The mapping itself needs no ACP package: every function returns plain ``dict`` data that
-a connection of the ``agent-client-protocol`` package (``pip install dsh-tools[acp]``)
-accepts where it takes a schema model, and :class:`AcpApprovalService` /
-:func:`execute_with_acp` only call methods on the connection they are given. Importing
+a connection of the ``agent-client-protocol`` package (the ``acp`` extra:
+``pip install '.[acp]'`` in a clone of dsh-tools) accepts where it takes a schema model,
+and :class:`AcpApprovalService` / :func:`execute_with_acp` only call methods on the
+connection they are given. Importing
 ``dsh_tools`` never imports this module.
 
 How each card maps:

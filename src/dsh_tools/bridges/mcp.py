@@ -12,8 +12,8 @@ connected yourself) lists an MCP server's tools and registers each as a raw
 :class:`~dsh_tools.models.ToolDefinition` whose body calls the server, so remote tools run
 behind this registry's policies and guards like local ones.
 
-Needs the ``mcp`` extra (``pip install 'dsh-tools[mcp]'``). ``import dsh_tools`` never
-imports this module; importing it imports the SDK.
+Needs the ``mcp`` extra (``pip install '.[mcp]'`` in a clone of dsh-tools).
+``import dsh_tools`` never imports this module; importing it imports the SDK.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ try:
     from mcp.server.transport_security import TransportSecuritySettings
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "dsh_tools.bridges.mcp needs the MCP Python SDK: pip install 'dsh-tools[mcp]'"
+        "dsh_tools.bridges.mcp needs the MCP Python SDK: install dsh-tools with its mcp "
+        "extra (in a clone: pip install '.[mcp]')"
     ) from error
 from pydantic import TypeAdapter, ValidationError
 
@@ -58,6 +59,7 @@ __all__ = [
     "McpToolError",
     "McpToolSource",
     "build_mcp_server",
+    "is_loopback_host",
     "load_mcp_tools",
     "mcp_tools",
     "register_mcp_server",
@@ -195,7 +197,9 @@ async def serve_stdio(view: View, *, name: str = "dsh-tools", agent: str | None 
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` names this machine only (``localhost``, ``127.0.0.1``, ``::1``...):
+    the one kind of address :func:`serve_http` listens on without ``allow_remote``."""
     if host.lower() in _LOOPBACK_NAMES:
         return True
     try:
@@ -250,7 +254,7 @@ async def serve_http(
 
     import uvicorn
 
-    loopback = _is_loopback(host)
+    loopback = is_loopback_host(host)
     if not loopback and not allow_remote:
         raise ValueError(
             f"serve_http() refuses to listen on non-loopback host {host!r}: the server has no "
