@@ -204,6 +204,30 @@ def test_a_terminal_call_card_with_the_terminal_convention(
     }
 
 
+@pytest.mark.parametrize(
+    ("sandboxed", "network", "note"),
+    [
+        (True, False, "[sandboxed, network off]"),
+        (True, True, "[sandboxed, network on]"),
+        (False, None, "[not sandboxed]"),
+    ],
+)
+@pytest.mark.parametrize("terminal_output", [False, True])
+def test_terminal_cards_say_what_the_command_can_reach(
+    sandboxed: bool, network: bool | None, note: str, terminal_output: bool
+) -> None:
+    # A user approving a command in an editor sees whether it runs sandboxed, and online.
+    call = TerminalCallView("make", sandboxed=sandboxed, network=network)
+    pending = _valid_update(call_view_to_acp("c", call, terminal_output=terminal_output))
+    texts = [item["content"]["text"] for item in pending["content"] if item["type"] == "content"]
+    assert texts == [note]
+    done = TerminalResultView(output="ok\n", exit_code=0, sandboxed=sandboxed, network=network)
+    update = _valid_update(
+        result_view_to_acp("c", done, _raw("ok"), terminal_output=terminal_output)
+    )
+    assert update["content"][-1] == {"type": "content", "content": {"type": "text", "text": note}}
+
+
 # -------------------------------------------------------------------- result cards
 
 

@@ -79,6 +79,7 @@ __all__ = [
     "WebFetchView",
     "WebSearchView",
     "WebSource",
+    "command_reach",
     "fallback_call_view",
     "file_diffs",
     "structure_call_view",
@@ -785,6 +786,17 @@ def _common_head(old: Sequence[str], new: Sequence[str]) -> int:
             break
         count += 1
     return count
+
+
+def command_reach(view: TerminalCallView | TerminalResultView) -> str | None:
+    """What a command can reach, in the words every surface shows (terminal, ACP):
+    ``"not sandboxed"`` or ``"sandboxed, network on|off"``; ``None`` when the card does
+    not say."""
+    if view.sandboxed is None:
+        return None
+    if not view.sandboxed:
+        return "not sandboxed"
+    return "sandboxed, network " + ("on" if view.network else "off")
 
 
 def fallback_call_view(name: str, arguments: object) -> GenericCallView:

@@ -29,6 +29,7 @@ from .presentation import (
     ToolResultView,
     WebFetchView,
     WebSearchView,
+    command_reach,
 )
 
 __all__ = ["emit_card", "render_call_view", "render_result"]
@@ -51,15 +52,6 @@ def _diff_text(diffs: Iterable[FileDiff]) -> str:
     return _lines("".join(parts))
 
 
-def _reach(view: TerminalCallView | TerminalResultView) -> str | None:
-    """What a command can reach, when its card says: sandboxed or not, network or not."""
-    if view.sandboxed is None:
-        return None
-    if not view.sandboxed:
-        return "not sandboxed"
-    return "sandboxed, network " + ("on" if view.network else "off")
-
-
 def render_call_view(view: ToolCallView) -> str:
     """The pending card of a call, ending with a newline."""
     if isinstance(view, TerminalCallView):
@@ -67,7 +59,7 @@ def render_call_view(view: ToolCallView) -> str:
         if view.cwd:
             head += f"   (in {view.cwd})"
         description = f"  {view.description}\n" if view.description else ""
-        reach = _reach(view)
+        reach = command_reach(view)
         return f"{head}\n{description}" + (f"  [{reach}]\n" if reach else "")
     if isinstance(view, DiffCallView):
         return f"✎ {view.title}\n{_diff_text(view.diffs)}"
@@ -110,7 +102,7 @@ def render_result(
             if view.exit_code is not None
             else (f"killed by {view.signal}" if view.signal else None)
         )
-        notes = "; ".join(note for note in (ending, _reach(view)) if note)
+        notes = "; ".join(note for note in (ending, command_reach(view)) if note)
         return f"{title}\n{_lines(view.output or '')}" + (f"  [{notes}]\n" if notes else "")
     if isinstance(view, DiffResultView):
         return f"{title}\n{_diff_text(view.diffs)}"

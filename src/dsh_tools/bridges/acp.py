@@ -73,6 +73,7 @@ from ..presentation import (
     ToolResultView,
     WebFetchView,
     WebSearchView,
+    command_reach,
 )
 from ..presenting import present_call, present_result, presentable_result
 
@@ -155,7 +156,9 @@ def call_view_to_acp(
     elif isinstance(view, TerminalCallView):
         update["title"] = view.title
         update["kind"] = "execute"
-        content = [_text_item(view.description)] if view.description else []
+        reach = command_reach(view)
+        notes = (view.description, f"[{reach}]" if reach else None)
+        content = [_text_item(note) for note in notes if note]
         if terminal_output:
             content.append(_terminal_item(call_id))
             info: Json = {"terminal_id": call_id}
@@ -220,6 +223,9 @@ def result_view_to_acp(
             }
         else:
             content = [_text_item(console_text(output, view.exit_code, view.signal))]
+        reach = command_reach(view)
+        if reach is not None:
+            content.append(_text_item(f"[{reach}]"))
     elif isinstance(view, DiffResultView):
         title = _title(view.title, cwd)
         content = [_diff_item(diff, cwd) for diff in view.diffs] or acp_content(raw)
