@@ -21,9 +21,10 @@ from dsh_tools import (
     define_tool,
     hookimpl,
 )
+from dsh_tools._results import success_result
+from dsh_tools.cancel import NEVER_CANCELLED
+from dsh_tools.context import ToolRunContext
 from dsh_tools.json import NEG_SMALL_INT, SMALL_INT, FrozenDict, FrozenList
-from dsh_tools.models import trusted_success
-from dsh_tools.pipeline import NEVER_CANCELLED, ToolRunContext
 
 PARAMETERS: dict[str, Any] = {"a": {"type": "integer"}, "b": {"type": "integer"}}
 
@@ -196,10 +197,10 @@ def _floor(body: Callable[..., Any]) -> Callable[[ToolExecutionInput], object]:
         fill(frozen, arguments)
         if type(frozen.get("a")) is not int or type(frozen.get("b")) is not int or len(frozen) != 2:
             raise AssertionError("invalid arguments")
-        raw = body(frozen, ToolRunContext(call, frozen, NEVER_CANCELLED))
+        raw = body(frozen, ToolRunContext(call, NEVER_CANCELLED))  # type: ignore[arg-type]
         block = new_dict(FrozenDict)
         fill(block, {"type": "text", "text": int.__repr__(raw)})
-        return trusted_success(raw, new_tuple(FrozenList, (block,)), None, (), False)
+        return success_result(raw, new_tuple(FrozenList, (block,)), None, (), False)
 
     return floor
 

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dsh_tools._codegen import compile_admitter
 from dsh_tools.errors import JsonSchemaError, OutputSchemaError
 from dsh_tools.json import MAX_DEPTH, FrozenDict, FrozenList, snapshot
 from dsh_tools.jsonschema import (
@@ -19,7 +20,6 @@ from dsh_tools.jsonschema import (
     _compile_predicate,
     assert_supported_json_schema,
     assert_supported_output_schema,
-    compile_admitter,
     compile_validator,
     validate_json_schema_value,
     validate_structured_value,

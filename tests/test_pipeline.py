@@ -20,6 +20,7 @@ import anyio
 import pytest
 
 from dsh_tools.cancel import CancelSignal
+from dsh_tools.context import ToolRunContext
 from dsh_tools.define import define_tool
 from dsh_tools.hookspecs import hookimpl
 from dsh_tools.json import FrozenDict
@@ -33,7 +34,6 @@ from dsh_tools.models import (
     ToolExecutionInput,
     ToolExecutionResult,
 )
-from dsh_tools.pipeline import ToolRunContext
 from dsh_tools.registry import ToolRegistry
 
 

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
         ImageContent,
         TextContent,
     )
+    from .context import (
+        ToolRunContext,
+    )
     from .define import (
         define_tool,
     )
@@ -83,9 +86,6 @@ if TYPE_CHECKING:
         ToolSchema,
         failure_result,
         result_to_json,
-    )
-    from .pipeline import (
-        ToolRunContext,
     )
     from .plugins import (
         BLOCK_ENV_VAR,
@@ -162,7 +162,7 @@ _LOCATIONS: dict[str, str] = {
     "ToolOutput": "models",
     "ToolOutputError": "errors",
     "ToolRegistry": "registry",
-    "ToolRunContext": "pipeline",
+    "ToolRunContext": "context",
     "ToolSchema": "models",
     "ToolScope": "registry",
     "ValueSpec": "schema",
