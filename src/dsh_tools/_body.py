@@ -33,7 +33,7 @@ from ._loops import is_awaitable, on_event_loop, run_on_own_loop
 from ._render import render
 from ._results import error_result
 from ._stages import code
-from .cancel import NEVER_CANCELLED, CancelSignal, CancelSource, Deadline, earliest, linked_source
+from .cancel import NEVER_CANCELLED, CancelSignal, CancelSource, Deadline, linked_source
 from .context import ToolRunContext
 from .errors import ErrorCode
 from .models import ToolExecutionResult
@@ -114,15 +114,14 @@ def _parents(call: Call, replacement: CancelSignal | None) -> tuple[CancelSignal
 def _fused(
     parents: tuple[CancelSignal, ...], timeout_ms: float | None
 ) -> tuple[CancelSignal, _Timer | None, Callable[[], None] | None]:
-    """The signal the body sees and the timer of its deadline (the earliest of the
-    tool's timeout and the parents' deadlines), and how to unlink it from the parents."""
-    deadline = earliest(
-        None if timeout_ms is None else Deadline.after(timeout_ms),
-        *[parent.deadline for parent in parents],
-    )
-    if deadline is None and len(parents) == 1:
+    """The signal the body sees (it fires when any parent does), the timer of its
+    deadline (the earliest of the tool's timeout and the parents' deadlines), and how to
+    unlink it from the parents."""
+    own = None if timeout_ms is None else Deadline.after(timeout_ms)
+    if own is None and len(parents) == 1 and parents[0].deadline is None:
         return parents[0], None, None  # the caller's (or the wrapper's) very signal
-    source, unlink = linked_source(*parents, deadline=deadline)
+    source, unlink = linked_source(*parents, deadline=own)
+    deadline = source.signal.deadline
     return source.signal, None if deadline is None else _Timer(source, deadline), unlink
 
 

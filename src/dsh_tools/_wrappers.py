@@ -37,10 +37,6 @@ def chain(wrappers: Sequence[Impl], execution: Any, tool: Any, innermost: object
                 generator = wrapper.function(execution, tool)
             else:
                 generator = wrapper.function(execution)
-        except BaseException as raised:
-            error = raised
-            break
-        try:
             next(generator)
         except StopIteration:
             error = RuntimeError(f"execute wrapper {wrapper.label} did not yield")
@@ -56,15 +52,7 @@ def chain(wrappers: Sequence[Impl], execution: Any, tool: Any, innermost: object
             if error is None:
                 generator.send(result)
             else:
-                try:
-                    generator.throw(error)
-                except RuntimeError as converted:
-                    # A StopIteration thrown in comes out as RuntimeError (PEP 479):
-                    # pluggy closes that wrapper and keeps the original error.
-                    if not (isinstance(error, StopIteration) and converted.__cause__ is error):
-                        raise
-                    generator.close()
-                    continue
+                generator.throw(error)
         except StopIteration as done:
             result, error = done.value, None
             continue

@@ -70,7 +70,7 @@ class Deadline(NamedTuple):
         return cls(time.monotonic() + timeout_ms / 1000, timeout_ms)
 
 
-def earliest(*deadlines: Deadline | None) -> Deadline | None:
+def _earliest(*deadlines: Deadline | None) -> Deadline | None:
     """The first of ``deadlines`` to come, ignoring ``None``."""
     present = [deadline for deadline in deadlines if deadline is not None]
     return min(present) if present else None
@@ -113,7 +113,7 @@ class CancelSignal:
 
         Raises ``ValueError`` for a budget that is not a positive finite number.
         """
-        return _TimedSignal(self, earliest(self.deadline, Deadline.after(timeout_ms)))
+        return _TimedSignal(self, _earliest(self.deadline, Deadline.after(timeout_ms)))
 
     def add_callback(self, callback: Callback) -> Callable[[], None]:
         """Call ``callback`` once on cancellation (at once if already cancelled).
@@ -231,7 +231,7 @@ def linked_source(
     of ``deadline`` and the parents'. Cancelling the new source never cancels a parent.
     """
     source = CancelSource()
-    source.signal._deadline = earliest(deadline, *(parent.deadline for parent in parents))
+    source.signal._deadline = _earliest(deadline, *(parent.deadline for parent in parents))
     removers = [parent.add_callback(_forward(parent, source)) for parent in parents]
 
     def unlink() -> None:
