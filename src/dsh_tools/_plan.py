@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ._codegen import Admitter
-from .models import ApprovalService, ToolDefinition, ToolSchema
+from .errors import DefinitionError
+from .jsonschema import compile_validator
+from .models import ApprovalService, ToolDefinition, ToolOutput, ToolSchema
 from .tracing import Tracer
 
 if TYPE_CHECKING:
@@ -42,11 +44,12 @@ Validator = Callable[[object], list[str]]
 
 @attrs.frozen
 class ToolEntry:
-    """A registered definition with what registration derived from it once."""
+    """A registered definition with what registration derived from it once; making one
+    checks what the definition's type cannot (raises :class:`DefinitionError`)."""
 
     definition: ToolDefinition[Any]
-    output_validator: Validator | None
     schema: ToolSchema = attrs.field(init=False)
+    output_validator: Validator | None = attrs.field(init=False)
     admit: Admitter = attrs.field(init=False)
     is_async: bool = attrs.field(init=False)
     """An ``async def`` body: ``execute_sync`` runs its calls on an event loop."""
@@ -55,15 +58,35 @@ class ToolEntry:
 
     def __attrs_post_init__(self) -> None:
         definition = self.definition
-        object.__setattr__(self, "schema", definition.schema())
-        object.__setattr__(self, "admit", definition.arguments.admit)
-        object.__setattr__(self, "is_async", is_async_callable(definition.execute))
-        bare = (
-            definition.timeout_ms is None
+        if not definition.name:
+            raise DefinitionError("a tool name must be a non-empty string")
+        if not callable(definition.execute):
+            raise DefinitionError(f'tool "{definition.name}" execute must be callable')
+        derived = {
+            "schema": definition.schema(),
+            "output_validator": _output_validator(definition),
+            "admit": definition.arguments.admit,
+            "is_async": is_async_callable(definition.execute),
+            "bare": definition.timeout_ms is None
             and not definition.blocking
-            and definition.finalize_content is None
+            and definition.finalize_content is None,
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
+
+
+def _output_validator(definition: ToolDefinition[Any]) -> Validator | None:
+    output, name = definition.output, definition.name
+    if output is None:
+        return None
+    if not isinstance(output, ToolOutput) or not callable(output.render):
+        raise DefinitionError(
+            f'tool "{name}" output must be a ToolOutput(schema, render, '
+            f"presentation_meta=None) with a callable render, got {output!r}"
         )
-        object.__setattr__(self, "bare", bare)
+    if output.presentation_meta is not None and not callable(output.presentation_meta):
+        raise DefinitionError(f'tool "{name}" output.presentation_meta must be callable')
+    return compile_validator(output.schema, root="value")
 
 
 @attrs.frozen

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from . import _drivers
+from ._layers import Layer, restriction, visible
 from ._loops import refuse_inside_a_loop
 from ._manager import PluginManager
-from ._plan import Impl, Plan, ToolEntry, build_plan, guard_impl, label
+from ._plan import Plan, ToolEntry, build_plan, label
 from .errors import DefinitionError, RegistrationError
-from .jsonschema import assert_supported_json_schema, compile_validator
 from .models import (
     ApprovalService,
     PresentableResult,
@@ -29,7 +29,6 @@ from .models import (
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
-    ToolOutput,
     ToolSchema,
 )
 from .tracing import Tracer
@@ -46,18 +45,6 @@ Guard = Callable[[ToolExecution], "str | None"]
 """A final pre-dispatch check: return a reason string to deny, ``None`` to abstain."""
 
 _SEPARATOR = "/"
-
-
-class _Layer:
-    """What one scope (or the global layer) registered itself."""
-
-    __slots__ = ("guards", "path", "restrictions", "tools")
-
-    def __init__(self, path: tuple[str, ...]) -> None:
-        self.path = path
-        self.tools: dict[str, ToolEntry] = {}
-        self.guards: list[tuple[Guard, str]] = []
-        self.restrictions: list[tuple[frozenset[str] | None, frozenset[str]]] = []
 
 
 class _ViewBase:
@@ -217,7 +204,7 @@ class ToolRegistry(_ViewBase):
     ) -> None:
         self._registry = self
         self._path = ()
-        self._layers: dict[tuple[str, ...], _Layer] = {(): _Layer(())}
+        self._layers: dict[tuple[str, ...], Layer] = {(): Layer(())}
         self._plugins: dict[str, object] = {}
         """Each add_plugin's name and a token of that registration (what its disposer
         may undo)."""
@@ -284,10 +271,10 @@ class ToolRegistry(_ViewBase):
             plan.stale = True
         self._plans.clear()
 
-    def _layer(self, path: tuple[str, ...]) -> _Layer:
+    def _layer(self, path: tuple[str, ...]) -> Layer:
         layer = self._layers.get(path)
         if layer is None:
-            layer = self._layers[path] = _Layer(path)
+            layer = self._layers[path] = Layer(path)
         return layer
 
     def _register(self, path: tuple[str, ...], definition: ToolDefinition[Any]) -> Disposer:
@@ -295,29 +282,13 @@ class ToolRegistry(_ViewBase):
             raise DefinitionError(
                 f"register() expects a ToolDefinition, got {type(definition).__qualname__}"
             )
+        entry = ToolEntry(definition)
         name = definition.name
-        if not name:
-            raise DefinitionError("a tool name must be a non-empty string")
-        if not callable(definition.execute):
-            raise DefinitionError(f'tool "{name}" execute must be callable')
-        output = definition.output
-        output_validator = None
-        if output is not None:
-            if not isinstance(output, ToolOutput) or not callable(output.render):
-                raise DefinitionError(
-                    f'tool "{name}" output must be a ToolOutput(schema, render, '
-                    f"presentation_meta=None) with a callable render, got {output!r}"
-                )
-            if output.presentation_meta is not None and not callable(output.presentation_meta):
-                raise DefinitionError(f'tool "{name}" output.presentation_meta must be callable')
-            assert_supported_json_schema(output.schema)
-            output_validator = compile_validator(output.schema, root="value")
         layer = self._layer(path)
         if name in layer.tools:
             where = f"in scope {_SEPARATOR.join(path)!r}" if path else "globally"
             hint = "" if path else " (register a per-agent variant through registry.scope(agent))"
             raise RegistrationError(f'tool "{name}" is already registered {where}{hint}')
-        entry = ToolEntry(definition, output_validator)
         layer.tools[name] = entry
         self._changed()
 
@@ -378,7 +349,7 @@ class ToolRegistry(_ViewBase):
 
     # ------------------------------------------------------------------ resolution
 
-    def _chain(self, path: tuple[str, ...]) -> Iterator[_Layer]:
+    def _chain(self, path: tuple[str, ...]) -> Iterator[Layer]:
         for depth in range(len(path) + 1):
             layer = self._layers.get(path[:depth])
             if layer is not None:
@@ -391,25 +362,9 @@ class ToolRegistry(_ViewBase):
         return plan
 
     def _build_plan(self, path: tuple[str, ...]) -> Plan:
-        visible: dict[str, ToolEntry] = {}
-        guards: list[Impl] = []
-        for layer in self._chain(path):
-            for allow, deny in layer.restrictions:
-                visible = {
-                    name: entry
-                    for name, entry in visible.items()
-                    if (allow is None or name in allow) and name not in deny
-                }
-            visible.update(layer.tools)
-            guards.extend(guard_impl(fn, name) for fn, name in layer.guards)
+        tools, guards = visible(self._chain(path))
         return build_plan(
-            path,
-            visible,
-            tuple(guards),
-            self._pm,
-            self.approval,
-            self.default_timeout_ms,
-            self._tracer,
+            path, tools, guards, self._pm, self.approval, self.default_timeout_ms, self._tracer
         )
 
     def _execution_mode(self, call: ToolExecutionInput) -> str:
@@ -427,26 +382,10 @@ class ToolRegistry(_ViewBase):
         return "parallel" if verdict is True else "exclusive"
 
     def _restrict(self, path: tuple[str, ...], allow: object, deny: object) -> Disposer:
-        if allow is None and deny is None:
-            raise RegistrationError(
-                "restrict() needs allow and/or deny (an empty filter is almost always a "
-                "configuration that was meant to list tools)"
-            )
-        allow_names = _names("allow", allow) if allow is not None else None
-        deny_names = _names("deny", deny) if deny is not None else frozenset()
         inherited: set[str] = set()
         for layer in self._chain(path[:-1]):
             inherited.update(layer.tools)
-        listed = [*(allow_names or ()), *deny_names]
-        unknown = sorted({name for name in listed if name not in inherited})
-        if unknown:
-            quoted = ", ".join(f'"{name}"' for name in unknown)
-            plural = "s" if len(unknown) > 1 else ""
-            known = ", ".join(sorted(inherited)) or "(none)"
-            raise RegistrationError(
-                f"restrict() names unknown inherited tool{plural} {quoted}; "
-                f"tools this scope inherits: {known}"
-            )
+        allow_names, deny_names = restriction(allow, deny, inherited)
         layer = self._layer(path)
         record = (allow_names, deny_names)
         layer.restrictions.append(record)
@@ -500,20 +439,6 @@ class ToolScope(_ViewBase):
 
 
 # ---------------------------------------------------------------------- helpers
-
-
-def _names(label: str, value: object) -> frozenset[str]:
-    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
-        raise RegistrationError(
-            f"restrict({label}=...) must be a list of tool names, got {value!r}"
-        )
-    names = frozenset(value)
-    bad = [name for name in names if not isinstance(name, str)]
-    if bad:
-        raise RegistrationError(
-            f"restrict({label}=...) must list tool names (strings), got {bad!r}"
-        )
-    return names
 
 
 def _is_prefix(prefix: tuple[str, ...], path: tuple[str, ...]) -> bool:
