@@ -58,12 +58,7 @@ class Deadline(NamedTuple):
     def after(cls, timeout_ms: float) -> Deadline:
         """The deadline ``timeout_ms`` from now; raises ``ValueError`` for a budget that
         is not a positive finite number."""
-        if (
-            isinstance(timeout_ms, bool)
-            or not isinstance(timeout_ms, (int, float))
-            or not math.isfinite(timeout_ms)
-            or timeout_ms <= 0
-        ):
+        if type(timeout_ms) not in (int, float) or not 0 < timeout_ms < math.inf:
             raise ValueError(
                 f"a timeout must be a positive finite number of ms, got {timeout_ms!r}"
             )

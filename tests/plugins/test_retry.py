@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -19,7 +18,6 @@ from dsh_tools.models import (
     ToolExecutionResult,
     ToolExecutionSuccess,
 )
-from dsh_tools.plugins import PLUGINS_GROUP, load_plugins
 from dsh_tools.registry import ToolRegistry
 from dsh_tools_plugins.retry import RetryPolicy
 from dsh_tools_plugins.timeouts import TimeoutPolicy
@@ -236,35 +234,3 @@ def test_settings_are_validated() -> None:
         RetryPolicy(backoff_ms=-1)
     with pytest.raises(DefinitionError, match="retry_codes"):
         RetryPolicy(retry_codes="TRANSIENT")
-
-
-def test_the_policy_loads_from_an_entry_point_with_no_arguments(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # It reads idempotency from the hooks' tool argument, so it needs no registry.
-    monkeypatch.delenv("DSH_TOOLS_BLOCK_PLUGINS", raising=False)
-    info = tmp_path / "retry_dist-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: retry-dist\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(
-        f"[{PLUGINS_GROUP}]\nretry-policy = dsh_tools_plugins.retry:RetryPolicy\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    body = Flaky(2)
-    registry = ToolRegistry()
-    registry.register(
-        define_tool(
-            name="fetch",
-            description="fetch",
-            parameters={},
-            execute=body,
-            metadata={"idempotent": True},
-        )
-    )
-
-    report = load_plugins(registry, only=["retry-policy"], strict=True)
-
-    assert [record.name for record in report.loaded] == ["retry-policy"]
-    assert isinstance(registry.plugin_manager.get_plugin("retry-policy"), RetryPolicy)
-    assert run(registry).value == "ok after 3"  # type: ignore[union-attr]
-    assert body.calls == 3

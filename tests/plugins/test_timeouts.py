@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
-import uuid
 from collections.abc import Generator
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -25,7 +22,6 @@ from dsh_tools.models import (
     ToolExecutionResult,
     ToolExecutionSuccess,
 )
-from dsh_tools.plugins import PLUGINS_GROUP, load_plugins
 from dsh_tools.registry import ToolRegistry
 from dsh_tools_plugins.timeouts import TimeoutPolicy
 
@@ -206,35 +202,3 @@ def test_budgets_must_be_positive_finite_numbers(bad: Any) -> None:
         TimeoutPolicy(default_ms=bad)
     with pytest.raises(DefinitionError, match=r"per_tool\['x'\]"):
         TimeoutPolicy(per_tool={"x": bad})
-
-
-def test_a_policy_with_budgets_loads_from_an_entry_point(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A distribution ships a subclass that knows its budgets; it needs no registry.
-    monkeypatch.delenv("DSH_TOOLS_BLOCK_PLUGINS", raising=False)
-    module = f"web_budgets_{uuid.uuid4().hex[:10]}"
-    (tmp_path / f"{module}.py").write_text(
-        "from dsh_tools_plugins.timeouts import TimeoutPolicy\n\n\n"
-        "class WebBudgets(TimeoutPolicy):\n"
-        "    def __init__(self):\n"
-        "        super().__init__(per_tool={'web_*': 40})\n"
-    )
-    info = tmp_path / "budgets_dist-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: budgets-dist\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(
-        f"[{PLUGINS_GROUP}]\nweb-budgets = {module}:WebBudgets\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    registry = ToolRegistry()
-    registry.register(tool("web_fetch", sleeper([])))
-    registry.register(tool("web_own", sleeper([], 0.1), timeout_ms=2000))
-
-    load_plugins(registry, only=["web-budgets"], strict=True)
-
-    assert failure(registry.execute_sync(ToolExecutionInput("c1", "web_fetch"))).code == (
-        "TOOL_TIMEOUT"
-    )
-    assert not registry.execute_sync(ToolExecutionInput("c2", "web_own")).is_error
-    sys.modules.pop(module, None)
