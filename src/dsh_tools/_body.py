@@ -26,10 +26,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from types import CoroutineType
 from typing import Any
 
 from ._call import Call
-from ._loops import is_awaitable, on_event_loop, run_on_own_loop
+from ._loops import NEVER_AWAITABLE, is_awaitable, on_event_loop, run_on_own_loop
 from ._render import render
 from ._results import error_result
 from ._stages import code
@@ -71,7 +72,8 @@ async def run_body(call: Call, replacement: CancelSignal | None = None) -> ToolE
                 raw = await _in_thread(call, body, timer)
             else:
                 raw = definition.execute(parsed, context)
-            if is_awaitable(raw):
+            kind = type(raw)  # is_awaitable, with the usual answers first
+            if kind is CoroutineType or (kind not in NEVER_AWAITABLE and is_awaitable(raw)):
                 # An async def body the call entered with runs on a loop (the sync driver
                 # saw it in the plan); a plain callable's awaitable may not.
                 loop = (entry.is_async and entry is call.entry) or on_event_loop()

@@ -11,9 +11,9 @@ Order of the staged runner: pre-execute (and approval) → guards → execute wr
 the body → post-execute → ``finalize_content`` → result observers. Each outcome then takes
 one of two paths: the *post path* (successes, body failures, denials, cancellation before
 dispatch) still passes post-execute; the *final path* (non-JSON arguments, a pre-aborted
-call, a failing policy stage or wrapper) skips it. Both end in
-:func:`~dsh_tools._stages.finish`. Nothing a tool or plugin does escapes as an exception
-except the caller's own native task cancellation, re-raised after the observers ran.
+call, a failing policy stage or wrapper) skips it. Both end in the tool's finalizer and
+the result observers. Nothing a tool or plugin does escapes as an exception except the
+caller's own native task cancellation, re-raised after the observers ran.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from . import cancel
 from ._body import run_body
 from ._call import Call, Interrupted, StageFailed
 from ._loops import drive, run_on_own_loop
-from ._stages import ALLOW, code, decide, finish, guard, post_execute
+from ._stages import ALLOW, code, decide, finalize, guard, observe, post_execute
 from ._wrappers import execute as execute_stage
 from .errors import ErrorCode, JsonValueError
 from .json import FrozenDict, snapshot
@@ -87,9 +87,12 @@ async def run_staged(call: Call) -> ToolExecutionResult:
 
         limit = anyio.current_time() + cancel.CANCEL_GRACE_S
         with anyio.CancelScope(shield=True):
-            await finish(call, call.aborted(), limit)
+            await observe(call, finalize(call, call.aborted()), limit)
         raise
-    return await finish(call, result)
+    result = finalize(call, result)
+    if call.plan.result:
+        await observe(call, result)
+    return result
 
 
 async def _decided_and_dispatched(call: Call) -> ToolExecutionResult:

@@ -59,7 +59,8 @@ def _in_trio_run(trio: Any) -> bool:
     return True
 
 
-_NEVER_AWAITABLE = frozenset({type(None), str, int, float, bool, dict, list, tuple})
+NEVER_AWAITABLE = frozenset({type(None), str, int, float, bool, dict, list, tuple})
+"""Types of the values bodies and hookimpls usually return, none of them awaitable."""
 
 
 def is_awaitable(value: object) -> bool:
@@ -68,7 +69,7 @@ def is_awaitable(value: object) -> bool:
     kind = type(value)
     if kind is CoroutineType:
         return True
-    if kind in _NEVER_AWAITABLE:
+    if kind in NEVER_AWAITABLE:
         return False
     return inspect.isawaitable(value)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import attrs
@@ -235,28 +235,35 @@ def rerender(call: Call, value: object) -> ToolExecutionSuccess:
         raise StageFailed(error_result(error, ErrorCode.INVALID_TOOL_OUTPUT)) from None
 
 
-async def finish(
-    call: Call, result: ToolExecutionResult, limit: float | None = None
-) -> ToolExecutionResult:
-    """The end of every path: the tool's ``finalize_content`` (once, when the tool was
-    visible at entry), then stage 5, the result observers, exactly once."""
+def finalize(call: Call, result: ToolExecutionResult) -> ToolExecutionResult:
+    """The end of every path, before the observers: a conclusion only the body may ask
+    for, then the tool's ``finalize_content`` (once, when the tool was visible at entry)."""
     if isinstance(result, ToolExecutionSuccess) and result.concludes_turn and not call.concluded:
         result = attrs.evolve(result, concludes_turn=False)
-    finalize = call.entry.definition.finalize_content if call.entry is not None else None
-    if finalize is not None:
-        result = _finalized(call, finalize, result)
+    finalize_content = call.entry.definition.finalize_content if call.entry is not None else None
+    if finalize_content is not None:
+        result = _finalized(call, finalize_content, result)
         if call.plan.tracer is not None:
             call.trace("finalize", None, code(result), result)
     if call.plan.tracer is not None:
         call.trace("result", None, code(result), result)
-    if not call.plan.result:
-        return result
-    if not call.plan.async_observers:
-        await _observe(call, result)
-        return result
-    # Every observer sees the result, even if the caller is cancelled meanwhile; the
-    # cancellation is delivered at the caller's next checkpoint. A pending observer is
-    # interrupted only past the caller's deadline plus a grace.
+    return result
+
+
+def observe(
+    call: Call, result: ToolExecutionResult, limit: float | None = None
+) -> Coroutine[Any, Any, None]:
+    """Stage 5: every observer sees the final result, exactly once; failures are logged
+    and contained. ``limit`` bounds a pending ``async`` observer (default: the caller's
+    deadline plus the grace)."""
+    if call.plan.async_observers:
+        return _shielded(call, result, limit)
+    return _observers(call, result, math.inf)
+
+
+async def _shielded(call: Call, result: ToolExecutionResult, limit: float | None) -> None:
+    """Observers that may await: each sees the result even if the caller is cancelled
+    meanwhile (the cancellation is delivered at the caller's next checkpoint)."""
     import anyio
 
     if limit is None:
@@ -264,12 +271,10 @@ async def finish(
         if limit != math.inf:
             limit = max(limit, anyio.current_time()) + cancel.CANCEL_GRACE_S
     with anyio.CancelScope(shield=True):
-        await _observe(call, result, limit)
-    return result
+        await _observers(call, result, limit)
 
 
-async def _observe(call: Call, result: ToolExecutionResult, limit: float = math.inf) -> None:
-    """Stage 5: every observer sees the final result; failures are logged and contained."""
+async def _observers(call: Call, result: ToolExecutionResult, limit: float) -> None:
     execution, tool = call.execution, call.tool
     for impl in call.plan.result:
         try:
