@@ -20,7 +20,7 @@ traceback through it shows its lines.
 from __future__ import annotations
 
 import builtins
-import hashlib
+import itertools
 import linecache
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -245,6 +245,7 @@ class _Generator:
 
 _SOURCE = "def {name}(v):\n    try:\n{body}\n    except Exception:\n        {miss}\n    {hit}\n"
 _CACHE_SIZE = 256
+_serial = itertools.count(1)
 _CODE_CACHE: dict[str, tuple[CodeType, str]] = {}
 """Compiled functions by source, with the file name their source is shown under: the
 source holds only structure (names and literals are bound in the namespace), so every
@@ -261,8 +262,7 @@ def compiled(source: str, kind: str = "validator") -> CodeType:
         for _code, old in _CODE_CACHE.values():
             linecache.cache.pop(old, None)
         _CODE_CACHE.clear()
-    digest = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()[:12]
-    filename = f"<dsh_tools generated {kind} {digest}>"
+    filename = f"<dsh_tools generated {kind} {next(_serial)}>"
     code = compile(source, filename, "exec")
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     _CODE_CACHE[source] = (code, filename)
