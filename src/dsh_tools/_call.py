@@ -70,7 +70,6 @@ class Call:
         "entry",
         "execution",
         "input",
-        "name",
         "parsed",
         "parsed_by",
         "plan",
@@ -96,7 +95,6 @@ class Call:
         self.plan = plan
         self.registry = registry
         self.input = call
-        self.name = call.name
         self.signal = call.signal
         self.arguments = arguments
         self.entry = entry
@@ -127,6 +125,11 @@ class Call:
                 call.signal,
             )
             return self.execution
+
+    @property
+    def name(self) -> str:
+        """The tool name the call asked for."""
+        return self.input.name
 
     def resolve(self) -> ToolEntry | None:
         """The tool the body runs: the entry's, unless the registry changed since the call

@@ -46,11 +46,12 @@ def start(plan: Plan, registry: ToolRegistry, call: ToolExecutionInput) -> Run:
     snapshotted and validated in one step; anything else is snapshotted here and
     validated by the body step.
     """
-    entry = plan.tools.get(call.name)
-    admitted = None if entry is None else entry.admit(call.arguments)
-    arguments = admitted if admitted is not None else _frozen(call.arguments)
+    name, raw = call.name, call.arguments
+    entry = plan.tools.get(name)
+    admitted = None if entry is None else entry.admit(raw)
+    arguments = admitted if admitted is not None else _frozen(raw)
     state = Call(plan, registry, call, arguments, entry, admitted)
-    if call.signal is None and call.name in plan.direct and type(arguments) is FrozenDict:
+    if state.signal is None and name in plan.direct and type(arguments) is FrozenDict:
         return run_body(state)
     return run_staged(state)
 
