@@ -1,13 +1,17 @@
-"""Cases 1-3: one tool call through the pipeline, against a bare call and the peers.
+"""Cases 1-3: one tool call through the pipeline, against the peers and a bare call.
 
 1. ``await registry.execute`` of an ``async def`` tool with two integer args, no plugins.
 2. The same with five plugins across the stages plus one ``dsh_tools_execute`` wrapper.
-3. A synchronous tool through ``execute_sync`` against a bare call of the function.
+3. A plain ``def`` tool through ``execute_sync``: against the peers' call of the same
+   ``def`` tool (each runs it in a worker thread), and with four sync plugins plus a
+   pass-through metrics wrapper or ``RetryPolicy`` against the plugin-free call (no event
+   loop either way). A bare call of the function is printed for information.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,9 +25,11 @@ from dsh_tools import (
     define_tool,
     hookimpl,
 )
+from dsh_tools._results import success_result
+from dsh_tools.cancel import NEVER_CANCELLED
+from dsh_tools.context import ToolRunContext
 from dsh_tools.json import NEG_SMALL_INT, SMALL_INT, FrozenDict, FrozenList
-from dsh_tools.models import trusted_success
-from dsh_tools.pipeline import NEVER_CANCELLED, ToolRunContext
+from dsh_tools_plugins.retry import RetryPolicy
 
 PARAMETERS: dict[str, Any] = {"a": {"type": "integer"}, "b": {"type": "integer"}}
 
@@ -75,18 +81,50 @@ class Passthrough:
         return (yield)
 
 
-def registry(plugins: bool, body: Callable[..., Any] = _async_body) -> ToolRegistry:
+class Metrics:
+    """A pass-through wrapper that times the inner dispatch (what a metrics plugin does)."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+
+    @hookimpl(wrapper=True)
+    def dsh_tools_execute(self, execution: object) -> Any:
+        dispatch = yield
+
+        async def timed(signal: Any = None) -> Any:
+            started = time.perf_counter()
+            try:
+                return await dispatch(signal)
+            finally:
+                self.total += time.perf_counter() - started
+
+        return timed
+
+
+def registry(
+    plugins: bool, body: Callable[..., Any] = _async_body, wrapper: object | None = None
+) -> ToolRegistry:
+    """The ``add`` tool; with ``plugins``, four plain plugins (pre-execute, guard,
+    post-execute, result) and ``wrapper`` (default: a second pre-execute and a
+    pass-through wrapper: case 2's five plugins and a wrapper)."""
     reg = ToolRegistry()
     reg.register(
         define_tool(
-            name="add", description="Add two integers.", parameters=PARAMETERS, execute=body
+            name="add",
+            description="Add two integers.",
+            parameters=PARAMETERS,
+            execute=body,
+            metadata={"idempotent": True},
         )
     )
     if plugins:
         for plugin in (PreExecute(), GuardHook(), PostExecute(), ResultObserver()):
             reg.add_plugin(plugin)
-        reg.add_plugin(SecondPreExecute())
-        reg.add_plugin(Passthrough())
+        if wrapper is None:
+            reg.add_plugin(SecondPreExecute())
+            reg.add_plugin(Passthrough())
+        else:
+            reg.add_plugin(wrapper)
     return reg
 
 
@@ -196,92 +234,85 @@ def _floor(body: Callable[..., Any]) -> Callable[[ToolExecutionInput], object]:
         fill(frozen, arguments)
         if type(frozen.get("a")) is not int or type(frozen.get("b")) is not int or len(frozen) != 2:
             raise AssertionError("invalid arguments")
-        raw = body(frozen, ToolRunContext(call, frozen, NEVER_CANCELLED))
+        raw = body(frozen, ToolRunContext(call, NEVER_CANCELLED))  # type: ignore[arg-type]
         block = new_dict(FrozenDict)
         fill(block, {"type": "text", "text": int.__repr__(raw)})
-        return trusted_success(raw, new_tuple(FrozenList, (block,)), None, (), False)
+        return success_result(raw, new_tuple(FrozenList, (block,)), None, (), False)
 
     return floor
 
 
 def run_sync_case(settings: Settings) -> list[Row]:
-    reg = registry(plugins=False, body=_sync_body)
-    execute_sync = reg.execute_sync
+    plain = registry(plugins=False, body=_sync_body)
+    metrics = registry(plugins=True, body=_sync_body, wrapper=Metrics())
+    retrying = registry(plugins=True, body=_sync_body, wrapper=RetryPolicy())
     args = peers.ARGS
-    _check(execute_sync(ToolExecutionInput("c1", "add", json.loads(args))))
+    for reg in (plain, metrics, retrying):
+        _check(reg.execute_sync(ToolExecutionInput("c1", "add", json.loads(args))))
     parsed = {"a": 1, "b": 2}
-
-    def bare_call() -> object:
-        return _sync_body(parsed, None)
-
-    def bare_parse() -> object:
-        return _sync_body(json.loads(args), None)
-
-    # Like the bare call, execute_sync gets its input ready-made: what is timed is the
-    # pipeline, not building the call. The second pair adds what a host does per call
-    # on both sides (parse the model's JSON; build the input).
     ready = ToolExecutionInput("c1", "add", parsed)
 
-    def dsh() -> object:
-        return execute_sync(ready)
-
-    def dsh_parse() -> object:
-        return execute_sync(ToolExecutionInput("c1", "add", json.loads(args)))
+    def from_text(reg: ToolRegistry) -> Callable[[], object]:
+        execute_sync = reg.execute_sync
+        return lambda: execute_sync(ToolExecutionInput("c1", "add", json.loads(args)))
 
     floor_call = _floor(_sync_body)
     _check(floor_call(ready))
-
-    def floor() -> object:
-        return floor_call(ready)
-
-    def loop_per_call() -> object:
-        return anyio.run(reg.execute, ready)
-
     number = max(100, int(5000 * settings.scale))
     timings = compare_sync(
         {
-            "bare call": bare_call,
-            "bare call + json.loads": bare_parse,
-            "execute_sync": dsh,
-            "execute_sync + json.loads": dsh_parse,
-            "floor": floor,
+            "bare call": lambda: _sync_body(parsed, None),
+            "execute_sync": lambda: plain.execute_sync(ready),
+            "+ 4 plugins + metrics wrapper": lambda: metrics.execute_sync(ready),
+            "+ 4 plugins + RetryPolicy": lambda: retrying.execute_sync(ready),
+            "floor": lambda: floor_call(ready),
+            "execute_sync from text": from_text(plain),
         },
         number,
         settings.repeat,
     )
-    # An event loop per call costs about a hundred times more: far fewer rounds suffice.
-    timings.update(compare_sync({"loop per call": loop_per_call}, max(20, number // 50), 3))
-    return [
+    # An event loop per call or a thread hop costs about a hundred times more: far fewer
+    # rounds suffice.
+    loop = compare_sync({"loop": lambda: anyio.run(plain.execute, ready)}, max(20, number // 50), 3)
+    peer_calls, skipped = peers.installed_peers(peers.add_sync)
+    peer_timings = compare_async(peer_calls, max(20, number // 50), settings.repeat)
+    base = timings["execute_sync"]
+    rows = [
         Row("3", "bare call fn(args, None)", *us(timings["bare call"]), note="baseline"),
-        Row("3", "bare call + json.loads", *us(timings["bare call + json.loads"]), note="baseline"),
-        ratio_row(
-            "3",
-            "dsh-tools execute_sync",
-            timings["execute_sync"],
-            "bare call",
-            timings["bare call"],
-            limit=30,
+        *(
+            ratio_row("3", f"peer (def tool): {name}", peer_timings[name], "execute_sync", base)
+            for name in peer_calls
         ),
-        ratio_row(
-            "3",
-            "dsh-tools execute_sync + json.loads",
-            timings["execute_sync + json.loads"],
-            "bare call + json.loads",
-            timings["bare call + json.loads"],
-            limit=30,
-        ),
-        ratio_row(
-            "3",
-            "floor: the guarantees alone, hand-inlined",
-            timings["floor"],
-            "bare call",
-            timings["bare call"],
-        ),
-        ratio_row(
-            "3",
-            "an event loop per call (anyio.run(execute))",
-            timings["loop per call"],
-            "bare call",
-            timings["bare call"],
+        *(
+            Row("3", f"peer: {name}", unit="", note=f"skipped: {why}")
+            for name, why in skipped.items()
         ),
     ]
+    if peer_calls:
+        fastest = min(peer_calls, key=lambda name: peer_timings[name][0])
+        against = f"fastest peer, def tool: {fastest}"
+        rows.append(
+            ratio_row("3", "dsh-tools execute_sync", base, against, peer_timings[fastest], 0.05)
+        )
+        rows.append(
+            ratio_row(
+                "3",
+                "dsh-tools execute_sync + json.loads + input",
+                timings["execute_sync from text"],
+                against,
+                peer_timings[fastest],
+                note="what a host adds per call, for information",
+            )
+        )
+    for name in ("+ 4 plugins + metrics wrapper", "+ 4 plugins + RetryPolicy"):
+        rows.append(
+            ratio_row("3", f"execute_sync {name}", timings[name], "execute_sync", base, limit=5)
+        )
+    bare = timings["bare call"]
+    for label, timing in (
+        ("dsh-tools execute_sync", base),
+        ("floor: the guarantees alone, hand-inlined", timings["floor"]),
+        ("an event loop per call (anyio.run(execute))", loop["loop"]),
+    ):
+        rows.append(ratio_row("3", label, timing, "bare call", bare))
+    return rows

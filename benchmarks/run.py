@@ -26,7 +26,7 @@ from _harness import Row, Settings
 
 CASES: dict[str, tuple[str, str]] = {
     "1": ("execute vs peers (cases 1-2)", "case_execute:run_async_cases"),
-    "3": ("execute_sync vs bare call", "case_execute:run_sync_case"),
+    "3": ("execute_sync vs peers, with plugins", "case_execute:run_sync_case"),
     "4": ("argument validation", "case_validate:run"),
     "5": ("import and plugin startup", "case_startup:run"),
     "6": ("scale and memory", "case_scale:run"),

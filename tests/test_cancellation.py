@@ -18,6 +18,7 @@ import pytest
 
 from dsh_tools.cancel import CancelSignal, CancelSource
 from dsh_tools.content import ContextMessage
+from dsh_tools.context import ToolRunContext
 from dsh_tools.define import define_tool
 from dsh_tools.errors import ToolError
 from dsh_tools.hookspecs import hookimpl
@@ -35,7 +36,6 @@ from dsh_tools.models import (
     ToolExecutionSuccess,
     failure_result,
 )
-from dsh_tools.pipeline import ToolRunContext
 from dsh_tools.registry import ToolRegistry
 
 BEFORE = "ABORTED_BEFORE_DISPATCH"
@@ -579,21 +579,27 @@ async def test_caller_cancel_reason_timeout_is_still_an_abort() -> None:
 
 
 @pytest.mark.anyio
-async def test_timeout_of_a_blocking_body_waits_for_its_thread() -> None:
-    # blocking=True: the worker thread is never abandoned; it sees the signal fire.
+async def test_timeout_of_a_blocking_body_is_reported_at_the_deadline() -> None:
+    # blocking=True: TOOL_TIMEOUT at the deadline; the thread sees its signal fire and is
+    # left to finish on its own.
     log: list[str] = []
+    finished = threading.Event()
 
     def blocking(args: Any, ctx: ToolRunContext) -> str:
         deadline = time.monotonic() + 2
         while not ctx.signal.cancelled and time.monotonic() < deadline:
             time.sleep(0.005)
         log.append(f"thread done cancelled={ctx.signal.cancelled}")
+        finished.set()
         return "late"
 
     registry = ToolRegistry()
     registry.register(tool(blocking, blocking=True, timeout_ms=30))
+    started = time.monotonic()
     result = failure(await registry.execute(call()))
+    assert time.monotonic() - started < 1
     assert result.code == "TOOL_TIMEOUT"
+    assert finished.wait(2)
     assert log == ["thread done cancelled=True"]
 
 

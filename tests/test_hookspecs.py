@@ -96,9 +96,30 @@ def test_every_param_line_matches_the_signature(hook: str) -> None:
     assert documented == parameters, f"{hook}: :param lines {documented} vs {parameters}"
 
 
+TRIGGERS: dict[str, tuple[ToolExecutionInput, str, str]] = {
+    "dsh_tools_pre_execute": (
+        ToolExecutionInput("call-2", "run_command", {"command": "ls"}),
+        "DENIED",
+        "commands need a person's approval",
+    ),
+    "dsh_tools_guard": (
+        ToolExecutionInput("call-2", "read", {"path": "app/.env"}),
+        "DENIED",
+        "no secrets",
+    ),
+    "dsh_tools_post_execute": (
+        ToolExecutionInput("call-2", "read", {"path": "id_rsa"}),
+        "BLOCKED",
+        "the output contained a private key; it was withheld",
+    ),
+}
+"""For each decision hook, a call its example must stop, and how."""
+
+
 @pytest.mark.parametrize("hook", HOOK_NAMES)
-def test_every_example_is_a_plugin_the_registry_accepts(hook: str) -> None:
-    """The example is real code: with the public names in scope it registers and runs."""
+def test_every_example_is_a_plugin_that_does_what_it_says(hook: str) -> None:
+    """The example is real code: with the public names in scope it registers, lets an
+    ordinary call through, and has its effect on the call it is about."""
 
     class Metrics:
         def __init__(self) -> None:
@@ -107,6 +128,7 @@ def test_every_example_is_a_plugin_the_registry_accepts(hook: str) -> None:
         def count(self, name: str, *, error: bool) -> None:
             self.counted.append((name, error))
 
+    printed: list[tuple[Any, ...]] = []
     module = types.ModuleType(f"example_{hook}")
     metrics = Metrics()
     namespace: dict[str, Any] = {
@@ -118,27 +140,37 @@ def test_every_example_is_a_plugin_the_registry_accepts(hook: str) -> None:
         "Deny": Deny,
         "time": time,
         "metrics": metrics,
-        "print": lambda *args: None,
+        "print": lambda *args: printed.append(args),
     }
     vars(module).update(namespace)
     exec(compile(_example(hook), f"<{hook} example>", "exec"), vars(module))
 
+    def read(arguments: Any, context: Any) -> str:
+        if arguments.get("path") == "id_rsa":
+            return "-----BEGIN PRIVATE KEY-----\n..."
+        return "file contents"
+
     registry = ToolRegistry()
-    registry.register(
-        ToolDefinition(
-            name="read",
-            description="read a file",
-            parameters={"type": "object"},
-            execute=lambda arguments, context: "file contents",
+    for name, body in (("read", read), ("run_command", lambda arguments, context: "ran")):
+        registry.register(
+            ToolDefinition(name=name, description=name, parameters={"type": "object"}, execute=body)
         )
-    )
     registry.add_plugin(module)
     result = registry.execute_sync(
         ToolExecutionInput(call_id="call-1", name="read", arguments={"path": "notes.txt"})
     )
-
     assert not result.is_error, result
-    if hook == "dsh_tools_result":
+
+    if hook in TRIGGERS:
+        call, code, message = TRIGGERS[hook]
+        stopped = registry.execute_sync(call)
+        assert stopped.is_error, stopped
+        assert (stopped.error.info.code, stopped.error.message) == (code, message)
+    elif hook == "dsh_tools_execute":
+        [(name, elapsed)] = printed
+        assert name == "read"
+        assert elapsed >= 0
+    else:
         assert metrics.counted == [("read", False)]
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import inspect
 import math
+import traceback
 from types import MappingProxyType
 from typing import Any
 
@@ -12,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dsh_tools._codegen import compile_admitter
 from dsh_tools.errors import JsonSchemaError, OutputSchemaError
 from dsh_tools.json import MAX_DEPTH, FrozenDict, FrozenList, snapshot
 from dsh_tools.jsonschema import (
@@ -19,7 +22,6 @@ from dsh_tools.jsonschema import (
     _compile_predicate,
     assert_supported_json_schema,
     assert_supported_output_schema,
-    compile_admitter,
     compile_validator,
     validate_json_schema_value,
     validate_structured_value,
@@ -953,3 +955,30 @@ def test_the_admitter_copies_in_the_callers_order() -> None:
 )
 def test_only_flat_objects_of_scalars_get_an_admitter(schema: dict[str, Any]) -> None:
     assert compile_admitter(schema) is None
+
+
+# --------------------------------------------------------------------------- generated source
+
+
+def test_generated_validators_show_their_source_in_tracebacks() -> None:
+    """Generated source is registered with linecache (as attrs and cattrs do), so a
+    traceback through a generated validator shows the line that ran."""
+
+    class Stop(BaseException):
+        """Not an Exception: nothing on the way catches it."""
+
+    class Hostile(str):
+        def __hash__(self) -> int:
+            raise Stop
+
+    validator = compile_validator({"type": "string", "enum": ["a", "b"]})
+    source = inspect.getsource(validator)
+    assert source.startswith("def _validate(v):\n")
+    assert "return _slow(v)" in source
+
+    with pytest.raises(Stop) as caught:
+        validator(Hostile("a"))
+    [generated] = [frame for frame in traceback.extract_tb(caught.tb) if frame.name == "_validate"]
+    assert generated.filename.startswith("<dsh_tools generated validator ")
+    assert generated.line is not None
+    assert generated.line.startswith("if type(v) is not str")

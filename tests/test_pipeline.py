@@ -20,6 +20,7 @@ import anyio
 import pytest
 
 from dsh_tools.cancel import CancelSignal
+from dsh_tools.context import ToolRunContext
 from dsh_tools.define import define_tool
 from dsh_tools.hookspecs import hookimpl
 from dsh_tools.json import FrozenDict
@@ -33,7 +34,6 @@ from dsh_tools.models import (
     ToolExecutionInput,
     ToolExecutionResult,
 )
-from dsh_tools.pipeline import ToolRunContext
 from dsh_tools.registry import ToolRegistry
 
 
@@ -552,3 +552,49 @@ def test_execute_sync_awaits_awaitables_returned_by_plain_callables() -> None:
     registry.add_plugin(Deferred())
     assert registry.scope("a").execute_sync(call()).value == "awaited"
     assert log == ["observed awaited"]
+
+
+# ------------------------------------------------------------------ the tool argument
+
+
+def test_every_hook_gets_the_tool_the_call_entered_with() -> None:
+    seen: list[tuple[str, object]] = []
+
+    class Reader:
+        @hookimpl
+        def dsh_tools_pre_execute(self, tool: ToolDefinition[Any] | None) -> None:
+            seen.append(("pre", tool))
+
+        @hookimpl
+        def dsh_tools_guard(self, execution: ToolExecution, tool: Any) -> None:
+            seen.append(("guard", tool))
+
+        @hookimpl(wrapper=True)
+        def dsh_tools_execute(self, tool: Any) -> Any:
+            seen.append(("execute", tool))
+            return (yield)
+
+        @hookimpl
+        def dsh_tools_post_execute(self, result: ToolExecutionResult, tool: Any) -> None:
+            seen.append(("post", tool))
+
+        @hookimpl
+        def dsh_tools_result(self, tool: Any, execution: ToolExecution) -> None:
+            seen.append(("result", tool))
+
+    registry = ToolRegistry()
+    definition = tool()
+    registry.register(definition)
+    scoped = tool(lambda args, ctx: "scoped")
+    registry.scope("agent").register(scoped)
+    registry.add_plugin(Reader())
+    stages = ["pre", "guard", "execute", "post", "result"]
+
+    registry.execute_sync(call())
+    assert seen == [(stage, definition) for stage in stages]
+    seen.clear()
+    registry.scope("agent").execute_sync(call())
+    assert seen == [(stage, scoped) for stage in stages]
+    seen.clear()
+    registry.execute_sync(call("missing"))
+    assert seen == [(stage, None) for stage in stages]

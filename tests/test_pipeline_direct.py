@@ -1,6 +1,7 @@
-"""A call with nothing to decide, observe, time or cancel runs without the empty stages'
-frames (the *direct* path). It must end exactly as the full pipeline would: every body
-outcome here runs both ways and the results must match, field for field.
+"""A call with nothing to decide, observe, time or cancel takes the *direct* runner: the
+body step alone, without the empty stages' frames. It must end exactly as the staged
+runner would: every body outcome here runs both ways and the results must match, field
+for field.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from dsh_tools import (
     ToolOutput,
     ToolRegistry,
     ToolRunContext,
+    _drivers,
     define_tool,
     hookimpl,
-    pipeline,
     result_to_json,
 )
 from dsh_tools.arguments import ArgumentsModel
@@ -35,7 +36,7 @@ PNG = "iVBORw0KGgo="
 
 
 class Bystander:
-    """A result observer that does nothing: its presence forces the full pipeline."""
+    """A result observer that does nothing: its presence forces the staged runner."""
 
     @hookimpl
     def dsh_tools_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
@@ -47,6 +48,11 @@ def _sync_bodies() -> dict[str, Callable[[Any, ToolRunContext], Any]]:
         ctx.defer_context("remember this")
         ctx.conclude_turn()
         return "done"
+
+    def defers_an_int(args: Any, ctx: ToolRunContext) -> int:
+        ctx.defer_context("the int keeps it")
+        ctx.conclude_turn()
+        return int(args["n"]) * 10
 
     def defers_then_raises(args: Any, ctx: ToolRunContext) -> str:
         ctx.defer_context("kept on the failure")
@@ -74,6 +80,7 @@ def _sync_bodies() -> dict[str, Callable[[Any, ToolRunContext], Any]]:
         "nan": lambda args, ctx: float("nan"),
         "raises": lambda args, ctx: 1 / 0,
         "defers": defers,
+        "defers, returns an int": defers_an_int,
         "defers then raises": defers_then_raises,
         "reads execution": reads_execution,
         "returns an awaitable": lambda args, ctx: later(),
@@ -158,7 +165,7 @@ def test_output_contracts_end_the_same_both_ways(value: Any, code: str | None) -
 
 @pytest.fixture(autouse=True)
 def events(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """What each call went through (the full pipeline, a parse of frozen arguments), so
+    """What each call went through (the staged runner, a parse of frozen arguments), so
     the comparisons above are known to compare both ways."""
     seen: list[str] = []
 
@@ -169,7 +176,7 @@ def events(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
         return record
 
-    monkeypatch.setattr(pipeline._Call, "run", spy("full", pipeline._Call.run))
+    monkeypatch.setattr(_drivers, "run_staged", spy("full", _drivers.run_staged))
     monkeypatch.setattr(ArgumentsModel, "parse", spy("parse", ArgumentsModel.parse))
     return seen
 
@@ -198,7 +205,7 @@ def test_each_registry_takes_the_way_it_should(events: list[str]) -> None:
     # Arguments the tool's model cannot vouch for in one step are snapshotted and parsed.
     for name in ("invalid arguments", "valid, nested extra", "valid, already frozen"):
         assert ways(direct, CALLS[name]) == {"parsed"}
-    # Anything that must run makes the call take the full pipeline.
+    # Anything that must run makes the call take the staged runner.
     source = CancelSource()
     for call in (
         CALLS["non-JSON arguments"],

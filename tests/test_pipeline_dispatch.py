@@ -15,6 +15,7 @@ import pytest
 
 from dsh_tools.cancel import CancelSignal, CancelSource
 from dsh_tools.content import ContextMessage
+from dsh_tools.context import ToolRunContext
 from dsh_tools.define import define_tool
 from dsh_tools.errors import ToolArgsError, ToolError, ToolNotFoundError
 from dsh_tools.hookspecs import hookimpl
@@ -32,7 +33,6 @@ from dsh_tools.models import (
     ToolOutput,
     failure_result,
 )
-from dsh_tools.pipeline import ToolRunContext
 from dsh_tools.registry import ToolRegistry
 
 Body = Callable[[Any, ToolRunContext], Any]

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from dsh_tools.context import ToolRunContext
 from dsh_tools.errors import RegistrationError
 from dsh_tools.hookspecs import hookimpl
 from dsh_tools.models import (
@@ -23,7 +24,6 @@ from dsh_tools.models import (
     ToolExecutionInput,
     ToolExecutionResult,
 )
-from dsh_tools.pipeline import ToolRunContext
 from dsh_tools.registry import ToolRegistry
 
 DECISION_HOOKS = [

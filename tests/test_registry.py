@@ -14,8 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
+import pluggy
 import pytest
 
+from dsh_tools.context import ToolRunContext
 from dsh_tools.define import define_tool
 from dsh_tools.errors import DefinitionError, JsonSchemaError, JsonValueError, RegistrationError
 from dsh_tools.hookspecs import hookimpl
@@ -31,7 +33,6 @@ from dsh_tools.models import (
     ToolSchema,
     failure_result,
 )
-from dsh_tools.pipeline import ToolRunContext
 from dsh_tools.registry import ToolRegistry, ToolScope
 
 # --------------------------------------------------------------------------- helpers
@@ -1251,11 +1252,11 @@ def test_scoped_execute_wrappers_wrap_only_their_scope(registry: ToolRegistry) -
     assert counter.count == 3
 
 
-def test_a_global_dataclass_plugin_is_accepted_but_a_scoped_one_is_refused(
+def test_a_dataclass_plugin_is_refused_in_scopes_and_globally_alike(
     registry: ToolRegistry,
 ) -> None:
-    """Found here: an unhashable scoped plugin made every unrelated call raise TypeError
-    once any execute wrapper was registered (pluggy's subset caller hashes plugins)."""
+    """pluggy keeps plugins in a set (``get_plugins``) and tells them apart with ``==``, so
+    an unhashable plugin breaks it wherever it is registered; an eq=False one is fine."""
     import dataclasses
 
     registry.register(tool("x"))
@@ -1268,21 +1269,27 @@ def test_a_global_dataclass_plugin_is_accepted_but_a_scoped_one_is_refused(
         def dsh_tools_guard(self, execution: ToolExecution) -> str:
             return self.reason
 
-    class Passthrough:
-        @hookimpl(wrapper=True)
-        def dsh_tools_execute(self, execution: ToolExecution) -> Any:
-            return (yield)
-
-    registry.add_plugin(Passthrough())
-    with pytest.raises(
-        RegistrationError, match=r"plugin '.*Policy' is unhashable and cannot be scoped"
-    ):
-        registry.scope("a").add_plugin(Policy("no"))
+    for view in (registry, registry.scope("a")):
+        with pytest.raises(
+            RegistrationError, match=r"plugin '.*Policy' is invalid: it is unhashable.*eq=False"
+        ):
+            view.add_plugin(Policy("no"))
+    with pytest.raises(pluggy.PluginValidationError, match="unhashable"):
+        registry.plugin_manager.register(Policy("no"))
     assert ran(registry, "x") == "x"
-    assert ran(registry.scope("a"), "x") == "x"
 
-    registry.add_plugin(Policy("global no"))
-    assert text(registry.scope("a").execute_sync(call("x"))) == "Error: global no"
+    @dataclasses.dataclass(eq=False)
+    class ByIdentity:
+        reason: str
+
+        @hookimpl
+        def dsh_tools_guard(self, execution: ToolExecution) -> str:
+            return self.reason
+
+    registry.scope("a").add_plugin(ByIdentity("scoped no"))
+    assert text(registry.scope("a").execute_sync(call("x"))) == "Error: scoped no"
+    assert ran(registry, "x") == "x"
+    assert len(registry.plugin_manager.get_plugins()) == 1
 
 
 # =========================================================================== execute_sync parity

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
         ImageContent,
         TextContent,
     )
+    from .context import (
+        ToolRunContext,
+    )
     from .define import (
         define_tool,
     )
@@ -84,9 +87,6 @@ if TYPE_CHECKING:
         ToolSchema,
         failure_result,
         result_to_json,
-    )
-    from .pipeline import (
-        ToolRunContext,
     )
     from .plugins import (
         BLOCK_ENV_VAR,
@@ -164,7 +164,7 @@ _LOCATIONS: dict[str, str] = {
     "ToolOutput": "models",
     "ToolOutputError": "errors",
     "ToolRegistry": "registry",
-    "ToolRunContext": "pipeline",
+    "ToolRunContext": "context",
     "ToolSchema": "models",
     "ToolScope": "registry",
     "ValueSpec": "schema",

@@ -29,23 +29,21 @@ from typing import Annotated, Any, Generic, Literal, TypeVar, Union, get_args, g
 
 import attrs
 
-from .errors import DefinitionError, ToolArgsError
-from .json import FrozenDict, flat_object, snapshot
-from .jsonschema import (
-    Admitter,
+from ._codegen import Admitter, compile_admitter
+from ._validators import (
     Check,
     Validator,
     Violation,
     array_check,
-    assert_supported_json_schema,
-    compile_admitter,
-    compile_validator,
     finish,
     is_lossless,
     map_check,
     object_check,
     scalar_check,
 )
+from .errors import DefinitionError, ToolArgsError
+from .json import FrozenDict, flat_object, snapshot
+from .jsonschema import assert_supported_json_schema, compile_validator
 from .schema import schema_spec_to_json_schema
 
 __all__ = ["ArgumentsModel", "arguments_model", "raw_arguments_model"]

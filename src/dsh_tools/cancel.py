@@ -1,35 +1,87 @@
 """Cooperative cancellation: a signal the caller owns and tool bodies observe.
 
-A :class:`CancelSource` is held by whoever may cancel (a host, a timeout); its
+A :class:`CancelSource` is held by whoever may cancel (a host, a wrapper); its
 :attr:`~CancelSource.signal` travels with the call. Bodies poll ``signal.cancelled`` or
-``await signal.wait()``; the pipeline also binds the signal to the async body's cancel
+``await signal.wait()``; the pipeline also binds the signal to an ``async`` body's cancel
 scope, so an ``async def`` body is interrupted at its next ``await``. Cancel from the
 thread that runs the event loop (use ``anyio.from_thread.run_sync`` from other threads).
+
+A signal may carry a :class:`Deadline`: the body a dispatch runs under that signal must
+finish by then, or the call ends ``TOOL_TIMEOUT`` at that moment. That is how every time
+budget works (a tool's ``timeout_ms``, the registry's ``default_timeout_ms`` and
+``TimeoutPolicy``): ``signal.with_timeout(ms)`` passed to the inner dispatch, enforced in
+one place, where the pipeline runs the body.
+
+:func:`sleep` waits without assuming an event loop: on one it awaits, under
+``execute_sync`` (no loop) it blocks the calling thread, which that call blocks anyway.
 """
 
 from __future__ import annotations
 
+import math
+import threading
+import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
+
+from ._loops import on_event_loop
 
 if TYPE_CHECKING:
     import anyio
 
-__all__ = ["NEVER_CANCELLED", "CancelSignal", "CancelSource", "linked_source"]
+__all__ = [
+    "CANCEL_GRACE_S",
+    "NEVER_CANCELLED",
+    "CancelSignal",
+    "CancelSource",
+    "Deadline",
+    "linked_source",
+    "sleep",
+]
 
 Callback = Callable[[], object]
+
+CANCEL_GRACE_S = 1.0
+"""Seconds an awaited plugin stage (pre-execute, approval, wrapper, post-execute, result
+observer) may still take to settle after the caller's signal fired (or, for observers, the
+caller's deadline passed) before it is interrupted."""
+
+
+class Deadline(NamedTuple):
+    """When a body must have finished: ``at`` on the :func:`time.monotonic` clock, and
+    the budget in milliseconds it was set from (what a ``TOOL_TIMEOUT`` message names)."""
+
+    at: float
+    budget_ms: float
+
+    @classmethod
+    def after(cls, timeout_ms: float) -> Deadline:
+        """The deadline ``timeout_ms`` from now; raises ``ValueError`` for a budget that
+        is not a positive finite number."""
+        if type(timeout_ms) not in (int, float) or not 0 < timeout_ms < math.inf:
+            raise ValueError(
+                f"a timeout must be a positive finite number of ms, got {timeout_ms!r}"
+            )
+        return cls(time.monotonic() + timeout_ms / 1000, timeout_ms)
+
+
+def _earliest(*deadlines: Deadline | None) -> Deadline | None:
+    """The first of ``deadlines`` to come, ignoring ``None``."""
+    present = [deadline for deadline in deadlines if deadline is not None]
+    return min(present) if present else None
 
 
 class CancelSignal:
     """Read-only view of a cancellation: check it, wait on it, or be called back."""
 
-    __slots__ = ("_callbacks", "_cancelled", "_event", "_reason")
+    __slots__ = ("_callbacks", "_cancelled", "_deadline", "_event", "_reason")
 
     def __init__(self) -> None:
         self._cancelled = False
         self._reason: str | None = None
         self._callbacks: list[Callback] = []
         self._event: anyio.Event | None = None
+        self._deadline: Deadline | None = None
 
     @property
     def cancelled(self) -> bool:
@@ -40,6 +92,23 @@ class CancelSignal:
     def reason(self) -> str | None:
         """The reason given to :meth:`CancelSource.cancel`, if any."""
         return self._reason
+
+    @property
+    def deadline(self) -> Deadline | None:
+        """When a body run under this signal must finish (``None``: no deadline).
+
+        Passing the deadline does not fire the signal by itself: the pipeline enforces it
+        on the body, fires the signal the body sees, and reports ``TOOL_TIMEOUT``.
+        """
+        return self._deadline
+
+    def with_timeout(self, timeout_ms: float) -> CancelSignal:
+        """This signal with a deadline ``timeout_ms`` from now (an earlier deadline it
+        already has wins). Hand it to the inner dispatch to bound the body.
+
+        Raises ``ValueError`` for a budget that is not a positive finite number.
+        """
+        return _TimedSignal(self, _earliest(self.deadline, Deadline.after(timeout_ms)))
 
     def add_callback(self, callback: Callback) -> Callable[[], None]:
         """Call ``callback`` once on cancellation (at once if already cancelled).
@@ -79,8 +148,35 @@ class CancelSignal:
             callback()
 
     def __repr__(self) -> str:
-        state = f"cancelled, reason={self._reason!r}" if self._cancelled else "active"
+        state = f"cancelled, reason={self.reason!r}" if self.cancelled else "active"
+        if self.deadline is not None:
+            state += f", deadline in {self.deadline.at - time.monotonic():.3f} s"
         return f"<CancelSignal {state}>"
+
+
+class _TimedSignal(CancelSignal):
+    """Another signal seen with a deadline: it fires exactly when that signal does."""
+
+    __slots__ = ("_parent",)
+
+    def __init__(self, parent: CancelSignal, deadline: Deadline | None) -> None:
+        super().__init__()
+        self._parent = parent
+        self._deadline = deadline
+
+    @property
+    def cancelled(self) -> bool:
+        return self._parent.cancelled
+
+    @property
+    def reason(self) -> str | None:
+        return self._parent.reason
+
+    def add_callback(self, callback: Callback) -> Callable[[], None]:
+        return self._parent.add_callback(callback)
+
+    async def wait(self) -> None:
+        await self._parent.wait()
 
 
 class _NeverSignal(CancelSignal):
@@ -121,13 +217,16 @@ def _forward(parent: CancelSignal, child: CancelSource) -> Callback:
     return lambda: child.cancel(parent.reason)
 
 
-def linked_source(*parents: CancelSignal) -> tuple[CancelSource, Callable[[], None]]:
+def linked_source(
+    *parents: CancelSignal, deadline: Deadline | None = None
+) -> tuple[CancelSource, Callable[[], None]]:
     """A new source that cancels when any parent does; returns it and an unlinker.
 
-    The reason of the parent that fired is copied. Cancelling the new source never
-    cancels a parent.
+    The reason of the parent that fired is copied. Its signal's deadline is the earliest
+    of ``deadline`` and the parents'. Cancelling the new source never cancels a parent.
     """
     source = CancelSource()
+    source.signal._deadline = _earliest(deadline, *(parent.deadline for parent in parents))
     removers = [parent.add_callback(_forward(parent, source)) for parent in parents]
 
     def unlink() -> None:
@@ -135,3 +234,34 @@ def linked_source(*parents: CancelSignal) -> tuple[CancelSource, Callable[[], No
             remove()
 
     return source, unlink
+
+
+async def sleep(seconds: float, *signals: CancelSignal | None) -> bool:
+    """Sleep ``seconds``, or less: return ``False`` as soon as one of ``signals`` fires.
+
+    Runs on any event loop, and with none: under ``execute_sync`` (driven without a loop)
+    it blocks the calling thread, which ``execute_sync`` blocks anyway. Returns ``True``
+    when it slept the whole time.
+    """
+    live = [signal for signal in signals if signal is not None]
+    if any(signal.cancelled for signal in live):
+        return False
+    if on_event_loop():
+        import anyio
+
+        with anyio.CancelScope() as scope:
+            removers = [signal.add_callback(scope.cancel) for signal in live]
+            try:
+                await anyio.sleep(seconds)
+            finally:
+                for remove in removers:
+                    remove()
+    else:
+        woken = threading.Event()
+        removers = [signal.add_callback(woken.set) for signal in live]
+        try:
+            woken.wait(seconds)
+        finally:
+            for remove in removers:
+                remove()
+    return not any(signal.cancelled for signal in live)

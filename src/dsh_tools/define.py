@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .arguments import arguments_model
 from .content import ContentLike
+from .context import ToolRunContext
 from .errors import DefinitionError
 from .json import FrozenDict
 from .jsonschema import assert_supported_json_schema
@@ -24,7 +25,6 @@ from .models import (
     ToolExecutionResult,
     ToolOutput,
 )
-from .pipeline import ToolRunContext
 from .schema import SchemaSpec
 
 if TYPE_CHECKING:

@@ -52,8 +52,9 @@ class ErrorCode(str, enum.Enum):
     idempotent tool."""
 
     TOOL_TIMEOUT = "TOOL_TIMEOUT"
-    """The call ran past its timeout (the tool's ``timeout_ms``, the registry's default, or
-    a ``TimeoutPolicy`` budget); the body was cancelled and waited for."""
+    """The call ran past its deadline (the tool's ``timeout_ms``, the registry's default, or
+    a ``TimeoutPolicy`` budget): reported at the deadline, with the body's signal fired (an
+    ``async`` body is interrupted; a thread is left to finish, its result discarded)."""
 
     DENIED = "DENIED"
     """Policy refused the call: a pre-execute ``Deny``, an unanswered or refused ``Ask``,

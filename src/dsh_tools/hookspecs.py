@@ -7,6 +7,11 @@ subset of a hook's parameters, by name. Plugins added to a scope
 (``registry.scope("agent").add_plugin(...)``) only see that scope's calls and its
 descendants'.
 
+Every hook gets ``tool``, the :class:`~dsh_tools.ToolDefinition` the call's name resolved
+to when the call entered (``None`` for an unknown name), so a policy can read the tool's
+``metadata`` or ``timeout_ms`` without holding the registry. Implementations that do not
+name it do not get it.
+
 Stages 1, 2, 4 and 5 are run by the pipeline as a loop over the implementations in
 pluggy's order (``tryfirst``/``trylast`` honoured, later registrations first), so one
 implementation raising can never skip a later one's protection and an ``async def``
@@ -24,10 +29,13 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from .cancel import CancelSignal
     from .models import (
         PostExecuteDecision,
         PreExecuteDecision,
+        ToolDefinition,
         ToolExecution,
         ToolExecutionResult,
     )
@@ -35,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PROJECT_NAME",
     "Dispatch",
+    "WrapperGenerator",
     "dsh_tools_execute",
     "dsh_tools_guard",
     "dsh_tools_post_execute",
@@ -52,13 +61,15 @@ Dispatch = Callable[["CancelSignal | None"], Awaitable["ToolExecutionResult"]]
 """Runs the rest of the call (inner wrappers, then the body) and returns its result.
 
 Call it with ``None`` to keep the caller's signal, or with a replacement signal for the
-inner call (the body then sees a signal that fires when either fires).
+inner call (the body then sees a signal that fires when either fires, and the earliest of
+their deadlines: ``dispatch(signal.with_timeout(ms))`` bounds the body).
 """
 
 
 @hookspec(firstresult=True)
 def dsh_tools_pre_execute(
     execution: ToolExecution,
+    tool: ToolDefinition[Any] | None,
 ) -> PreExecuteDecision | Awaitable[PreExecuteDecision | None] | None:
     """Decide whether a call may run, before anything else about it happens.
 
@@ -73,6 +84,7 @@ def dsh_tools_pre_execute(
     call closed with ``POLICY_ERROR``; guards, body and post-execute are skipped.
 
     :param execution: the call, with frozen arguments; read-only.
+    :param tool: the definition the name resolved to (``None`` for an unknown name).
 
     Use in plugins::
 
@@ -85,7 +97,7 @@ def dsh_tools_pre_execute(
 
 
 @hookspec
-def dsh_tools_guard(execution: ToolExecution) -> str | None:
+def dsh_tools_guard(execution: ToolExecution, tool: ToolDefinition[Any] | None) -> str | None:
     """Final, monotonic check before dispatch: return a reason string to deny, else ``None``.
 
     Guards run only when pre-execute (and any approval) allowed the call. Any returned
@@ -94,6 +106,7 @@ def dsh_tools_guard(execution: ToolExecution) -> str | None:
     are plain synchronous functions: they must be quick and cannot await.
 
     :param execution: the call, with frozen arguments; read-only.
+    :param tool: the definition the name resolved to (``None`` for an unknown name).
 
     Use in plugins::
 
@@ -104,8 +117,10 @@ def dsh_tools_guard(execution: ToolExecution) -> str | None:
     """
 
 
-@hookspec(firstresult=True)
-def dsh_tools_execute(execution: ToolExecution) -> Dispatch:  # type: ignore[empty-body]
+@hookspec
+def dsh_tools_execute(  # type: ignore[empty-body]
+    execution: ToolExecution, tool: ToolDefinition[Any] | None
+) -> Dispatch:
     """Wrap the dispatch of an allowed call: timeout, retry, caching, metrics.
 
     Only ``@hookimpl(wrapper=True)`` implementations are accepted here. ``dispatch = yield``
@@ -119,7 +134,14 @@ def dsh_tools_execute(execution: ToolExecution) -> Dispatch:  # type: ignore[emp
     a failure you author is kept as is. Raising from your dispatch fails the call with
     ``POLICY_ERROR`` and skips post-execute.
 
+    Under ``execute_sync`` the chain runs without an event loop when nothing in it needs
+    one: a dispatch that only awaits the inner dispatch (and :func:`dsh_tools.cancel.sleep`)
+    is fine; one that awaits anyio, asyncio or trio itself fails the call with
+    ``POLICY_ERROR`` saying to use ``await registry.execute(call)``.
+
     :param execution: the call, with frozen arguments; read-only.
+    :param tool: the definition the name resolved to (``None`` for an unknown name); the
+        body runs the definition current when it starts.
 
     Use in plugins::
 
@@ -140,7 +162,7 @@ def dsh_tools_execute(execution: ToolExecution) -> Dispatch:  # type: ignore[emp
 
 @hookspec
 def dsh_tools_post_execute(
-    execution: ToolExecution, result: ToolExecutionResult
+    execution: ToolExecution, result: ToolExecutionResult, tool: ToolDefinition[Any] | None
 ) -> PostExecuteDecision | Awaitable[PostExecuteDecision | None] | None:
     """Inspect a result and keep it, replace its content or value, or block it.
 
@@ -157,6 +179,7 @@ def dsh_tools_post_execute(
 
     :param execution: the call, with frozen arguments; read-only.
     :param result: the frozen result so far.
+    :param tool: the definition the name resolved to (``None`` for an unknown name).
 
     Use in plugins::
 
@@ -169,7 +192,9 @@ def dsh_tools_post_execute(
 
 
 @hookspec
-def dsh_tools_result(execution: ToolExecution, result: ToolExecutionResult) -> None:
+def dsh_tools_result(
+    execution: ToolExecution, result: ToolExecutionResult, tool: ToolDefinition[Any] | None
+) -> None:
     """Observe the final, frozen outcome of every call, exactly once per call.
 
     Return values are ignored: observers cannot change anything. May be ``async def``.
@@ -178,6 +203,7 @@ def dsh_tools_result(execution: ToolExecution, result: ToolExecutionResult) -> N
 
     :param execution: the call; ``arguments`` is ``None`` if they were not JSON.
     :param result: the final, JSON-safe result ``execute()`` returns.
+    :param tool: the definition the name resolved to (``None`` for an unknown name).
 
     Use in plugins::
 

@@ -156,7 +156,11 @@ _fill_dict = dict.update
 
 
 def trusted_frozen_dict(items: dict[str, JsonValue]) -> FrozenDict:
-    """Wrap items that are already frozen JSON; internal fast path, no checks."""
+    """Wrap items that are already frozen JSON; internal fast path, no checks.
+
+    The one place (with :func:`trusted_frozen_list`) a ``FrozenDict`` is made without
+    ``__init__``, which only snapshots: every other fast path calls these.
+    """
     result = _new_dict(FrozenDict)
     _fill_dict(result, items)
     return result
@@ -283,9 +287,7 @@ def _freeze_object(value: dict[Any, Any], depth: int, active: set[int]) -> Froze
             rejected.segments.append(f".{key}")
             raise
     active.discard(ident)
-    result = _new_dict(FrozenDict)
-    _fill_dict(result, out)
-    return result
+    return trusted_frozen_dict(out)
 
 
 def _freeze_array(value: list[Any] | tuple[Any, ...], depth: int, active: set[int]) -> FrozenList:
@@ -310,7 +312,7 @@ def _freeze_array(value: list[Any] | tuple[Any, ...], depth: int, active: set[in
             rejected.segments.append(f"[{index}]")
             raise
     active.discard(ident)
-    return _new_tuple(FrozenList, out)
+    return trusted_frozen_list(out)
 
 
 def flat_object(value: dict[Any, Any]) -> FrozenDict | None:
@@ -334,9 +336,7 @@ def flat_object(value: dict[Any, Any]) -> FrozenDict | None:
             )
         ):
             return None
-    result = _new_dict(FrozenDict)
-    _fill_dict(result, value)
-    return result
+    return trusted_frozen_dict(value)
 
 
 def snapshot(value: object, label: str = "value") -> JsonValue:

@@ -4,20 +4,10 @@ A schema sent to a model is a promise: every keyword in it must be one we enforc
 value that comes back. So :func:`assert_supported_json_schema` rejects anything outside a
 small subset (``type oneOf properties required additionalProperties items enum const`` plus
 the annotations ``description title default examples``), listing every violation with its
-path. Accepted schemas compile once (:func:`compile_validator`) into a tree of small
-closures, the one place violations come from: paths are only assembled, innermost segment
-first, for the violations that are reported.
-
-Every tool call validates its arguments, so a valid value must cost next to nothing. In
-front of the tree sits an accelerator: straight-line Python source generated per schema
-(one call, no loop over the schema) that answers "certainly valid" by the tree's own rules,
-or "not sure". It only reads values of exact builtin types (``str int float bool None``,
-``dict``/``FrozenDict``, ``list``/``tuple``/``FrozenList``), so no user ``__eq__`` or
-``__iter__`` runs; anything else, any exception, and any value it does not accept go to the
-closure tree, which gives the verdict and the messages exactly as without it. Property
-names and literals are bound as constants in the namespace, never written into the source,
-so no schema text can inject code. Nodes it cannot inline exactly (a ``oneOf`` whose
-branches can both match, anything nested too deep) call their own closure from it.
+path. Accepted schemas compile once (:func:`compile_validator`) into a validator: a tree of
+small closures that is the one place violations come from (:mod:`dsh_tools._validators`),
+behind generated straight-line source that answers "certainly valid" for the usual value
+at next to no cost (:mod:`dsh_tools._codegen`).
 
 Python mapping of JSON: ``None`` is null (and counts as present), ``bool`` is never a
 number, a float without a fractional part (``2.0``) is an integer, tuples are arrays.
@@ -27,22 +17,14 @@ so no walker here can hit ``RecursionError``, and no validator raises for any va
 
 from __future__ import annotations
 
-import builtins
-import json as _stdlib_json
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeAlias
 
+from ._codegen import generate
+from ._validators import ABSENT, Check, Validator, compile_checks, finish, is_lossless
 from .errors import JsonSchemaError, OutputSchemaError
-from .json import (
-    MAX_DEPTH,
-    NEG_SMALL_INT,
-    SMALL_INT,
-    FrozenDict,
-    FrozenList,
-    int_has_text,
-    is_unicode,
-)
+from .json import MAX_DEPTH, FrozenDict, int_has_text
 
 __all__ = [
     "JsonSchema",
@@ -60,16 +42,6 @@ JsonSchema: TypeAlias = Mapping[str, Any]
 
 StructuredOutputSchema: TypeAlias = Mapping[str, Any]
 """A raw JSON Schema of the enforced subset whose root is ``{"type": "object", ...}``."""
-
-Validator: TypeAlias = Callable[[object], list[str]]
-"""A compiled validator: the violations of a value, ``[]`` when it is valid."""
-
-Violation: TypeAlias = list[Any]
-"""Internal: ``[message, innermost segment, ..., outermost segment]``; ``None`` message
-means "missing required property"; ``str`` segments are keys, ``int`` are indexes."""
-
-Check: TypeAlias = Callable[[object], "list[Violation] | None"]
-"""Internal: one compiled schema node; ``None`` when the value is valid."""
 
 TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
 SCALAR_TYPES = frozenset({"string", "number", "integer", "boolean", "null"})
@@ -89,55 +61,6 @@ MAX_NODE_DEPTH = MAX_DEPTH - 2
 """Deepest JSON nesting of a schema node: its own containers (``enum``, ``properties``)
 must still fit under :data:`MAX_DEPTH`, so any accepted schema can be snapshotted."""
 
-_ABSENT: Any = object()
-_isfinite = math.isfinite
-
-
-def is_lossless(value: object, depth: int = 0) -> bool:
-    """Whether ``value`` is lossless JSON (the rules of :func:`~dsh_tools.json.snapshot`)
-    with every container above :data:`MAX_DEPTH`, counting ``value`` itself at ``depth``.
-
-    Iterative and exception-proof, so it is safe on any object and at any nesting.
-    """
-    kind = type(value)
-    if kind is bool or value is None:
-        return True
-    stack: list[tuple[object, int]] = [(value, depth)]
-    try:
-        while stack:
-            item, level = stack.pop()
-            kind = type(item)
-            if kind is bool or item is None:
-                continue
-            if isinstance(item, str):
-                if not is_unicode(str.__str__(item)):
-                    return False
-            elif kind is int:
-                if not int_has_text(item):  # type: ignore[arg-type]
-                    return False
-            elif kind is float:
-                if not _isfinite(item):  # type: ignore[arg-type]
-                    return False
-            elif kind is FrozenDict or kind is FrozenList:
-                continue  # snapshotted when made
-            elif isinstance(item, dict):
-                if level >= MAX_DEPTH:
-                    return False
-                for key, member in dict.items(item):
-                    if not isinstance(key, str) or not is_unicode(str.__str__(key)):
-                        return False
-                    stack.append((member, level + 1))
-            elif isinstance(item, (list, tuple)):
-                if level >= MAX_DEPTH:
-                    return False
-                members = list.__iter__(item) if isinstance(item, list) else tuple.__iter__(item)
-                stack.extend((member, level + 1) for member in members)
-            else:
-                return False
-    except Exception:  # a hostile __class__ / __eq__ makes the value non-JSON, not a crash
-        return False
-    return True
-
 
 def is_of_type(kind: str, value: object) -> bool:
     """Whether the literal ``value`` (from ``enum``/``const``) is a ``kind`` JSON scalar."""
@@ -149,7 +72,7 @@ def is_of_type(kind: str, value: object) -> bool:
         return value is None
     if type(value) is int:
         return kind in ("number", "integer") and int_has_text(value)
-    if type(value) is float and _isfinite(value):
+    if type(value) is float and math.isfinite(value):
         return kind == "number" or (kind == "integer" and value.is_integer())
     return False
 
@@ -247,9 +170,9 @@ class _SubsetWalk:
             self.literals(node, path, kind)
 
     def object(self, node: dict[str, Any], path: str, depth: int) -> None:
-        properties = node.get("properties", _ABSENT)
+        properties = node.get("properties", ABSENT)
         names: Mapping[str, Any] = {}
-        if properties is not _ABSENT:
+        if properties is not ABSENT:
             if is_record(properties):
                 names = properties
                 for name, child in properties.items():
@@ -270,9 +193,9 @@ class _SubsetWalk:
             self.found.append(f"{path}.additionalProperties must be a boolean")
 
     def literals(self, node: dict[str, Any], path: str, kind: str) -> None:
-        enum = node.get("enum", _ABSENT)
+        enum = node.get("enum", ABSENT)
         enum_ok = False
-        if enum is not _ABSENT:
+        if enum is not ABSENT:
             enum_ok = (
                 isinstance(enum, (list, tuple))
                 and len(enum) > 0
@@ -317,536 +240,7 @@ def assert_supported_output_schema(schema: object) -> None:
         raise OutputSchemaError(found)
 
 
-# --------------------------------------------------------------------------- checks
-# Each builder returns a Check. Failure lists are always fresh: parents append segments.
-
-_MUST_OBJECT = "must be an object"
-_MUST_ARRAY = "must be an array"
-_UNDECLARED = "is not a declared property (additionalProperties: false)"
-_LOSSY_VALUE = "must be a lossless JSON value"
-_LOSSY_OBJECT = "must be a lossless JSON object"
-_LOSSY_ARRAY = "must be a dense lossless JSON array"
-
-
-def _compact(value: object) -> str:
-    return _stdlib_json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def any_check(depth: int) -> Check:
-    """An unconstrained node: any lossless JSON value."""
-
-    def check(value: object) -> list[Violation] | None:
-        return None if is_lossless(value, depth) else [[_LOSSY_VALUE]]
-
-    return check
-
-
-def _string(value: object) -> list[Violation] | None:
-    return None if isinstance(value, str) else [["must be a string"]]
-
-
-def _number(value: object) -> list[Violation] | None:
-    kind = type(value)
-    if kind is int:
-        return None
-    if kind is float:
-        return None if _isfinite(value) else [["must be a finite JSON number"]]  # type: ignore[arg-type]
-    return [["must be a number"]]
-
-
-def _integer(value: object) -> list[Violation] | None:
-    kind = type(value)
-    if kind is int or (kind is float and value.is_integer()):  # type: ignore[attr-defined]
-        return None
-    return [["must be an integer"]]
-
-
-def _boolean(value: object) -> list[Violation] | None:
-    return None if value is True or value is False else [["must be a boolean"]]
-
-
-def _null(value: object) -> list[Violation] | None:
-    return None if value is None else [["must be null"]]
-
-
-_SCALAR_CHECKS: dict[str, Check] = {
-    "string": _string,
-    "number": _number,
-    "integer": _integer,
-    "boolean": _boolean,
-    "null": _null,
-}
-
-
-def scalar_check(kind: str, enum: Sequence[object] | None = None, const: object = _ABSENT) -> Check:
-    """A scalar node; ``enum`` is checked before ``const`` and only one miss is reported."""
-    base = _SCALAR_CHECKS[kind]
-    if enum is None and const is _ABSENT:
-        return base
-    members = None if enum is None else frozenset(enum)
-    enum_miss = "" if enum is None else f"must be one of {_compact(list(enum))}"
-    const_miss = "" if const is _ABSENT else f"must be {_compact(const)}"
-
-    def check(value: object) -> list[Violation] | None:
-        found = base(value)
-        if found is not None:
-            return found
-        if members is not None and value not in members:
-            return [[enum_miss]]
-        if const is not _ABSENT and value != const:
-            return [[const_miss]]
-        return None
-
-    return check
-
-
-def array_check(items: Check | None, depth: int) -> Check:
-    """An array node; without ``items`` every element must be lossless JSON."""
-    if items is None:
-
-        def unconstrained(value: object) -> list[Violation] | None:
-            if not isinstance(value, (list, tuple)):
-                return [[_MUST_ARRAY]]
-            return None if is_lossless(value, depth) else [[_LOSSY_ARRAY]]
-
-        return unconstrained
-
-    def check(value: object) -> list[Violation] | None:
-        if not isinstance(value, (list, tuple)):
-            return [[_MUST_ARRAY]]
-        found: list[Violation] | None = None
-        for index, item in enumerate(value):
-            bad = items(item)
-            if bad is not None:
-                for violation in bad:
-                    violation.append(index)
-                if found is None:
-                    found = bad
-                else:
-                    found += bad
-        return found
-
-    return check
-
-
-def map_check(values: Check) -> Check:
-    """An object whose every member must pass ``values`` (typed ``dict[str, T]`` fields)."""
-
-    def check(value: object) -> list[Violation] | None:
-        if not isinstance(value, dict):
-            return [[_MUST_OBJECT]]
-        found: list[Violation] | None = None
-        for key, item in dict.items(value):
-            if not isinstance(key, str):
-                return [[_LOSSY_OBJECT]]
-            bad = values(item)
-            if bad is not None:
-                for violation in bad:
-                    violation.append(key)
-                if found is None:
-                    found = bad
-                else:
-                    found += bad
-        return found
-
-    return check
-
-
-def object_check(
-    required: Sequence[str], properties: Sequence[tuple[str, Check]], closed: bool, depth: int
-) -> Check:
-    """An object node: missing required, then declared properties, then undeclared keys."""
-    required = tuple(required)
-    properties = tuple(properties)
-    declared = frozenset(name for name, _ in properties)
-    get = dict.get
-    size = dict.__len__
-
-    def extras(value: dict[Any, Any], found: list[Violation] | None) -> list[Violation] | None:
-        undeclared: list[Violation] = []
-        lossy = False
-        for key, item in dict.items(value):
-            if key in declared:
-                continue
-            if not isinstance(key, str):
-                lossy = True
-            elif closed:
-                undeclared.append([_UNDECLARED, key])
-            elif not is_lossless(item, depth + 1):
-                lossy = True
-        if undeclared:
-            return undeclared if found is None else found + undeclared
-        if lossy and found is None:  # lossless checks only run once the structure is valid
-            return [[_LOSSY_OBJECT]]
-        return found
-
-    def check(value: object) -> list[Violation] | None:
-        if not isinstance(value, dict):
-            return [[_MUST_OBJECT]]
-        found: list[Violation] | None = None
-        for name in required:
-            if get(value, name, _ABSENT) is _ABSENT:
-                if found is None:
-                    found = []
-                found.append([None, name])
-        seen = 0
-        for name, sub in properties:
-            item = get(value, name, _ABSENT)
-            if item is not _ABSENT:
-                seen += 1
-                bad = sub(item)
-                if bad is not None:
-                    for violation in bad:
-                        violation.append(name)
-                    if found is None:
-                        found = bad
-                    else:
-                        found += bad
-        if seen != size(value):
-            return extras(value, found)
-        return found
-
-    return check
-
-
-def one_of_check(branches: Sequence[Check]) -> Check:
-    """Exactly one branch must pass; every branch is evaluated."""
-    branches = tuple(branches)
-
-    def check(value: object) -> list[Violation] | None:
-        matched = 0
-        for branch in branches:
-            if branch(value) is None:
-                matched += 1
-        if matched == 1:
-            return None
-        return [[f"must match exactly one oneOf branch (matched {matched})"]]
-
-    return check
-
-
-def _render(violation: Violation, root: str) -> str:
-    text = root
-    for index in range(len(violation) - 1, 0, -1):
-        segment = violation[index]
-        if type(segment) is int:
-            text = f"{text}[{segment}]"
-        elif text:
-            text = f"{text}.{segment}"
-        else:
-            text = segment
-    where = f'"{text or "arguments"}"'
-    message = violation[0]
-    return f"missing required property {where}" if message is None else f"{where} {message}"
-
-
-def finish(check: Check, root: str) -> Validator:
-    """Wrap a node check into a public validator that renders paths under ``root``."""
-
-    def validate(value: object) -> list[str]:
-        try:
-            found = check(value)
-        except Exception:  # a hostile __iter__/__eq__ is a non-JSON value, never a crash
-            found = [[_LOSSY_VALUE]]
-        if found is None:
-            return []
-        return [_render(violation, root) for violation in found]
-
-    return validate
-
-
-# --------------------------------------------------------------------------- accelerator
-# A compiled schema also gets straight-line Python source for its valid path. It only
-# reads builtin values of exact types, so no user code (``__eq__``, ``__iter__``,
-# ``__class__``) runs before the closure tree would run it too; anything else is a miss.
-
-Predicate: TypeAlias = Callable[[object], bool]
-"""Internal: ``True`` only for a value its closure tree certainly accepts."""
-
-_INLINE_LEVELS = 12
-"""Deepest indentation the generator writes (the compiler allows 20 nested loops); a node
-below it is checked by its own closure, called from the generated code."""
-
-_MAX_NODES = 2000
-"""Schema nodes one generated source may visit; shared subtrees are inlined once per use,
-so a schema reusing a node at many places could otherwise grow without bound."""
-
-_FAMILIES = {
-    "string": "str",
-    "number": "num",
-    "integer": "num",
-    "boolean": "bool",
-    "null": "null",
-    "object": "obj",
-    "array": "arr",
-}
-"""The JSON type families no value can belong to two of (``oneOf`` dispatch)."""
-
-_FAMILY_TEST = {
-    "str": "{t} is str",
-    "num": "{t} is int or {t} is float",
-    "bool": "{t} is bool",
-    "null": "{v} is None",
-    "obj": "{t} is dict or {t} is _FD",
-    "arr": "{t} is list or {t} is tuple or {t} is _FL",
-}
-
-_SCALAR_MISS = {
-    "string": "type({v}) is not str",
-    "number": "type({v}) is not int and (type({v}) is not float or not _isfinite({v}))",
-    "integer": "type({v}) is not int and (type({v}) is not float or not {v}.is_integer())",
-    "boolean": "{v} is not True and {v} is not False",
-    "null": "{v} is not None",
-}
-"""When a value of exactly a builtin type fails the scalar check (``_number`` etc.)."""
-
-_OBJECT_MISS = "type({v}) is not dict and type({v}) is not _FD"
-_ADMIT_MISS = {
-    **{
-        kind: "(not _NEG_SMALL < {v} < _SMALL) if type({v}) is int else " + float_miss
-        for kind, float_miss in (
-            ("number", "(type({v}) is not float or not _isfinite({v}))"),
-            ("integer", "(type({v}) is not float or not {v}.is_integer())"),
-        )
-    },
-    "string": "type({v}) is not str or not ({v}.isascii() or _unicode({v}))",
-}
-"""An admitter's number and string checks: an int must also be short enough for the
-snapshot's digit limit (asked first, as ints are the usual case), a string valid Unicode."""
-_ARRAY_MISS = "type({v}) is not list and type({v}) is not tuple and type({v}) is not _FL"
-
-_PLAIN_LITERALS = frozenset({str, int, float, bool, type(None)})
-_FAIL = "\x00"  # stands for the miss action; schema text never enters the source
-
-
-class _NotInlined(Exception):
-    """Internal: the schema is too large to inline, or (for an admitter) not flat; it gets
-    no generated function."""
-
-
-class _Generator:
-    """Writes the body shared by the predicate and the validator of one schema.
-
-    ``admitting`` writes an admitter's instead: its value is the caller's, not yet
-    snapshotted, so only a flat object of scalars can be inlined, and each check also
-    rules out what the snapshot would reject or change.
-    """
-
-    def __init__(self, memo: dict[tuple[int, int], Check], admitting: bool = False) -> None:
-        self.memo = memo
-        self.admitting = admitting
-        self.lines: list[str] = []
-        self.names: dict[str, object] = {}
-        self.visited = 0
-
-    def bind(self, prefix: str, value: object) -> str:
-        name = f"_{prefix}{len(self.names)}"
-        self.names[name] = value
-        return name
-
-    def var(self) -> str:
-        self.visited += 1
-        if self.visited > _MAX_NODES:
-            raise _NotInlined
-        return f"x{self.visited}"
-
-    def emit(self, level: int, text: str) -> None:
-        self.lines.append("    " * (level + 2) + text)
-
-    def miss_if(self, level: int, condition: str) -> None:
-        self.emit(level, f"if {condition}: {_FAIL}")
-
-    def node(self, node: Mapping[str, Any], v: str, depth: int, level: int) -> None:
-        """Write the checks of ``node`` on the variable ``v``, or call its closure."""
-        self.visited += 1
-        if self.visited > _MAX_NODES:
-            raise _NotInlined
-        kind = node.get("type")
-        if level >= _INLINE_LEVELS or not self.inline(node, v, depth, level, kind):
-            if self.admitting:
-                raise _NotInlined  # a closure checks frozen values, not the caller's
-            check = self.bind("c", self.memo[(id(node), depth)])
-            self.miss_if(level, f"{check}({v}) is not None")
-
-    def inline(self, node: Mapping[str, Any], v: str, depth: int, level: int, kind: object) -> bool:
-        if "oneOf" in node:
-            return self.one_of(node["oneOf"], v, depth, level)
-        if self.admitting and (kind is None or kind == "array" or (kind == "object" and depth)):
-            return False  # a nested or untyped value needs the snapshot's general walk
-        if kind is None:
-            self.miss_if(level, f"not _lossless({v}, {depth})")
-        elif kind == "object":
-            return self.object(node, v, depth, level)
-        elif kind == "array":
-            self.miss_if(level, _ARRAY_MISS.format(v=v))
-            items = node.get("items")
-            if items is None:
-                self.miss_if(level, f"not _lossless({v}, {depth})")
-            else:
-                item = self.var()
-                self.emit(level, f"for {item} in {v}:")
-                self.node(items, item, depth + 1, level + 1)
-        else:
-            return self.scalar(node, v, kind, level)
-        return True
-
-    def scalar(self, node: Mapping[str, Any], v: str, kind: Any, level: int) -> bool:
-        enum = node.get("enum")
-        literals = list(enum or ())
-        if "const" in node:
-            literals.append(node["const"])
-        if any(type(literal) not in _PLAIN_LITERALS for literal in literals):
-            return False  # a str subclass in the schema could run its own __eq__
-        misses = _ADMIT_MISS if self.admitting else _SCALAR_MISS
-        self.miss_if(level, misses.get(kind, _SCALAR_MISS[kind]).format(v=v))
-        if enum is not None:
-            self.miss_if(level, f"{v} not in {self.bind('e', frozenset(enum))}")
-        if "const" in node:
-            self.miss_if(level, f"{v} != {self.bind('e', node['const'])}")
-        return True
-
-    def object(self, node: Mapping[str, Any], v: str, depth: int, level: int) -> bool:
-        properties: Mapping[str, Any] = node.get("properties", {})
-        names = node.get("required", ())
-        if any(type(name) is not str for name in (*properties, *names)):
-            return False  # a str subclass could run its own __hash__/__eq__
-        required = set(names)
-        if self.admitting:
-            # Only a plain dict with str keys: a key equal to a declared name but of
-            # another type would otherwise be found by the lookups below.
-            self.miss_if(level, f"type({v}) is not dict")
-            key = self.var()
-            self.emit(level, f"for {key} in {v}:")
-            self.miss_if(level + 1, f"type({key}) is not str")
-        else:
-            self.miss_if(level, _OBJECT_MISS.format(v=v))
-        count = sum(1 for name in properties if name in required)
-        counter = ""
-        for name, child in properties.items():
-            key = self.bind("k", name)
-            member = self.var()
-            if name in required:
-                self.emit(level, f"{member} = {v}[{key}]")  # KeyError: a miss
-                self.node(child, member, depth + 1, level)
-            else:
-                if not counter:
-                    counter = self.var()
-                    self.emit(level, f"{counter} = {count}")
-                self.emit(level, f"{member} = {v}.get({key}, _ABSENT)")
-                self.emit(level, f"if {member} is not _ABSENT:")
-                self.emit(level + 1, f"{counter} += 1")
-                self.node(child, member, depth + 1, level + 1)
-        size = counter or str(count)
-        if self.admitting or node.get("additionalProperties") is False:
-            # An admitter leaves any undeclared key (and its value) to the general path.
-            self.miss_if(level, f"len({v}) != {size}")
-            return True
-        declared = self.bind("d", frozenset(properties))
-        key, item = self.var(), self.var()
-        self.emit(level, f"if len({v}) != {size}:")
-        self.emit(level + 1, f"for {key}, {item} in {v}.items():")
-        self.miss_if(level + 2, f"type({key}) is not str")
-        self.miss_if(level + 2, f"{key} not in {declared} and not _lossless({item}, {depth + 1})")
-        return True
-
-    def one_of(self, branches: Sequence[Any], v: str, depth: int, level: int) -> bool:
-        """Branches of distinct type families: the value's type picks the only candidate."""
-        families = [_FAMILIES.get(branch.get("type")) for branch in branches]
-        if None in families or len(set(families)) != len(families):
-            return False  # an untyped or nested-oneOf branch, or two that can both match
-        t = self.var()
-        self.emit(level, f"{t} = type({v})")
-        word = "if"
-        for branch, family in zip(branches, families, strict=True):
-            self.emit(level, f"{word} {_FAMILY_TEST[family].format(t=t, v=v)}:")  # type: ignore[index]
-            self.node(branch, v, depth, level + 1)
-            word = "elif"
-        self.emit(level, f"else: {_FAIL}")
-        return True
-
-
 # --------------------------------------------------------------------------- compile
-
-
-def _compile(node: Mapping[str, Any], depth: int, memo: dict[tuple[int, int], Check]) -> Check:
-    """Translate an already-asserted node; ``depth`` is the nesting of the value it sees."""
-    key = (id(node), depth)
-    done = memo.get(key)
-    if done is not None:
-        return done
-    kind = node.get("type")
-    if "oneOf" in node:
-        check = one_of_check([_compile(branch, depth, memo) for branch in node["oneOf"]])
-    elif kind is None:
-        check = any_check(depth)
-    elif kind == "object":
-        properties = node.get("properties", {})
-        check = object_check(
-            node.get("required", ()),
-            [(name, _compile(child, depth + 1, memo)) for name, child in properties.items()],
-            node.get("additionalProperties") is False,
-            depth,
-        )
-    elif kind == "array":
-        items = node.get("items")
-        check = array_check(None if items is None else _compile(items, depth + 1, memo), depth)
-    else:
-        check = scalar_check(kind, node.get("enum"), node.get("const", _ABSENT))
-    memo[key] = check
-    return check
-
-
-def _never(value: object) -> bool:
-    return False
-
-
-_SOURCE = "def {name}(v):\n    try:\n{body}\n    except Exception:\n        {miss}\n    {hit}\n"
-_CODE_CACHE: dict[str, Any] = {}
-"""Compiled accelerators by source: the source holds only structure (names and literals
-are bound in the namespace), so every schema of one shape shares one ``compile()``."""
-
-
-def _generate(
-    schema: JsonSchema,
-    memo: dict[tuple[int, int], Check],
-    name: str,
-    miss: str,
-    hit: str,
-    slow: Validator | None = None,
-    admitting: bool = False,
-) -> Any:
-    """The generated function ``name``; ``None`` when the root itself cannot be inlined
-    (a ``oneOf`` whose branches can overlap) or the schema is too big to inline."""
-    generator = _Generator(memo, admitting)
-    try:
-        if not generator.inline(schema, "v", 0, 0, schema.get("type")):
-            return None
-    except _NotInlined:
-        return None
-    body = "\n".join(generator.lines).replace(_FAIL, miss)
-    source = _SOURCE.format(name=name, body=body, miss=miss, hit=hit)
-    code = _CODE_CACHE.get(source)
-    if code is None:
-        if len(_CODE_CACHE) >= _CACHE_SIZE:
-            _CODE_CACHE.clear()
-        code = _CODE_CACHE[source] = compile(source, "<dsh_tools accelerator>", "exec")
-    namespace: dict[str, Any] = {
-        **generator.names,
-        "__builtins__": builtins,
-        "_ABSENT": _ABSENT,
-        "_FD": FrozenDict,
-        "_FL": FrozenList,
-        "_isfinite": _isfinite,
-        "_lossless": is_lossless,
-        "_unicode": is_unicode,
-        "_slow": slow,
-        "_SMALL": SMALL_INT,
-        "_NEG_SMALL": NEG_SMALL_INT,
-        "_new": dict.__new__,
-        "_fill": dict.update,
-    }
-    exec(code, namespace)
-    return namespace[name]
 
 
 def compile_validator(schema: JsonSchema, *, root: str = "value") -> Validator:
@@ -858,48 +252,32 @@ def compile_validator(schema: JsonSchema, *, root: str = "value") -> Validator:
     """
     assert_supported_json_schema(schema)
     memo: dict[tuple[int, int], Check] = {}
-    slow = finish(_compile(schema, 0, memo), root)
-    fast = _generate(schema, memo, "_validate", "return _slow(v)", "return []", slow)
+    slow = finish(compile_checks(schema, 0, memo), root)
+    fast = generate(schema, memo, "_validate", "return _slow(v)", "return []", slow)
     return slow if fast is None else fast
 
 
-Admitter: TypeAlias = Callable[[object], "FrozenDict | None"]
-"""Internal: the frozen copy of a caller's value its schema certainly accepts, else ``None``."""
-
-_ADMIT_HIT = "r = _new(_FD)\n    _fill(r, v)\n    return r"
+Predicate: TypeAlias = Callable[[object], bool]
+"""``True`` only for a value the closure tree certainly accepts."""
 
 
-def compile_admitter(schema: JsonSchema) -> Admitter | None:
-    """Snapshot and validation in one step, for the usual call: arguments that are a plain
-    dict of scalars.
-
-    The admitter returns what ``snapshot`` would make of such a value once it is certain
-    that ``schema`` accepts it, and ``None`` for anything else (a nested or undeclared
-    member, a value of another type, one the schema rejects), which then takes the general
-    path. ``None`` instead of an admitter when the schema is not a flat object of scalars.
-    ``schema`` must already be in the subset (:func:`compile_validator` checks that).
-    """
-    if schema.get("type") != "object" or "oneOf" in schema:
-        return None
-    admitter: Admitter | None = _generate(
-        schema, {}, "_admit", "return None", _ADMIT_HIT, admitting=True
-    )
-    return admitter
+def _never(value: object) -> bool:
+    return False
 
 
 def _compile_predicate(schema: JsonSchema) -> Predicate:
     """The validator's fast path alone, answering ``True``/``False`` (for tests)."""
     assert_supported_json_schema(schema)
     memo: dict[tuple[int, int], Check] = {}
-    _compile(schema, 0, memo)
-    fast = _generate(schema, memo, "_accept", "return False", "return True")
+    compile_checks(schema, 0, memo)
+    fast: Predicate | None = generate(schema, memo, "_accept", "return False", "return True")
     return _never if fast is None else fast
 
 
 def _compile_closures(schema: JsonSchema, *, root: str = "value") -> Validator:
     """The closure tree alone: the reference the accelerator is tested against."""
     assert_supported_json_schema(schema)
-    return finish(_compile(schema, 0, {}), root)
+    return finish(compile_checks(schema, 0, {}), root)
 
 
 _CACHE_SIZE = 256

@@ -196,52 +196,6 @@ class ToolExecutionFailure:
 
 ToolExecutionResult = ToolExecutionSuccess | ToolExecutionFailure
 
-_new = object.__new__
-
-
-def trusted_success(
-    value: JsonValue,
-    content: FrozenList,
-    meta: JsonValue,
-    contexts: tuple[ContextMessage, ...],
-    concludes_turn: bool,
-) -> ToolExecutionSuccess:
-    """A success from parts the pipeline has already frozen and checked.
-
-    Internal fast path: it skips the converters that re-check every field, which would
-    only find the same frozen values again.
-    """
-    result = _new(ToolExecutionSuccess)
-    fields = result.__dict__
-    fields["value"] = value
-    fields["content"] = content
-    fields["meta"] = meta
-    fields["additional_contexts"] = contexts
-    fields["concludes_turn"] = concludes_turn
-    fields["is_error"] = False
-    return result
-
-
-_new_dict, _fill_dict, _new_tuple = dict.__new__, dict.update, tuple.__new__
-
-
-def text_success(
-    value: JsonValue, text: str, contexts: tuple[ContextMessage, ...], concludes_turn: bool
-) -> ToolExecutionSuccess:
-    """A success whose content is the one text block ``text`` (a plain ``str``): what most
-    calls return, built in one step from parts the pipeline has already checked."""
-    block = _new_dict(FrozenDict)
-    _fill_dict(block, type="text", text=text)
-    result = _new(ToolExecutionSuccess)
-    fields = result.__dict__
-    fields["value"] = value
-    fields["content"] = _new_tuple(FrozenList, (block,))
-    fields["meta"] = None
-    fields["additional_contexts"] = contexts
-    fields["concludes_turn"] = concludes_turn
-    fields["is_error"] = False
-    return result
-
 
 def result_to_json(result: ToolExecutionResult) -> dict[str, Any]:
     """The result as plain JSON data in the wire style of MCP and the upstream design.

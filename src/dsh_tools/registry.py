@@ -2,24 +2,26 @@
 
 A :class:`ToolRegistry` is the global layer; ``registry.scope("agent")`` returns a
 :class:`ToolScope` with a layer of its own, and scopes nest. What a call can see and
-which plugins run for it are computed per agent path into a :class:`_Plan` that is cached
-until anything changes, so the per-call cost does not grow with the number of tools.
-The five stages themselves run in :mod:`dsh_tools.pipeline`.
+which implementations run for it are computed per agent path into a plan
+(:mod:`dsh_tools._plan`) that is kept until anything changes, so the per-call cost does
+not grow with the number of tools. Calls run in :mod:`dsh_tools._drivers`; the
+architecture page of the docs maps every stage to its module.
 """
 
 from __future__ import annotations
 
 import inspect
-import sys
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from . import hookspecs
+from . import _drivers
+from ._layers import Layer, restriction, visible
+from ._loops import refuse_inside_a_loop
+from ._manager import PluginManager
+from ._plan import Plan, ToolEntry, build_plan, label
 from .errors import DefinitionError, RegistrationError
-from .hookspecs import PROJECT_NAME
-from .jsonschema import assert_supported_json_schema, compile_validator
 from .models import (
     ApprovalService,
     PresentableResult,
@@ -27,10 +29,8 @@ from .models import (
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
-    ToolOutput,
     ToolSchema,
 )
-from .pipeline import Plan, StageImpl, ToolEntry, run_call, run_call_sync
 from .tracing import Tracer
 
 if TYPE_CHECKING:
@@ -44,56 +44,7 @@ Disposer = Callable[[], None]
 Guard = Callable[[ToolExecution], "str | None"]
 """A final pre-dispatch check: return a reason string to deny, ``None`` to abstain."""
 
-_STAGE_HOOKS = (
-    "dsh_tools_pre_execute",
-    "dsh_tools_guard",
-    "dsh_tools_post_execute",
-    "dsh_tools_result",
-)
-_WRAPPER_HOOK = "dsh_tools_execute"
 _SEPARATOR = "/"
-
-
-class _PluginManager(pluggy.PluginManager):
-    """Also picks up unmarked ``dsh_tools_*`` functions, so a forgotten marker or a
-    misspelled hook name is reported instead of silently ignored."""
-
-    def parse_hookimpl_opts(self, plugin: object, name: str) -> pluggy.HookimplOpts | None:
-        opts = super().parse_hookimpl_opts(plugin, name)
-        if opts is None and name.startswith(f"{PROJECT_NAME}_"):
-            candidate = getattr(plugin, name, None)
-            if inspect.isroutine(candidate):
-                return {
-                    "wrapper": False,
-                    "hookwrapper": False,
-                    "optionalhook": False,
-                    "tryfirst": False,
-                    "trylast": False,
-                    "specname": None,
-                }
-        return opts
-
-
-class _Layer:
-    """What one scope (or the global layer) registered itself."""
-
-    __slots__ = ("guards", "path", "restrictions", "tools")
-
-    def __init__(self, path: tuple[str, ...]) -> None:
-        self.path = path
-        self.tools: dict[str, ToolEntry] = {}
-        self.guards: list[tuple[Guard, str]] = []
-        self.restrictions: list[tuple[frozenset[str] | None, frozenset[str]]] = []
-
-
-class _PluginRecord:
-    """One ``add_plugin`` call: where the plugin applies. Compared by identity, so a
-    disposer only ever undoes its own registration."""
-
-    __slots__ = ("path",)
-
-    def __init__(self, path: tuple[str, ...]) -> None:
-        self.path = path
 
 
 class _ViewBase:
@@ -187,39 +138,36 @@ class _ViewBase:
         Routing errors (a malformed agent id, a call for another scope) raise at once;
         everything that happens to the call itself ends in a result.
         """
+        registry = self._registry
+        # The usual call, the registry's own with no agent, skips _planned's frame.
+        if not self._path and type(call) is ToolExecutionInput and call.agent is None:
+            return _drivers.start(registry._plans.get(()) or registry._plan(()), registry, call)
         plan, routed = self._planned(call)
-        return run_call(plan, routed)
+        return _drivers.start(plan, registry, routed)
 
     def execute_sync(self, call: ToolExecutionInput) -> ToolExecutionResult:
         """:meth:`execute` for synchronous hosts.
 
-        When every stage, the approval service and the body are synchronous, the call is
-        driven directly with no event loop and no thread; otherwise one event loop runs
-        for the call. Raises :class:`RuntimeError` inside a running event loop.
+        The call runs the very same stages with no event loop and no thread whenever
+        nothing in it needs one: sync hookimpls and approval service, a sync body, and
+        execute wrappers whose dispatch does not await a loop (the first-party policies
+        do not). An ``async def`` hookimpl, approval service or body makes the call run on
+        an event loop of its own; a ``def`` body with a deadline runs in one worker
+        thread. Raises :class:`RuntimeError` inside a running event loop.
         """
-        # Only a library that was imported can be running a loop, and neither question
-        # raises: this runs on every call.
-        asyncio = _modules.get("asyncio")
-        if asyncio is not None and asyncio._get_running_loop() is not None:
-            _refuse_inside("asyncio")
-        if "trio" in _modules and _in_trio_run(_modules["trio"]):
-            _refuse_inside("trio")
-        # The usual call, the registry's own with no agent, skips _planned's frame (its
-        # first case): this path's budget is a few times a bare function call.
+        refuse_inside_a_loop()
         registry = self._registry
+        # The usual call, the registry's own with no agent, skips _planned's frame.
         if not self._path and type(call) is ToolExecutionInput and call.agent is None:
-            plan = registry._plans.get(())
-            if plan is not None:
-                return run_call_sync(plan, call)
-        return run_call_sync(*self._planned(call))
+            plan = registry._plans.get(()) or registry._plan(())
+            return _drivers.execute_sync(plan, registry, call)
+        plan, routed = self._planned(call)
+        return _drivers.execute_sync(plan, registry, routed)
 
     def _planned(self, call: ToolExecutionInput) -> tuple[Plan, ToolExecutionInput]:
         """The plan that runs ``call``, and the call routed to this view's agent."""
-        registry = self._registry
-        if not self._path and type(call) is ToolExecutionInput and call.agent is None:
-            return registry._plans.get(()) or registry._plan(()), call
         routed = self._route(call)
-        return registry._plan(_path_of(routed.agent)), routed
+        return self._registry._plan(_path_of(routed.agent)), routed
 
     def _route(self, call: ToolExecutionInput) -> ToolExecutionInput:
         if not isinstance(call, ToolExecutionInput):
@@ -256,11 +204,12 @@ class ToolRegistry(_ViewBase):
     ) -> None:
         self._registry = self
         self._path = ()
-        self._layers: dict[tuple[str, ...], _Layer] = {(): _Layer(())}
-        self._plugins: dict[str, _PluginRecord] = {}
+        self._layers: dict[tuple[str, ...], Layer] = {(): Layer(())}
+        self._plugins: dict[str, object] = {}
+        """Each add_plugin's name and a token of that registration (what its disposer
+        may undo)."""
         self._plans: dict[tuple[str, ...], Plan] = {}
-        self._pm = _PluginManager(PROJECT_NAME)
-        self._pm.add_hookspecs(hookspecs)
+        self._pm = PluginManager(self._changed)
         self.approval = approval
         self.default_timeout_ms = default_timeout_ms
         self.tracer = tracer
@@ -307,18 +256,25 @@ class ToolRegistry(_ViewBase):
 
     @property
     def plugin_manager(self) -> pluggy.PluginManager:
-        """The pluggy manager of this registry (one per registry, never global)."""
+        """The pluggy manager of this registry (one per registry, never global).
+
+        Changing plugins through it (``register``, ``unregister``, ``set_blocked``) is
+        validated like :meth:`add_plugin` and applies to the very next call.
+        """
         return self._pm
 
     # ------------------------------------------------------------------ mutation
 
     def _changed(self) -> None:
+        """Anything that calls see changed: every plan is stale from now on."""
+        for plan in self._plans.values():
+            plan.stale = True
         self._plans.clear()
 
-    def _layer(self, path: tuple[str, ...]) -> _Layer:
+    def _layer(self, path: tuple[str, ...]) -> Layer:
         layer = self._layers.get(path)
         if layer is None:
-            layer = self._layers[path] = _Layer(path)
+            layer = self._layers[path] = Layer(path)
         return layer
 
     def _register(self, path: tuple[str, ...], definition: ToolDefinition[Any]) -> Disposer:
@@ -326,29 +282,13 @@ class ToolRegistry(_ViewBase):
             raise DefinitionError(
                 f"register() expects a ToolDefinition, got {type(definition).__qualname__}"
             )
+        entry = ToolEntry(definition)
         name = definition.name
-        if not name:
-            raise DefinitionError("a tool name must be a non-empty string")
-        if not callable(definition.execute):
-            raise DefinitionError(f'tool "{name}" execute must be callable')
-        output = definition.output
-        output_validator = None
-        if output is not None:
-            if not isinstance(output, ToolOutput) or not callable(output.render):
-                raise DefinitionError(
-                    f'tool "{name}" output must be a ToolOutput(schema, render, '
-                    f"presentation_meta=None) with a callable render, got {output!r}"
-                )
-            if output.presentation_meta is not None and not callable(output.presentation_meta):
-                raise DefinitionError(f'tool "{name}" output.presentation_meta must be callable')
-            assert_supported_json_schema(output.schema)
-            output_validator = compile_validator(output.schema, root="value")
         layer = self._layer(path)
         if name in layer.tools:
             where = f"in scope {_SEPARATOR.join(path)!r}" if path else "globally"
             hint = "" if path else " (register a per-agent variant through registry.scope(agent))"
             raise RegistrationError(f'tool "{name}" is already registered {where}{hint}')
-        entry = ToolEntry(definition, output_validator)
         layer.tools[name] = entry
         self._changed()
 
@@ -364,11 +304,11 @@ class ToolRegistry(_ViewBase):
             raise RegistrationError(f"guard() expects a callable, got {type(fn).__qualname__}")
         if inspect.iscoroutinefunction(fn):
             raise RegistrationError(
-                f"guard {_label(fn)} is async; guards are synchronous final checks "
+                f"guard {label(fn)} is async; guards are synchronous final checks "
                 "(put asynchronous policy in dsh_tools_pre_execute)"
             )
         layer = self._layer(path)
-        record = (fn, _label(fn))
+        record = (fn, label(fn))
         layer.guards.append(record)
         self._changed()
 
@@ -384,72 +324,32 @@ class ToolRegistry(_ViewBase):
     def _add_plugin(self, path: tuple[str, ...], plugin: object, name: str | None) -> Disposer:
         if self._pm.is_registered(plugin):
             raise RegistrationError(
-                f"plugin {_label(plugin)} is already registered in this registry "
+                f"plugin {label(plugin)} is already registered in this registry "
                 f"(as {self._pm.get_name(plugin)!r}); dispose of it first"
             )
-        if path and getattr(type(plugin), "__hash__", None) is None:
-            # Calls outside the scope leave the plugin out through a pluggy subset caller,
-            # which needs a hashable plugin.
-            raise RegistrationError(
-                f"plugin {_label(plugin, name)} is unhashable and cannot be scoped "
-                "(a @dataclass plugin needs eq=False)"
-            )
         try:
-            registered_name = self._pm.register(plugin, name=name)
+            registered_name = self._pm.add(plugin, name, path)
         except pluggy.PluginValidationError as error:
-            raise RegistrationError(f"plugin {_label(plugin, name)} is invalid: {error}") from None
+            raise RegistrationError(f"plugin {label(plugin, name)} is invalid: {error}") from None
         except ValueError as error:
             raise RegistrationError(
-                f"plugin {_label(plugin, name)} was not added: {error}"
+                f"plugin {label(plugin, name)} was not added: {error}"
             ) from None
         if registered_name is None:
-            raise RegistrationError(f"plugin {_label(plugin, name)} is blocked in this registry")
-        problem = self._hookimpl_problem(plugin)
-        if problem:
-            self._pm.unregister(plugin)
-            raise RegistrationError(f"plugin {_label(plugin, name)} is invalid: {problem}")
-        record = self._plugins[registered_name] = _PluginRecord(path)
-        self._changed()
+            raise RegistrationError(f"plugin {label(plugin, name)} is blocked in this registry")
+        token = self._plugins[registered_name] = object()
 
         def dispose() -> None:
-            if self._plugins.get(registered_name) is record:
+            if self._plugins.get(registered_name) is token:
                 del self._plugins[registered_name]
                 if self._pm.get_plugin(registered_name) is plugin:
                     self._pm.unregister(plugin)
-                self._changed()
 
         return dispose
 
-    def _hookimpl_problem(self, plugin: object) -> str | None:
-        callers = self._pm.get_hookcallers(plugin) or []
-        if not callers:
-            return "it implements no dsh_tools_* hook"
-        for caller in callers:
-            if not caller.has_spec():
-                known = ", ".join(sorted((*_STAGE_HOOKS, _WRAPPER_HOOK)))
-                return f"{caller.name} is not a dsh_tools hook (known hooks: {known})"
-            for impl in caller.get_hookimpls():
-                if impl.plugin is not plugin:
-                    continue
-                if impl.hookwrapper:
-                    return f"{caller.name} uses hookwrapper=True; use @hookimpl(wrapper=True)"
-                if caller.name == _WRAPPER_HOOK and not impl.wrapper:
-                    return (
-                        f"{caller.name} must be a @hookimpl(wrapper=True) generator "
-                        "(dispatch = yield; return your dispatch)"
-                    )
-                if caller.name != _WRAPPER_HOOK and impl.wrapper:
-                    return (
-                        f"{caller.name} cannot be a wrapper: only dsh_tools_execute wraps; "
-                        "decision hooks return decisions"
-                    )
-                if caller.name == "dsh_tools_guard" and inspect.iscoroutinefunction(impl.function):
-                    return "dsh_tools_guard is async; guards are synchronous final checks"
-        return None
-
     # ------------------------------------------------------------------ resolution
 
-    def _chain(self, path: tuple[str, ...]) -> Iterator[_Layer]:
+    def _chain(self, path: tuple[str, ...]) -> Iterator[Layer]:
         for depth in range(len(path) + 1):
             layer = self._layers.get(path[:depth])
             if layer is not None:
@@ -462,64 +362,9 @@ class ToolRegistry(_ViewBase):
         return plan
 
     def _build_plan(self, path: tuple[str, ...]) -> Plan:
-        visible: dict[str, ToolEntry] = {}
-        guards: list[StageImpl] = []
-        for layer in self._chain(path):
-            for allow, deny in layer.restrictions:
-                visible = {
-                    name: entry
-                    for name, entry in visible.items()
-                    if (allow is None or name in allow) and name not in deny
-                }
-            visible.update(layer.tools)
-            guards.extend(StageImpl(fn, label, False) for fn, label in layer.guards)
-        hook = self._pm.hook
-        pre = self._stage_impls(hook.dsh_tools_pre_execute, path)
-        guards.extend(self._stage_impls(hook.dsh_tools_guard, path))
-        post = self._stage_impls(hook.dsh_tools_post_execute, path)
-        result = self._stage_impls(hook.dsh_tools_result, path)
-        wrappers = self._stage_impls(hook.dsh_tools_execute, path)
-        approval_async = self.approval is not None and inspect.iscoroutinefunction(
-            getattr(self.approval, "request", None)
-        )
-        return Plan(
-            agent_path=path,
-            tools=visible,
-            pre=pre,
-            guards=tuple(guards),
-            post=post,
-            result=result,
-            wrappers=wrappers,
-            resolve=lambda name: self._plan(path).tools.get(name),
-            current=self._plans,
-            approval=self.approval,
-            approval_async=approval_async,
-            default_timeout_ms=self.default_timeout_ms,
-            tracer=self._tracer,
-        )
-
-    def _applies(self, plugin_name: str, path: tuple[str, ...]) -> bool:
-        record = self._plugins.get(plugin_name)
-        return record is None or _is_prefix(record.path, path)
-
-    def _stage_impls(
-        self, caller: pluggy.HookCaller, path: tuple[str, ...]
-    ) -> tuple[StageImpl, ...]:
-        passed = tuple(caller.spec.argnames) if caller.spec else ()
-        # get_hookimpls() lists in call order reversed (last is called first).
-        impls = [
-            impl
-            for impl in reversed(caller.get_hookimpls())
-            if self._applies(impl.plugin_name, path)
-        ]
-        return tuple(
-            StageImpl(
-                _bind(impl.function, impl.argnames, passed),
-                "plugin "
-                + (_label(impl.plugin) if impl.plugin_name.isdigit() else repr(impl.plugin_name)),
-                inspect.iscoroutinefunction(impl.function),
-            )
-            for impl in impls
+        tools, guards = visible(self._chain(path))
+        return build_plan(
+            path, tools, guards, self._pm, self.approval, self.default_timeout_ms, self._tracer
         )
 
     def _execution_mode(self, call: ToolExecutionInput) -> str:
@@ -537,26 +382,10 @@ class ToolRegistry(_ViewBase):
         return "parallel" if verdict is True else "exclusive"
 
     def _restrict(self, path: tuple[str, ...], allow: object, deny: object) -> Disposer:
-        if allow is None and deny is None:
-            raise RegistrationError(
-                "restrict() needs allow and/or deny (an empty filter is almost always a "
-                "configuration that was meant to list tools)"
-            )
-        allow_names = _names("allow", allow) if allow is not None else None
-        deny_names = _names("deny", deny) if deny is not None else frozenset()
         inherited: set[str] = set()
         for layer in self._chain(path[:-1]):
             inherited.update(layer.tools)
-        listed = [*(allow_names or ()), *deny_names]
-        unknown = sorted({name for name in listed if name not in inherited})
-        if unknown:
-            quoted = ", ".join(f'"{name}"' for name in unknown)
-            plural = "s" if len(unknown) > 1 else ""
-            known = ", ".join(sorted(inherited)) or "(none)"
-            raise RegistrationError(
-                f"restrict() names unknown inherited tool{plural} {quoted}; "
-                f"tools this scope inherits: {known}"
-            )
+        allow_names, deny_names = restriction(allow, deny, inherited)
         layer = self._layer(path)
         record = (allow_names, deny_names)
         layer.restrictions.append(record)
@@ -574,12 +403,9 @@ class ToolRegistry(_ViewBase):
     def _close(self, path: tuple[str, ...]) -> None:
         for layer_path in [p for p in self._layers if p[: len(path)] == path]:
             del self._layers[layer_path]
-        for name, record in list(self._plugins.items()):
-            if _is_prefix(path, record.path):
-                plugin = self._pm.get_plugin(name)
-                if plugin is not None:
-                    self._pm.unregister(plugin)
-                del self._plugins[name]
+        for name in self._pm.names_within(path):
+            self._plugins.pop(name, None)
+            self._pm.unregister(name=name)
         self._changed()
 
 
@@ -615,20 +441,6 @@ class ToolScope(_ViewBase):
 # ---------------------------------------------------------------------- helpers
 
 
-def _names(label: str, value: object) -> frozenset[str]:
-    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
-        raise RegistrationError(
-            f"restrict({label}=...) must be a list of tool names, got {value!r}"
-        )
-    names = frozenset(value)
-    bad = [name for name in names if not isinstance(name, str)]
-    if bad:
-        raise RegistrationError(
-            f"restrict({label}=...) must list tool names (strings), got {bad!r}"
-        )
-    return names
-
-
 def _is_prefix(prefix: tuple[str, ...], path: tuple[str, ...]) -> bool:
     return path[: len(prefix)] == prefix
 
@@ -650,52 +462,3 @@ def _with_agent(call: ToolExecutionInput, agent: str | None) -> ToolExecutionInp
     import attrs
 
     return attrs.evolve(call, agent=agent)
-
-
-def _label(thing: object, name: str | None = None) -> str:
-    if name:
-        return repr(name)
-    return repr(
-        getattr(thing, "__qualname__", None)
-        or getattr(thing, "__name__", None)
-        or type(thing).__qualname__
-    )
-
-
-def _bind(
-    function: Callable[..., Any], argnames: tuple[str, ...], passed: tuple[str, ...]
-) -> Callable[..., Any]:
-    """Adapt a hookimpl taking any subset of its hook's arguments ``passed`` (in order) to
-    a positional call with all of them; one that takes them all is used as it is."""
-    if argnames == passed:
-        return function
-    if argnames == ("execution",):
-        return lambda execution, result=None: function(execution)
-
-    def call(*values: Any) -> Any:
-        named = dict(zip(passed, values, strict=True))
-        return function(*[named[name] for name in argnames])
-
-    return call
-
-
-_modules = sys.modules
-
-
-def _refuse_inside(library: str) -> NoReturn:
-    raise RuntimeError(
-        f"execute_sync() was called inside a running {library} event loop; "
-        "use `await registry.execute(call)` there"
-    )
-
-
-def _in_trio_run(trio: Any) -> bool:
-    """Whether a trio run is active in this thread; trio before 0.23 has no in_trio_run."""
-    lowlevel = trio.lowlevel
-    if hasattr(lowlevel, "in_trio_run"):
-        return bool(lowlevel.in_trio_run())
-    try:
-        lowlevel.current_trio_token()
-    except RuntimeError:
-        return False
-    return True

@@ -26,10 +26,10 @@ import anyio
 import anyio.abc
 import attrs
 
+from dsh_tools.context import ToolRunContext
 from dsh_tools.define import define_tool
 from dsh_tools.errors import ToolArgsError, ToolError
 from dsh_tools.models import PresentableResult, ToolDefinition, ToolOutput
-from dsh_tools.pipeline import ToolRunContext
 from dsh_tools.presentation import TerminalCallView, TerminalResultView
 
 from .files import fields

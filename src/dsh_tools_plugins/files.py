@@ -27,11 +27,11 @@ from typing import Any
 
 import attrs
 
+from dsh_tools.context import ToolRunContext
 from dsh_tools.define import define_tool
 from dsh_tools.errors import ToolArgsError, ToolError
 from dsh_tools.json import JsonValue, unicode_text
 from dsh_tools.models import PresentableResult, ToolDefinition, ToolOutput
-from dsh_tools.pipeline import ToolRunContext
 from dsh_tools.presentation import (
     DiffCallView,
     DiffResultView,

@@ -17,6 +17,11 @@ last result the inner dispatch produced.
 The wrapper is ``tryfirst``, so it runs outside the other wrappers: each attempt gets its
 own :class:`~dsh_tools_plugins.timeouts.TimeoutPolicy` budget and definition timeout,
 which is what makes ``TOOL_TIMEOUT`` retryable at all.
+
+It reads the tool's definition from the hook's ``tool`` argument, so it needs no
+registry: ship it through the ``dsh_tools.plugins`` entry point and it loads with no
+arguments. Its waits go through :func:`dsh_tools.cancel.sleep`, so under
+``execute_sync`` a retry runs with no event loop (a backoff blocks the calling thread).
 """
 
 from __future__ import annotations
@@ -24,22 +29,18 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import Any
 
-import anyio
-
+from dsh_tools import cancel
 from dsh_tools.cancel import CancelSignal
 from dsh_tools.errors import DefinitionError, ErrorCode
 from dsh_tools.hookspecs import WrapperGenerator, hookimpl
-from dsh_tools.models import ToolExecution, ToolExecutionResult
-
-if TYPE_CHECKING:
-    from dsh_tools.registry import ToolRegistry, ToolScope
+from dsh_tools.models import ToolDefinition, ToolExecution, ToolExecutionResult
 
 __all__ = ["RetryPolicy"]
 
 Sleep = Callable[[float], Awaitable[object]]
-"""An awaitable sleep taking seconds, like :func:`anyio.sleep` (the default)."""
+"""An awaitable sleep taking seconds, like :func:`anyio.sleep`."""
 
 
 def _non_negative(label: str, value: object) -> float:
@@ -62,11 +63,11 @@ class RetryPolicy:
     :param backoff_ms: the wait before the first retry; it doubles on each retry.
     :param max_backoff_ms: the longest wait.
     :param retry_codes: failure codes (``ErrorCode`` members or strings) worth retrying.
-    :param registry: the registry (or scope) the policy is added to; required, because
-        only the tool's definition can say it is idempotent.
     :param jitter: wait a random time in ``[delay / 2, delay]`` instead of ``delay``.
     :param rng: the random source for jitter (pass a seeded ``random.Random`` in tests).
-    :param sleep: the awaitable sleep taking seconds (default :func:`anyio.sleep`).
+    :param sleep: an awaitable sleep taking seconds, instead of waiting for real (for
+        tests); a cancellation still stops the retries. By default the wait is
+        :func:`dsh_tools.cancel.sleep`, which a cancellation cuts short.
 
     Raises :class:`~dsh_tools.DefinitionError` for an invalid setting.
     """
@@ -78,17 +79,12 @@ class RetryPolicy:
         max_backoff_ms: float = 2000,
         retry_codes: Iterable[str | ErrorCode] = ("TRANSIENT", "TOOL_TIMEOUT"),
         *,
-        registry: ToolRegistry | ToolScope,
         jitter: bool = False,
         rng: random.Random | None = None,
         sleep: Sleep | None = None,
     ) -> None:
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
             raise DefinitionError(f"RetryPolicy attempts must be an integer >= 1, got {attempts!r}")
-        if not hasattr(registry, "get") or not hasattr(registry, "scope"):
-            raise DefinitionError(
-                f"RetryPolicy registry must be a ToolRegistry or ToolScope, got {registry!r}"
-            )
         self.attempts = attempts
         self.backoff_ms = _non_negative("backoff_ms", backoff_ms)
         self.max_backoff_ms = _non_negative("max_backoff_ms", max_backoff_ms)
@@ -101,8 +97,7 @@ class RetryPolicy:
         )
         self.jitter = jitter
         self._rng = rng or random.Random()
-        self._sleep: Sleep = sleep or anyio.sleep
-        self._registry = registry
+        self._sleep = sleep
 
     def delay_ms(self, retry: int) -> float:
         """The wait before retry number ``retry`` (1 for the first retry), in ms."""
@@ -111,23 +106,22 @@ class RetryPolicy:
             delay = self._rng.uniform(delay / 2, delay)
         return delay
 
-    def _retries(self, execution: ToolExecution) -> bool:
-        if self.attempts < 2:
-            return False
-        definition = self._registry.definition_for(execution.name, execution.agent)
-        return definition is not None and definition.metadata.get("idempotent") is True
+    def _retries(self, tool: ToolDefinition[Any] | None) -> bool:
+        return self.attempts > 1 and tool is not None and tool.metadata.get("idempotent") is True
 
     def _retryable(self, result: ToolExecutionResult) -> bool:
         return result.is_error and result.error.info.code in self.retry_codes
 
     @hookimpl(wrapper=True, tryfirst=True)
-    def dsh_tools_execute(self, execution: ToolExecution) -> WrapperGenerator:
+    def dsh_tools_execute(
+        self, execution: ToolExecution, tool: ToolDefinition[Any] | None
+    ) -> WrapperGenerator:
         dispatch = yield
-        if not self._retries(execution):
+        if not self._retries(tool):
             return dispatch
 
         async def retrying(signal: CancelSignal | None = None) -> ToolExecutionResult:
-            signals = tuple(s for s in (execution.signal, signal) if s is not None)
+            signals = (execution.signal, signal)
             result = await dispatch(signal)
             for retry in range(1, self.attempts):
                 if not self._retryable(result) or _any_cancelled(signals):
@@ -139,23 +133,13 @@ class RetryPolicy:
 
         return retrying
 
-    async def _pause(self, seconds: float, signals: tuple[CancelSignal, ...]) -> bool:
-        """Sleep ``seconds``; False (at once) if a signal fires first or meanwhile."""
-        if not signals:
-            await self._sleep(seconds)
-            return True
-        async with anyio.create_task_group() as group:
-
-            async def stop_on(signal: CancelSignal) -> None:
-                await signal.wait()
-                group.cancel_scope.cancel()
-
-            for signal in signals:
-                group.start_soon(stop_on, signal)
-            await self._sleep(seconds)
-            group.cancel_scope.cancel()
+    async def _pause(self, seconds: float, signals: tuple[CancelSignal | None, ...]) -> bool:
+        """Wait ``seconds``; False (at once) if a signal fires first or meanwhile."""
+        if self._sleep is None:
+            return await cancel.sleep(seconds, *signals)
+        await self._sleep(seconds)
         return not _any_cancelled(signals)
 
 
-def _any_cancelled(signals: tuple[CancelSignal, ...]) -> bool:
-    return any(signal.cancelled for signal in signals)
+def _any_cancelled(signals: tuple[CancelSignal | None, ...]) -> bool:
+    return any(signal is not None and signal.cancelled for signal in signals)

@@ -4,22 +4,21 @@ The pipeline already enforces a definition's own ``timeout_ms`` and the registry
 ``default_timeout_ms``. :class:`TimeoutPolicy` adds budgets by tool-name glob (and an
 optional default), as a ``dsh_tools_execute`` wrapper::
 
-    registry.add_plugin(
-        TimeoutPolicy(default_ms=30_000, per_tool={"web_*": 10_000}, registry=registry)
-    )
+    registry.add_plugin(TimeoutPolicy(default_ms=30_000, per_tool={"web_*": 10_000}))
 
-How a deadline works: the wrapper passes a replacement :class:`~dsh_tools.CancelSignal`
-to the inner dispatch (linked to any signal an outer wrapper passed in) and cancels it
-when the budget runs out. An ``async`` body is interrupted at its next ``await``; a sync
-body marked ``blocking=True`` runs in a worker thread and must poll
-``context.signal.cancelled`` to stop. The wrapper always awaits the inner dispatch to its
-end, so a started body is never left running unreported: its result (``ABORTED`` because
-the signal fired) is replaced by a ``TOOL_TIMEOUT`` failure. A result that arrives before
-the deadline passes through unchanged.
+How a budget works: the wrapper hands the inner dispatch its signal with a deadline
+(``signal.with_timeout(budget)``), and the pipeline enforces that deadline where it runs
+the body, exactly as it enforces ``timeout_ms``: at the deadline the body's signal fires
+and the call fails with ``TOOL_TIMEOUT``. An ``async`` body is interrupted at its next
+``await`` (and drained); a plain ``def`` body runs in a worker thread that is left to
+finish, its late result discarded. A result that arrives before the deadline passes
+through unchanged. The wrapper itself awaits nothing else, so it keeps ``execute_sync``
+free of an event loop.
 
-Without a ``registry`` the policy cannot see definitions, so it applies its budgets to
-every matching call; the definition's own ``timeout_ms`` still runs inside it, and the
-shorter budget wins.
+The policy reads the tool's definition from the hook's ``tool`` argument: a tool that
+declares its own ``timeout_ms`` keeps it, and the policy needs no registry, so a
+distribution can ship it through the ``dsh_tools.plugins`` entry point (the class itself,
+or a zero-argument factory returning one with its budgets).
 """
 
 from __future__ import annotations
@@ -27,31 +26,14 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Any
 
-import anyio
-
-from dsh_tools.cancel import CancelSignal, CancelSource, linked_source
-from dsh_tools.errors import DefinitionError, ErrorCode
+from dsh_tools.cancel import NEVER_CANCELLED, CancelSignal
+from dsh_tools.errors import DefinitionError
 from dsh_tools.hookspecs import WrapperGenerator, hookimpl
-from dsh_tools.models import (
-    ToolExecution,
-    ToolExecutionFailure,
-    ToolExecutionResult,
-    failure_result,
-)
-
-if TYPE_CHECKING:
-    from dsh_tools.registry import ToolRegistry, ToolScope
+from dsh_tools.models import ToolDefinition, ToolExecution, ToolExecutionResult
 
 __all__ = ["TimeoutPolicy"]
-
-_DEADLINE = "dsh_tools_plugins.timeouts: deadline"
-"""The reason the policy gives its replacement signal when the budget runs out."""
-
-# Results that mean "the body stopped because the signal fired" (or raised while
-# stopping); after our deadline they become TOOL_TIMEOUT. Anything else is kept.
-_STOPPED = frozenset({ErrorCode.ABORTED.value, ErrorCode.TOOL_ERROR.value})
 
 
 def _budget(label: str, value: object) -> float:
@@ -73,25 +55,18 @@ class TimeoutPolicy:
     :param default_ms: budget for calls no ``per_tool`` glob matches (``None``: no budget).
     :param per_tool: ``{glob: ms}``; an exact tool name wins, then the first matching glob
         in the mapping's order (``fnmatch`` syntax: ``*``, ``?``, ``[abc]``).
-    :param registry: the registry (or scope) the policy is added to; used to skip tools
-        whose definition declares its own ``timeout_ms``.
 
     Raises :class:`~dsh_tools.DefinitionError` for a budget that is not a positive
     finite number.
     """
 
     def __init__(
-        self,
-        default_ms: float | None = None,
-        per_tool: Mapping[str, float] | None = None,
-        *,
-        registry: ToolRegistry | ToolScope | None = None,
+        self, default_ms: float | None = None, per_tool: Mapping[str, float] | None = None
     ) -> None:
         self.default_ms = None if default_ms is None else _budget("default_ms", default_ms)
         self.per_tool: dict[str, float] = {
             str(glob): _budget(f"per_tool[{glob!r}]", ms) for glob, ms in (per_tool or {}).items()
         }
-        self._registry = registry
 
     def budget_ms(self, name: str) -> float | None:
         """The budget for tool ``name`` by configuration alone (definitions not consulted)."""
@@ -103,55 +78,18 @@ class TimeoutPolicy:
                 return ms
         return self.default_ms
 
-    def _budget_for(self, execution: ToolExecution) -> float | None:
-        budget = self.budget_ms(execution.name)
-        if budget is None or self._registry is None:
-            return budget
-        definition = self._registry.definition_for(execution.name, execution.agent)
-        if definition is None or definition.timeout_ms is not None:
-            return None
-        return budget
-
     @hookimpl(wrapper=True)
-    def dsh_tools_execute(self, execution: ToolExecution) -> WrapperGenerator:
+    def dsh_tools_execute(
+        self, execution: ToolExecution, tool: ToolDefinition[Any] | None
+    ) -> WrapperGenerator:
         dispatch = yield
-        budget = self._budget_for(execution)
+        if tool is None or tool.timeout_ms is not None:
+            return dispatch  # an unknown tool runs no body; a declared timeout wins
+        budget = self.budget_ms(execution.name)
         if budget is None:
             return dispatch
 
         async def with_deadline(signal: CancelSignal | None = None) -> ToolExecutionResult:
-            if signal is None:
-                source, unlink = CancelSource(), _nothing
-            else:
-                source, unlink = linked_source(signal)
-            expired = False
-
-            async def watchdog() -> None:
-                nonlocal expired
-                await anyio.sleep(budget / 1000)
-                if not source.cancelled:
-                    expired = True
-                    source.cancel(_DEADLINE)
-
-            try:
-                async with anyio.create_task_group() as group:
-                    group.start_soon(watchdog)
-                    try:
-                        result = await dispatch(source.signal)
-                    finally:
-                        group.cancel_scope.cancel()
-            finally:
-                unlink()
-            if expired and isinstance(result, ToolExecutionFailure) and result.code in _STOPPED:
-                return failure_result(
-                    f'tool "{execution.name}" timed out after {budget:g} ms',
-                    ErrorCode.TOOL_TIMEOUT,
-                    contexts=result.additional_contexts,
-                )
-            return result
+            return await dispatch((signal or NEVER_CANCELLED).with_timeout(budget))
 
         return with_deadline
-
-
-def _nothing() -> None:
-    return None

@@ -435,7 +435,7 @@ def test_one_call_event_per_call_however_often_a_wrapper_retries(tmp_path: Path)
         )
     )
     registry.add_plugin(AuditLog(path))
-    registry.add_plugin(RetryPolicy(registry=registry, backoff_ms=0))
+    registry.add_plugin(RetryPolicy(backoff_ms=0))
 
     result = registry.execute_sync(ToolExecutionInput("c1", "flaky", {}))
 

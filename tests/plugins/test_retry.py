@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from dsh_tools.cancel import CancelSource
+from dsh_tools.context import ToolRunContext
 from dsh_tools.define import define_tool
 from dsh_tools.errors import DefinitionError, ErrorCode, ToolError
 from dsh_tools.models import (
@@ -17,7 +18,6 @@ from dsh_tools.models import (
     ToolExecutionResult,
     ToolExecutionSuccess,
 )
-from dsh_tools.pipeline import ToolRunContext
 from dsh_tools.registry import ToolRegistry
 from dsh_tools_plugins.retry import RetryPolicy
 from dsh_tools_plugins.timeouts import TimeoutPolicy
@@ -60,7 +60,7 @@ def setup(body: Any, *, idempotent: bool = True, **options: Any) -> tuple[ToolRe
         )
     )
     sleeps = Sleeps()
-    registry.add_plugin(RetryPolicy(registry=registry, sleep=sleeps, **options))
+    registry.add_plugin(RetryPolicy(sleep=sleeps, **options))
     return registry, sleeps
 
 
@@ -146,9 +146,7 @@ def test_invalid_arguments_are_not_retried() -> None:
             metadata={"idempotent": True},
         )
     )
-    registry.add_plugin(
-        RetryPolicy(registry=registry, backoff_ms=0, retry_codes=["INVALID_ARGS", "TRANSIENT"])
-    )
+    registry.add_plugin(RetryPolicy(backoff_ms=0, retry_codes=["INVALID_ARGS", "TRANSIENT"]))
     # INVALID_ARGS was made retryable on purpose: it fails again each time, no body runs.
     result = failure(registry.execute_sync(ToolExecutionInput("c1", "fetch", {"url": 1})))
     assert result.code == "INVALID_ARGS"
@@ -176,8 +174,8 @@ async def test_timeouts_are_retried_per_attempt() -> None:
         )
     )
     # Registration order does not matter: the retry wrapper is tryfirst (outermost).
-    registry.add_plugin(RetryPolicy(registry=registry, backoff_ms=1))
-    registry.add_plugin(TimeoutPolicy(default_ms=30, registry=registry))
+    registry.add_plugin(RetryPolicy(backoff_ms=1))
+    registry.add_plugin(TimeoutPolicy(default_ms=30))
 
     result = await registry.execute(ToolExecutionInput("c1", "fetch"))
 
@@ -199,7 +197,7 @@ async def test_cancellation_during_backoff_stops_at_once() -> None:
             metadata={"idempotent": True},
         )
     )
-    registry.add_plugin(RetryPolicy(attempts=5, backoff_ms=10_000, registry=registry))
+    registry.add_plugin(RetryPolicy(attempts=5, backoff_ms=10_000))
 
     async def cancel_soon() -> None:
         await anyio.sleep(0.03)
@@ -230,12 +228,9 @@ def test_a_cancelled_caller_gets_no_retry() -> None:
 
 
 def test_settings_are_validated() -> None:
-    registry = ToolRegistry()
     with pytest.raises(DefinitionError, match="attempts"):
-        RetryPolicy(0, registry=registry)
+        RetryPolicy(0)
     with pytest.raises(DefinitionError, match="backoff_ms"):
-        RetryPolicy(backoff_ms=-1, registry=registry)
+        RetryPolicy(backoff_ms=-1)
     with pytest.raises(DefinitionError, match="retry_codes"):
-        RetryPolicy(retry_codes="TRANSIENT", registry=registry)
-    with pytest.raises(DefinitionError, match="registry"):
-        RetryPolicy(registry=None)  # type: ignore[arg-type]
+        RetryPolicy(retry_codes="TRANSIENT")

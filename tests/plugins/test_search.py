@@ -715,7 +715,7 @@ async def test_a_timeout_stops_a_long_search_while_the_event_loop_keeps_beating(
     slow_tree: Path, ripgrep: bool
 ) -> None:
     registry = _registry(slow_tree, ripgrep=ripgrep, max_file_bytes=2_000_000)
-    registry.add_plugin(TimeoutPolicy(default_ms=300, registry=registry))
+    registry.add_plugin(TimeoutPolicy(default_ms=300))
     beats: list[float] = []
 
     async def heartbeat() -> None:

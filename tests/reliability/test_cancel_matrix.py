@@ -29,9 +29,10 @@ import anyio.lowlevel
 import attrs
 import pytest
 
-from dsh_tools import pipeline
+from dsh_tools import cancel
 from dsh_tools.cancel import CancelSignal, CancelSource
 from dsh_tools.content import ContextMessage
+from dsh_tools.context import ToolRunContext
 from dsh_tools.define import define_tool
 from dsh_tools.hookspecs import hookimpl
 from dsh_tools.models import (
@@ -42,7 +43,6 @@ from dsh_tools.models import (
     ToolExecutionInput,
     ToolExecutionResult,
 )
-from dsh_tools.pipeline import ToolRunContext
 from dsh_tools.registry import ToolRegistry
 
 POINTS = (
@@ -285,7 +285,7 @@ TALLY: Counter[str] = Counter()
 @pytest.fixture(autouse=True)
 def short_grace(monkeypatch: pytest.MonkeyPatch) -> None:
     """Parked plugin stages get a grace period after the signal fires; keep it short."""
-    monkeypatch.setattr(pipeline, "CANCEL_GRACE_S", 0.05)
+    monkeypatch.setattr(cancel, "CANCEL_GRACE_S", 0.05)
 
 
 CELLS = [(point, mode) for point in POINTS for mode in MODES]

@@ -36,8 +36,9 @@ import anyio
 import attrs
 import pytest
 
-from dsh_tools import pipeline
+from dsh_tools import cancel
 from dsh_tools.cancel import CancelSignal, CancelSource
+from dsh_tools.context import ToolRunContext
 from dsh_tools.define import define_tool
 from dsh_tools.hookspecs import hookimpl
 from dsh_tools.models import (
@@ -51,7 +52,6 @@ from dsh_tools.models import (
     ToolExecutionSuccess,
     ToolOutput,
 )
-from dsh_tools.pipeline import ToolRunContext
 from dsh_tools.registry import ToolRegistry
 from dsh_tools.testing import CallRecorder
 
@@ -499,7 +499,7 @@ TALLY: Counter[str] = Counter()
 @pytest.fixture(autouse=True)
 def short_grace(monkeypatch: pytest.MonkeyPatch) -> None:
     """Stages pending past a cancellation get a grace period; keep it short here."""
-    monkeypatch.setattr(pipeline, "CANCEL_GRACE_S", 0.05)
+    monkeypatch.setattr(cancel, "CANCEL_GRACE_S", 0.05)
 
 
 CELLS = [(stage, fault) for stage in STAGES for fault in FAULTS]

@@ -1,0 +1,221 @@
+"""One call's state, shared by its stages, and the helpers every stage uses.
+
+A :class:`Call` is made when ``execute()`` is called. It holds what the call is (the
+input, its frozen arguments, the plan and tool entry it entered with) and what its body
+left behind (parsed arguments, deferred contexts, the turn conclusion, whether it
+started). The stages read and write nothing else, so a new per-call concept (a span, a
+decision record, a remembered approval) is one attribute here, set by the stage that
+knows it, plus :meth:`Call.trace` for anything that should be seen step by step.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from . import cancel
+from ._loops import on_event_loop, run_on_own_loop
+from ._results import message, trusted_constructor
+from .content import ContextMessage
+from .errors import ErrorCode, JsonValueError
+from .json import FrozenDict
+from .models import (
+    ExecutionToken,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolExecutionInput,
+    failure_result,
+)
+from .tracing import Stage, TraceEvent
+
+if TYPE_CHECKING:
+    import anyio
+
+    from ._plan import Plan, ToolEntry
+    from .registry import ToolRegistry
+
+logger = logging.getLogger("dsh_tools")
+
+
+class Interrupted(Exception):
+    """The caller's cancellation interrupted an awaited plugin stage."""
+
+
+class StageFailed(Exception):
+    """A policy stage failed; carries the finished failure (final path)."""
+
+    def __init__(self, result: ToolExecutionFailure) -> None:
+        super().__init__(result.error.message)
+        self.result = result
+
+
+_execution_record = trusted_constructor(
+    ToolExecution, tuple(field.name for field in attrs.fields(ToolExecution))
+)
+"""A :class:`ToolExecution` from the call's parts, as its own ``__init__`` makes it."""
+
+
+class Call:
+    """The state of one ``execute()``: read once at entry, shared by every stage."""
+
+    __slots__ = (
+        "arguments",
+        "concluded",
+        "contexts",
+        "entry",
+        "execution",
+        "input",
+        "parsed",
+        "parsed_by",
+        "plan",
+        "registry",
+        "signal",
+        "started",
+        "tool",
+    )
+
+    execution: ToolExecution
+    """The call as every stage sees it: set by :meth:`record`, which the staged runner
+    calls first (a direct call's body may never need it)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        registry: ToolRegistry,
+        call: ToolExecutionInput,
+        arguments: FrozenDict | JsonValueError,
+        entry: ToolEntry | None,
+        admitted: FrozenDict | None = None,
+    ) -> None:
+        self.plan = plan
+        self.registry = registry
+        self.input = call
+        self.signal = call.signal
+        self.arguments = arguments
+        self.entry = entry
+        """The tool visible when the call entered (``None``: unknown name)."""
+        self.tool = None if entry is None else entry.definition
+        """What the hooks get as ``tool``: the definition visible when the call entered."""
+        # What the body leaves behind:
+        self.parsed: Any = admitted
+        self.parsed_by = None if admitted is None else entry
+        self.contexts: tuple[ContextMessage, ...] = ()
+        self.concluded = False
+        self.started = False
+
+    def record(self) -> ToolExecution:
+        """:attr:`execution`, made on first request."""
+        try:
+            return self.execution
+        except AttributeError:
+            call, arguments = self.input, self.arguments
+            self.execution = _execution_record(
+                ExecutionToken(),
+                call.call_id,
+                call.name,
+                arguments if type(arguments) is FrozenDict else None,
+                call.agent,
+                call.parent,
+                call.root_call_id or call.call_id,
+                call.signal,
+            )
+            return self.execution
+
+    @property
+    def name(self) -> str:
+        """The tool name the call asked for."""
+        return self.input.name
+
+    def resolve(self) -> ToolEntry | None:
+        """The tool the body runs: the entry's, unless the registry changed since the call
+        entered; then whatever the call's agent sees now (possibly nothing)."""
+        plan = self.plan
+        if plan.stale:
+            plan = self.registry._plan(plan.agent_path)
+        return plan.tools.get(self.name)
+
+    def parse(self, entry: ToolEntry) -> Any:
+        """The arguments as ``entry``'s body receives them; raises ``ToolArgsError``."""
+        if self.parsed_by is not entry:
+            self.parsed = entry.definition.arguments.parse(self.arguments)
+            self.parsed_by = entry
+        return self.parsed
+
+    # ------------------------------------------------------------------ outcomes
+
+    def cancelled(self) -> bool:
+        signal = self.signal
+        return signal is not None and signal.cancelled
+
+    def aborted(self, contexts: tuple[ContextMessage, ...] | None = None) -> ToolExecutionFailure:
+        """The cancellation failure; it keeps ``contexts`` (default: the body's deferred)."""
+        kept = self.contexts if contexts is None else contexts
+        if self.started:
+            return failure_result("tool call aborted", ErrorCode.ABORTED, contexts=kept)
+        return failure_result(
+            "tool call aborted before dispatch", ErrorCode.ABORTED_BEFORE_DISPATCH, contexts=kept
+        )
+
+    def unknown(self) -> ToolExecutionFailure:
+        return failure_result(f'unknown tool "{self.name}"', ErrorCode.UNKNOWN_TOOL)
+
+    def timed_out(self, budget_ms: float) -> ToolExecutionFailure:
+        return failure_result(
+            f'tool "{self.name}" timed out after {budget_ms:g} ms',
+            ErrorCode.TOOL_TIMEOUT,
+            contexts=self.contexts,
+        )
+
+    # ------------------------------------------------------------------ helpers
+
+    def trace(self, stage: Stage, source: str | None, outcome: str, detail: object = None) -> None:
+        """Tell the registry's tracer about one step; a failing tracer is only logged."""
+        tracer = self.plan.tracer
+        if tracer is None:
+            return
+        try:
+            tracer(TraceEvent(stage, self.execution, source, outcome, detail))
+        except Exception as error:
+            logger.warning("tracer failed on %s of %r: %s", stage, self.name, message(error))
+
+    async def settle(self, value: Any, deadline: float = math.inf) -> Any:
+        """Await a plugin's awaitable, interrupted :data:`~dsh_tools.cancel.CANCEL_GRACE_S`
+        after the caller's signal fires (or at ``deadline``): raises :class:`Interrupted`.
+
+        With no event loop running (``execute_sync`` drives the call by hand because
+        nothing was planned to await), the awaitable gets a loop of its own.
+        """
+        if not on_event_loop():
+            return run_on_own_loop(self.settle(value, deadline))
+        signal = self.signal
+        if signal is None and deadline == math.inf:
+            return await value
+        import anyio
+
+        with anyio.CancelScope(deadline=deadline) as scope:
+            remove = None if signal is None else signal.add_callback(expire(scope))
+            try:
+                return await value
+            finally:
+                if remove is not None:
+                    remove()
+        raise Interrupted
+
+
+def expire(scope: anyio.CancelScope) -> Callable[[], None]:
+    """A signal callback that cancels ``scope`` ``CANCEL_GRACE_S`` seconds later."""
+    import anyio
+
+    # The event loop's clock, read through the monotonic clock: a callback must not fail
+    # whichever thread (wrongly) fires the signal.
+    offset = anyio.current_time() - time.monotonic()
+
+    def later() -> None:
+        scope.deadline = min(scope.deadline, time.monotonic() + offset + cancel.CANCEL_GRACE_S)
+
+    return later

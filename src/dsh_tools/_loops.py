@@ -1,0 +1,136 @@
+"""Event loops, or none: how the one async call path also runs for synchronous hosts.
+
+Every stage is written once, as ``async def``. ``await registry.execute(call)`` awaits
+it on the host's loop (asyncio or trio, through anyio). ``registry.execute_sync(call)``
+drives the very same coroutine by hand (:func:`drive`) when its plan says nothing in it
+awaits a loop, and on a loop of its own otherwise. The few places that wait ask
+:func:`on_event_loop` which of the two they are in, so no stage branches on it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Awaitable, Coroutine
+from types import CoroutineType
+from typing import Any, NoReturn, TypeVar
+
+T = TypeVar("T")
+
+_modules = sys.modules
+
+
+def on_event_loop() -> bool:
+    """Whether an asyncio or trio loop runs in this thread (asked without raising: it is
+    asked on every ``execute_sync``, and only a library that was imported can run)."""
+    asyncio = _modules.get("asyncio")
+    if asyncio is not None and asyncio._get_running_loop() is not None:
+        return True
+    trio = _modules.get("trio")
+    return trio is not None and _in_trio_run(trio)
+
+
+def refuse_inside_a_loop() -> None:
+    """``execute_sync`` cannot block a running loop's thread: say what to use instead."""
+    asyncio = _modules.get("asyncio")
+    if asyncio is not None and asyncio._get_running_loop() is not None:
+        _refuse_inside("asyncio")
+    trio = _modules.get("trio")
+    if trio is not None and _in_trio_run(trio):
+        _refuse_inside("trio")
+
+
+def _refuse_inside(library: str) -> NoReturn:
+    raise RuntimeError(
+        f"execute_sync() was called inside a running {library} event loop; "
+        "use `await registry.execute(call)` there"
+    )
+
+
+def _in_trio_run(trio: Any) -> bool:
+    """Whether a trio run is active in this thread; trio before 0.23 has no in_trio_run."""
+    lowlevel = trio.lowlevel
+    if hasattr(lowlevel, "in_trio_run"):
+        return bool(lowlevel.in_trio_run())
+    try:
+        lowlevel.current_trio_token()
+    except RuntimeError:
+        return False
+    return True
+
+
+NEVER_AWAITABLE = frozenset({type(None), str, int, float, bool, dict, list, tuple})
+"""Types of the values bodies and hookimpls usually return, none of them awaitable."""
+
+
+def is_awaitable(value: object) -> bool:
+    """``inspect.isawaitable`` with the common answers (coroutines, plain data) first:
+    it runs several times per call."""
+    kind = type(value)
+    if kind is CoroutineType:
+        return True
+    if kind in NEVER_AWAITABLE:
+        return False
+    return inspect.isawaitable(value)
+
+
+class NeedsEventLoop(RuntimeError):
+    """Something awaited an event loop while ``execute_sync`` drove the call without one."""
+
+
+_NO_LOOP_MESSAGES = ("no running event loop", "must be called from async context")
+
+
+def is_missing_loop(error: BaseException) -> bool:
+    """Whether ``error`` says that code awaited an event loop where none runs: ours, or
+    what anyio, asyncio and trio raise then."""
+    if isinstance(error, NeedsEventLoop):
+        return True
+    if not isinstance(error, RuntimeError) or on_event_loop():
+        return False
+    kind = type(error).__name__
+    return (
+        kind in ("NoEventLoopError", "AsyncLibraryNotFoundError") or str(error) in _NO_LOOP_MESSAGES
+    )
+
+
+_MAX_THROWS = 100
+"""How often :func:`drive` throws into a call that keeps suspending before it gives up
+(each throw lets one more ``finally`` or stage finish; a call needs a handful)."""
+
+
+def drive(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` to its end in this thread, with no event loop.
+
+    For a call whose plan awaits nothing that needs a loop. If something suspends anyway
+    (a wrapper awaiting ``asyncio.sleep``, say), :class:`NeedsEventLoop` is thrown in at
+    that point, so the stage that awaited fails closed like any raising stage.
+    """
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    for _ in range(_MAX_THROWS):
+        try:
+            coroutine.throw(
+                NeedsEventLoop(
+                    "it awaited an event loop, and execute_sync runs this call without one"
+                )
+            )
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+    coroutine.close()
+    raise RuntimeError(
+        "a call kept suspending without an event loop; use `await registry.execute(call)`"
+    )
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+def run_on_own_loop(awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable`` on an event loop started for it (none may run in this thread)."""
+    import anyio
+
+    return anyio.run(_awaited, awaitable)

@@ -1,0 +1,333 @@
+"""Stages 1, 2, 4 and 5, each one loop over its implementations, and the finalizer.
+
+The pipeline walks the implementations itself, in pluggy's order, instead of calling
+pluggy's hook: an ``async def`` implementation is awaited before the next one runs (with
+pluggy's ``firstresult`` loop an unawaited coroutine would "win"), one raising observer
+cannot silence the others, and a policy that fails fails the call closed. Stage 3 (the
+execute wrappers) is :mod:`dsh_tools._wrappers`; the body is :mod:`dsh_tools._body`.
+
+Every function here takes the :class:`~dsh_tools._call.Call` and returns what its stage
+decided; a failing policy raises :class:`~dsh_tools._call.StageFailed` carrying the
+failure (the final path), an interrupted one :class:`~dsh_tools._call.Interrupted`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import attrs
+
+from . import cancel
+from ._call import Call, Interrupted, StageFailed
+from ._loops import is_awaitable
+from ._render import render
+from ._results import error_result, message, shown
+from .content import content_blocks, content_text
+from .errors import ErrorCode
+from .models import (
+    Accept,
+    Allow,
+    ApprovalOutcome,
+    ApprovalRequest,
+    Ask,
+    Block,
+    Deny,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    failure_result,
+)
+
+logger = logging.getLogger("dsh_tools")
+
+ALLOW = Allow()
+
+
+async def decide(call: Call) -> Allow | Deny:
+    """Stage 1, pre-execute: the first decision wins; an ``Ask`` goes to the approval
+    service. Raises :class:`Interrupted` when the caller cancels meanwhile."""
+    execution, tool = call.execution, call.tool
+    for impl in call.plan.pre:
+        try:
+            if impl.arity == 2:
+                decision = impl.function(execution, tool)
+            else:
+                decision = impl.function(execution)
+            if decision is not None and is_awaitable(decision):
+                decision = await call.settle(decision)
+        except Interrupted:
+            call.trace("pre_execute", impl.label, "interrupted")
+            raise
+        except Exception as error:
+            call.trace("pre_execute", impl.label, f"raised {message(error)}", error)
+            prefix = f"pre-execute {impl.label} failed: "
+            raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
+        if call.plan.tracer is not None:
+            call.trace("pre_execute", impl.label, outcome(decision), decision)
+        if decision is None:
+            continue
+        if isinstance(decision, Ask):
+            return await _approve(call, decision)
+        if isinstance(decision, (Allow, Deny)):
+            return decision
+        raise StageFailed(
+            failure_result(
+                f"pre-execute {impl.label} returned {shown(decision)}; "
+                "expected Allow(), Deny(reason), Ask(reason) or None",
+                ErrorCode.POLICY_ERROR,
+            )
+        )
+    return ALLOW
+
+
+async def _approve(call: Call, ask: Ask) -> Allow | Deny:
+    """Route an ``Ask`` to the approval service; only ``allowed-once`` allows."""
+    name, execution, service = call.name, call.execution, call.plan.approval
+    if service is None:
+        return Deny(
+            ask.reason or f'tool "{name}" requires approval, but no approval service is configured'
+        )
+    if execution.agent is None:
+        return Deny(
+            f'tool "{name}" requires approval, but the call has no agent to route it through'
+        )
+    request = ApprovalRequest(
+        agent=execution.agent,
+        tool_name=name,
+        call_id=execution.call_id,
+        arguments=execution.arguments,  # type: ignore[arg-type]
+        reason=ask.reason,
+        signal=call.signal,
+    )
+    try:
+        answer = service.request(request)
+        if is_awaitable(answer):
+            answer = await call.settle(answer)
+    except Interrupted:
+        call.trace("approval", "approval service", "interrupted")
+        raise
+    except Exception as error:
+        call.trace("approval", "approval service", f"raised {message(error)}", error)
+        prefix = "approval service failed: "
+        raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
+    if call.plan.tracer is not None:
+        shown_answer = answer.value if isinstance(answer, ApprovalOutcome) else shown(answer)
+        call.trace("approval", "approval service", shown_answer, answer)
+    try:
+        answer = ApprovalOutcome(answer)
+    except Exception:  # not an outcome (its repr may even raise while Enum complains)
+        raise StageFailed(
+            failure_result(
+                f"approval service returned {shown(answer)}; expected one of "
+                + ", ".join(repr(o.value) for o in ApprovalOutcome),
+                ErrorCode.POLICY_ERROR,
+            )
+        ) from None
+    if answer is ApprovalOutcome.ALLOWED_ONCE or answer is ApprovalOutcome.CANCELLED:
+        if call.cancelled():
+            raise Interrupted
+        if answer is ApprovalOutcome.ALLOWED_ONCE:
+            return ALLOW
+        return Deny(f'approval for tool "{name}" was cancelled')
+    if answer is ApprovalOutcome.REJECTED:
+        return Deny(f'the user rejected tool "{name}"')
+    return Deny(f'tool "{name}" requires approval, but no approval channel is available')
+
+
+def guard(call: Call) -> str | None:
+    """Stage 2, guards: the first reason denies; a failing guard denies too."""
+    execution, tool = call.execution, call.tool
+    for impl in call.plan.guards:
+        try:
+            if impl.arity == 2:
+                verdict = impl.function(execution, tool)
+            else:
+                verdict = impl.function(execution)
+        except Exception as error:
+            call.trace("guard", impl.label, f"raised {message(error)}", error)
+            prefix = f"guard {impl.label} failed: "
+            raise StageFailed(error_result(error, ErrorCode.DENIED, prefix)) from None
+        if call.plan.tracer is not None:
+            call.trace("guard", impl.label, outcome(verdict), verdict)
+        if verdict is None:
+            continue
+        if isinstance(verdict, str):
+            return verdict
+        raise StageFailed(
+            failure_result(
+                f"guard {impl.label} returned {shown(verdict)}; guards return a reason or None",
+                ErrorCode.DENIED,
+            )
+        )
+    return None
+
+
+async def post_execute(call: Call, result: ToolExecutionResult) -> ToolExecutionResult:
+    """Stage 4, post-execute: a fold; each implementation sees the result as the previous
+    ones left it. A success reported after the caller cancelled becomes aborted."""
+    execution, tool = call.execution, call.tool
+    for impl in call.plan.post:
+        try:
+            if impl.arity == 3:
+                decision = impl.function(execution, result, tool)
+            else:
+                decision = impl.function(execution, result)
+            if decision is not None and is_awaitable(decision):
+                decision = await call.settle(decision)
+            if call.plan.tracer is not None:
+                call.trace("post_execute", impl.label, outcome(decision), decision)
+            if decision is not None:
+                result = _folded(call, result, decision)
+        except StageFailed:
+            raise
+        except Interrupted:
+            # A policy that never decided: fail closed, keeping nothing it did not review.
+            call.trace("post_execute", impl.label, "interrupted")
+            raise StageFailed(call.aborted(())) from None
+        except Exception as error:
+            call.trace("post_execute", impl.label, f"raised {message(error)}", error)
+            prefix = f"post-execute {impl.label} failed: "
+            raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
+    if call.cancelled() and not result.is_error:
+        result = call.aborted(result.additional_contexts)
+    return result
+
+
+def _folded(call: Call, result: ToolExecutionResult, decision: object) -> ToolExecutionResult:
+    """The result after one post-execute decision."""
+    if isinstance(decision, Accept):
+        return _accepted(call, result, decision)
+    if isinstance(decision, Block):
+        text = content_text(decision.feedback) or "tool result blocked by post-execute policy"
+        return ToolExecutionFailure(
+            error=failure_result(text, ErrorCode.BLOCKED).error,
+            content=decision.feedback,
+            additional_contexts=decision.additional_contexts,
+        )
+    raise TypeError(f"returned {shown(decision)}; expected Accept(...), Block(feedback) or None")
+
+
+def _accepted(call: Call, result: ToolExecutionResult, decision: Accept) -> ToolExecutionResult:
+    contexts = result.additional_contexts + decision.additional_contexts
+    if decision.replaces_value:
+        if isinstance(result, ToolExecutionFailure):
+            raise ValueError("cannot replace the value of a failed result")
+        replaced = rerender(call, decision.value)
+        return attrs.evolve(replaced, additional_contexts=contexts)
+    if decision.content is not None:
+        return attrs.evolve(result, content=decision.content, additional_contexts=contexts)
+    return attrs.evolve(result, additional_contexts=contexts) if contexts else result
+
+
+def rerender(call: Call, value: object) -> ToolExecutionSuccess:
+    """A value a wrapper or post-execute supplied, through the output contract of the
+    tool as it is now; an unknown tool or a broken contract fails on the final path."""
+    entry = call.resolve()
+    if entry is None:
+        raise StageFailed(call.unknown())
+    try:
+        parsed = call.parse(entry)
+        return render(entry, value, parsed, call.contexts, call.concluded, call.input.parent)
+    except Exception as error:
+        raise StageFailed(error_result(error, ErrorCode.INVALID_TOOL_OUTPUT)) from None
+
+
+def finalize(call: Call, result: ToolExecutionResult) -> ToolExecutionResult:
+    """The end of every path, before the observers: a conclusion only the body may ask
+    for, then the tool's ``finalize_content`` (once, when the tool was visible at entry)."""
+    if isinstance(result, ToolExecutionSuccess) and result.concludes_turn and not call.concluded:
+        result = attrs.evolve(result, concludes_turn=False)
+    finalize_content = call.entry.definition.finalize_content if call.entry is not None else None
+    if finalize_content is not None:
+        result = _finalized(call, finalize_content, result)
+        if call.plan.tracer is not None:
+            call.trace("finalize", None, code(result), result)
+    if call.plan.tracer is not None:
+        call.trace("result", None, code(result), result)
+    return result
+
+
+def observe(
+    call: Call, result: ToolExecutionResult, limit: float | None = None
+) -> Coroutine[Any, Any, None]:
+    """Stage 5: every observer sees the final result, exactly once; failures are logged
+    and contained. ``limit`` bounds a pending ``async`` observer (default: the caller's
+    deadline plus the grace)."""
+    if call.plan.async_observers:
+        return _shielded(call, result, limit)
+    return _observers(call, result, math.inf)
+
+
+async def _shielded(call: Call, result: ToolExecutionResult, limit: float | None) -> None:
+    """Observers that may await: each sees the result even if the caller is cancelled
+    meanwhile (the cancellation is delivered at the caller's next checkpoint)."""
+    import anyio
+
+    if limit is None:
+        limit = anyio.current_effective_deadline()
+        if limit != math.inf:
+            limit = max(limit, anyio.current_time()) + cancel.CANCEL_GRACE_S
+    with anyio.CancelScope(shield=True):
+        await _observers(call, result, limit)
+
+
+async def _observers(call: Call, result: ToolExecutionResult, limit: float) -> None:
+    execution, tool = call.execution, call.tool
+    for impl in call.plan.result:
+        try:
+            if impl.arity == 3:
+                observed = impl.function(execution, result, tool)
+            else:
+                observed = impl.function(execution, result)
+            if observed is not None and is_awaitable(observed):
+                await call.settle(observed, limit)
+        except Interrupted:
+            logger.warning(
+                'tool "%s" (%s): result observer %s was interrupted after the call was cancelled',
+                call.name,
+                execution.call_id,
+                impl.label,
+            )
+        except Exception as error:
+            logger.warning(
+                'tool "%s" (%s): result observer %s failed: %s',
+                call.name,
+                execution.call_id,
+                impl.label,
+                message(error),
+            )
+
+
+def _finalized(
+    call: Call, finalize: Callable[..., Any], result: ToolExecutionResult
+) -> ToolExecutionResult:
+    try:
+        content = finalize(call.execution, result)
+    except Exception as error:
+        return error_result(error, ErrorCode.TOOL_ERROR, "finalize_content failed: ")
+    if content is None:
+        return result
+    try:
+        return attrs.evolve(result, content=content_blocks(content))
+    except Exception as error:
+        return failure_result(
+            f"tool result must be losslessly JSON-serializable: {message(error)}",
+            ErrorCode.INVALID_JSON,
+        )
+
+
+def outcome(decision: object) -> str:
+    """How a trace shows a decision: ``abstained``, a guard's reason as is, else its repr."""
+    if decision is None:
+        return "abstained"
+    if isinstance(decision, str):
+        return str.__str__(decision)
+    return shown(decision)
+
+
+def code(result: ToolExecutionResult) -> str:
+    """A result's code for traces: ``ok`` for a success."""
+    return result.error.info.code if isinstance(result, ToolExecutionFailure) else "ok"
