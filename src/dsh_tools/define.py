@@ -24,6 +24,7 @@ from .models import (
     ToolExecution,
     ToolExecutionResult,
     ToolOutput,
+    ToolPaths,
 )
 from .schema import SchemaSpec
 
@@ -52,6 +53,7 @@ def define_tool(
     finalize_content: Finalizer | None = None,
     blocking: bool = False,
     metadata: Mapping[str, Any] | None = None,
+    paths: ToolPaths | None = None,
 ) -> ToolDefinition[A]: ...
 
 
@@ -70,6 +72,7 @@ def define_tool(
     finalize_content: Finalizer | None = None,
     blocking: bool = False,
     metadata: Mapping[str, Any] | None = None,
+    paths: ToolPaths | None = None,
 ) -> ToolDefinition[FrozenDict]: ...
 
 
@@ -87,11 +90,14 @@ def define_tool(
     finalize_content: Finalizer | None = None,
     blocking: bool = False,
     metadata: Mapping[str, Any] | None = None,
+    paths: ToolPaths | None = None,
 ) -> ToolDefinition[Any]:
     """Define a tool whose arguments are validated against ``parameters`` before ``execute``.
 
     Invalid arguments never reach the body: the call fails with ``INVALID_ARGS`` listing
-    every violation, so the model can correct itself. Raises :class:`DefinitionError` or
+    every violation, so the model can correct itself. ``paths`` declares the arguments
+    that name places in the file system, for path rules (:class:`~dsh_tools.ToolPaths`).
+    Raises :class:`DefinitionError` or
     :class:`~dsh_tools.errors.JsonSchemaError` for a malformed definition.
     """
     if not isinstance(name, str) or not name:
@@ -126,4 +132,5 @@ def define_tool(
         blocking=blocking,
         metadata=dict(metadata or {}),
         arguments=model,
+        paths=paths,
     )

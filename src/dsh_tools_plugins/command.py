@@ -29,7 +29,7 @@ import attrs
 from dsh_tools.context import ToolRunContext
 from dsh_tools.define import define_tool
 from dsh_tools.errors import ToolArgsError, ToolError
-from dsh_tools.models import PresentableResult, ToolDefinition, ToolOutput
+from dsh_tools.models import PathArgument, PresentableResult, ToolDefinition, ToolOutput
 from dsh_tools.presentation import TerminalCallView, TerminalResultView
 
 from .files import fields
@@ -337,4 +337,5 @@ def run_command_tool(
         present_call=present_call,
         present_result=_present_result,
         metadata={"read_only": False},
+        paths=workspace.tool_paths(PathArgument("cwd", "directory")),
     )

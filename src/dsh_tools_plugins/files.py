@@ -31,7 +31,7 @@ from dsh_tools.context import ToolRunContext
 from dsh_tools.define import define_tool
 from dsh_tools.errors import ToolArgsError, ToolError
 from dsh_tools.json import JsonValue, unicode_text
-from dsh_tools.models import PresentableResult, ToolDefinition, ToolOutput
+from dsh_tools.models import PathArgument, PresentableResult, ToolDefinition, ToolOutput
 from dsh_tools.presentation import (
     DiffCallView,
     DiffResultView,
@@ -348,6 +348,7 @@ def read_file_tool(
         present_call=_present_read_call,
         present_result=_present_read_result,
         metadata=READ_ONLY,
+        paths=workspace.tool_paths(PathArgument("path", "file")),
         blocking=True,
     )
 
@@ -483,6 +484,7 @@ def write_file_tool(
         present_call=_present_write_call,
         present_result=_present_change_result,
         metadata={"read_only": False},
+        paths=workspace.tool_paths(PathArgument("path", "file")),
         blocking=True,
     )
 
@@ -584,6 +586,7 @@ def edit_file_tool(
         present_call=_present_edit_call,
         present_result=_present_change_result,
         metadata={"read_only": False},
+        paths=workspace.tool_paths(PathArgument("path", "file")),
         blocking=True,
     )
 
@@ -694,5 +697,6 @@ def list_dir_tool(workspace: Workspace) -> ToolDefinition[ListDirArgs]:
         present_call=_present_list_call,
         present_result=_present_list_result,
         metadata=READ_ONLY,
+        paths=workspace.tool_paths(PathArgument("path", "directory")),
         blocking=True,
     )

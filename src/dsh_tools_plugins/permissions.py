@@ -87,15 +87,16 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import attrs
 
 from dsh_tools.errors import DshToolsError, PluginConfigError
 from dsh_tools.hookspecs import hookimpl
 from dsh_tools.json import FrozenDict, snapshot
-from dsh_tools.models import Allow, Ask, Deny, ToolExecution
+from dsh_tools.models import Allow, Ask, Deny, ToolDefinition, ToolExecution
 
+from ._reach import CallReach, Reach, inside
 from ._shell import simple_argv
 from .sandbox import SandboxLimits, SandboxMode, SandboxSettings
 
@@ -424,21 +425,28 @@ class Rule:
         )
 
     def matches(
-        self, name: str, arguments: Mapping[str, object] | None, *, contained: bool = False
+        self,
+        name: str,
+        arguments: Mapping[str, object] | None,
+        *,
+        contained: bool = False,
+        tool: ToolDefinition[Any] | None = None,
     ) -> bool:
         """Whether this rule applies to a call of ``name`` with ``arguments``;
-        ``contained`` says whether commands are sure to run in the sandbox, offline."""
+        ``contained`` says whether commands are sure to run in the sandbox, offline;
+        ``tool`` is the definition the name resolves to, whose declared path arguments
+        ``path_prefix`` judges (see :class:`~dsh_tools.ToolPaths`)."""
+        return self._matches(name, arguments or {}, contained, _call_reach(tool, arguments))
+
+    def _matches(
+        self, name: str, args: Mapping[str, object], contained: bool, reach: CallReach | None
+    ) -> bool:
         if not any(fnmatch.fnmatchcase(name, glob) for glob in self.tool):
             return False
         if self.sandboxed is not None and self.sandboxed != contained:
             return False
-        args: Mapping[str, object] = arguments or {}
-        if self._normal_prefixes:
-            path = args.get(self.argument)
-            if not isinstance(path, str) or not any(
-                _inside(path, prefix) for prefix in self._normal_prefixes
-            ):
-                return False
+        if self.path_prefix is not None and not self._path_matches(args, reach):
+            return False
         if self.argv_prefix is not None and not self._argv_matches(args):
             return False
         if self._pattern is not None:
@@ -450,6 +458,34 @@ class Rule:
                 if key not in args or not _json_equal(args[key], expected):
                     return False
         return True
+
+    def _path_matches(self, args: Mapping[str, object], reach: CallReach | None) -> bool:
+        """``path_prefix`` for one call: the places a declared tool reaches, or else the
+        text of the one argument the rule names."""
+        if reach is None:
+            path = args.get(self.argument)
+            return isinstance(path, str) and any(
+                _inside(path, prefix) for prefix in self._normal_prefixes
+            )
+        places = reach.reaches()
+        prefixes = [reach.prefix(text) for text in self.path_prefix or ()]
+        if self.action == "allow":
+            # Every place the call touches, however spelled, lies inside a prefix.
+            known = [spelling for spellings in prefixes for spelling in spellings or ()]
+            return bool(places) and all(
+                any(inside(spelling, prefix) for prefix in known)
+                for place in places or ()
+                for spelling in place.spellings
+            )
+        # deny and ask: any place may lie inside a prefix; what is unknown may be anywhere
+        if places is None or None in prefixes:
+            return True
+        return any(
+            _touches(place, prefix)
+            for place in places
+            for spellings in prefixes
+            for prefix in spellings or ()
+        )
 
     def _argv_matches(self, args: Mapping[str, object]) -> bool:
         argv = _call_argv(args)
@@ -466,6 +502,23 @@ class Rule:
                 ):
                     return True
         return False
+
+
+def _touches(place: Reach, prefix: str) -> bool:
+    """Whether ``place`` is inside ``prefix``, or reaches into it from above."""
+    return any(
+        inside(spelling, prefix) or (place.below and inside(prefix, spelling))
+        for spelling in place.spellings
+    )
+
+
+def _call_reach(
+    tool: ToolDefinition[Any] | None, arguments: Mapping[str, object] | None
+) -> CallReach | None:
+    """The places a call of ``tool`` reaches, when the tool declares its paths."""
+    if tool is None or tool.paths is None:
+        return None
+    return CallReach(tool.paths, tool.parameters, arguments or {})
 
 
 class _Command(enum.Enum):
@@ -612,19 +665,30 @@ class PermissionRules:
 
     # ------------------------------------------------------------------ deciding
 
-    def decide(self, name: str, arguments: Mapping[str, object] | None) -> Allow | Deny | Ask:
+    def decide(
+        self,
+        name: str,
+        arguments: Mapping[str, object] | None,
+        tool: ToolDefinition[Any] | None = None,
+    ) -> Allow | Deny | Ask:
         """The decision for a call: deny, then ask, then allow among the matching rules;
-        ``default`` when none matches (``Allow()`` for ``"allow"``)."""
-        return self._decide(name, arguments) or Allow()
+        ``default`` when none matches (``Allow()`` for ``"allow"``). ``tool`` is the
+        definition ``name`` resolves to; path rules judge the paths it declares."""
+        return self._decide(name, arguments, tool) or Allow()
 
     def _decide(
-        self, name: str, arguments: Mapping[str, object] | None
+        self,
+        name: str,
+        arguments: Mapping[str, object] | None,
+        tool: ToolDefinition[Any] | None,
     ) -> Allow | Deny | Ask | None:
         """Like :meth:`decide`, but ``None`` for an unmatched call under an allow default."""
         allowed = False
         asked: tuple[int, Rule] | None = None
+        args: Mapping[str, object] = arguments or {}
+        reach = _call_reach(tool, args)
         for index, rule in enumerate(self.rules, 1):
-            if not rule.matches(name, arguments, contained=self._contained):
+            if not rule._matches(name, args, self._contained, reach):
                 continue
             if rule.action == "deny":
                 return Deny(self._reason(rule, index, name))
@@ -658,15 +722,21 @@ class PermissionRules:
         return f'{label} asks before tool "{name}" runs'
 
     @hookimpl
-    def dsh_tools_pre_execute(self, execution: ToolExecution) -> Allow | Deny | Ask | None:
+    def dsh_tools_pre_execute(
+        self, execution: ToolExecution, tool: ToolDefinition[Any] | None
+    ) -> Allow | Deny | Ask | None:
         # An unmatched call under an "allow" default abstains, so that later pre-execute
         # policies still decide (when every policy abstains the pipeline allows).
-        return self._decide(execution.name, execution.arguments)
+        return self._decide(execution.name, execution.arguments, tool)
 
     @hookimpl
-    def dsh_tools_guard(self, execution: ToolExecution) -> str | None:
+    def dsh_tools_guard(
+        self, execution: ToolExecution, tool: ToolDefinition[Any] | None
+    ) -> str | None:
+        args: Mapping[str, object] = execution.arguments or {}
+        reach = _call_reach(tool, args)
         for index, rule in self._guards:
-            if rule.matches(execution.name, execution.arguments, contained=self._contained):
+            if rule._matches(execution.name, args, self._contained, reach):
                 return self._reason(rule, index, execution.name)
         return None
 

@@ -34,7 +34,7 @@ from dsh_tools.context import ToolRunContext
 from dsh_tools.define import define_tool
 from dsh_tools.errors import ToolArgsError, ToolError
 from dsh_tools.json import is_unicode, unicode_text
-from dsh_tools.models import PresentableResult, ToolDefinition, ToolOutput
+from dsh_tools.models import PathArgument, PresentableResult, ToolDefinition, ToolOutput
 from dsh_tools.presentation import (
     GenericCallView,
     SearchFileMatches,
@@ -46,6 +46,7 @@ from dsh_tools.presentation import (
 
 from ._grep import MAX_MATCH_LINE_CHARS, Findings, search_tree
 from ._ignore import ignore_filter
+from ._reach import split_glob
 from ._regex import compile_line_pattern, compile_path_regex
 from .files import DEFAULT_MAX_FILE_BYTES, fields
 from .workspace import Opened, WalkFilter, Workspace
@@ -69,7 +70,6 @@ DEFAULT_GREP_LIMIT = 200
 """Matching lines ``grep`` returns when the call gives no ``limit``."""
 
 _READ_ONLY = {"read_only": True, "idempotent": True}
-_SPECIAL = frozenset("*?[{")
 _INCLUDE_IGNORED = (
     "Also search files that .gitignore or .ignore files exclude (.git is always skipped)"
 )
@@ -164,17 +164,6 @@ def compile_glob(pattern: str, argument: str = "pattern") -> GlobMatcher:
         else:
             out.append(_translate_component(part) + ("" if last else "/"))
     return GlobMatcher(pattern, compile_path_regex("".join(out), pattern, argument))
-
-
-def _literal_base(pattern: str) -> tuple[str, str]:
-    """Split ``a/b/*.py`` into the literal directory ``a/b`` and the rest ``*.py``."""
-    parts = [part for part in pattern.split("/") if part not in ("", ".")]
-    literal: list[str] = []
-    for part in parts[:-1]:
-        if _SPECIAL & set(part) or part == "**":
-            break
-        literal.append(part)
-    return "/".join(literal), "/".join(parts[len(literal) :])
 
 
 def _check_pattern(name: str, pattern: str) -> None:
@@ -272,7 +261,7 @@ def glob_tool(workspace: Workspace) -> ToolDefinition[GlobArgs]:
     def execute(args: GlobArgs, ctx: ToolRunContext) -> dict[str, Any]:
         _check_pattern("pattern", args.pattern)
         _check_limit(args.limit)
-        literal, rest = _literal_base(args.pattern)
+        literal, rest = split_glob(args.pattern)
         matcher = compile_glob(rest)
         start = f"{args.path}/{literal}" if literal else args.path
         try:
@@ -314,6 +303,10 @@ def glob_tool(workspace: Workspace) -> ToolDefinition[GlobArgs]:
         present_result=_present_glob_result,
         blocking=True,
         metadata=_READ_ONLY,
+        paths=workspace.tool_paths(
+            PathArgument("path", "tree"),
+            PathArgument("pattern", "pattern", within="path", relative_to="path"),
+        ),
     )
 
 
@@ -488,4 +481,8 @@ def grep_tool(
         present_result=_present_grep_result,
         blocking=True,
         metadata=_READ_ONLY,
+        # include is matched against the path from the workspace root, whatever path is
+        paths=workspace.tool_paths(
+            PathArgument("path", "tree"), PathArgument("include", "pattern", within="path")
+        ),
     )

@@ -45,6 +45,7 @@ import attrs
 
 from dsh_tools.errors import ErrorCode, ToolError
 from dsh_tools.json import unicode_text
+from dsh_tools.models import PathArgument, ToolPaths
 
 __all__ = ["WALK_OPEN_DIRECTORIES", "Opened", "WalkFilter", "Workspace", "WorkspaceFile"]
 
@@ -177,6 +178,21 @@ class Workspace:
             else:
                 stack.append(part)
         return tuple(stack)
+
+    def locate(self, path: str | os.PathLike[str]) -> str:
+        """The absolute path the workspace tools open for ``path``: the root joined with
+        :meth:`parts` (``..`` folded, absolute spellings and aliases of the root such as
+        ``/proc/self/root/...`` recognised). Nothing is looked up past the root and links
+        are not followed, as the tools follow none. Raises ``DENIED`` like :meth:`parts`.
+
+        The file and search tools give it to permission rules as their resolution
+        (:class:`~dsh_tools.ToolPaths`), so a rule judges the place a call opens.
+        """
+        return str(self.root.joinpath(*self.parts(path)))
+
+    def tool_paths(self, *arguments: PathArgument) -> ToolPaths:
+        """The declaration of a tool's path ``arguments``, resolved by :meth:`locate`."""
+        return ToolPaths(arguments, resolve=self.locate)
 
     def _alias_length(self, components: tuple[str, ...]) -> int | None:
         """How many leading ``components`` of an absolute path name the root, following
