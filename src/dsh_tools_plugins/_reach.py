@@ -5,8 +5,9 @@ with a :class:`~dsh_tools.ToolPaths` declaration, :class:`CallReach` turns each 
 argument of one call into a :class:`Reach`: the location the tool's own ``resolve``
 gives, plus that location with symbolic links followed, and whether everything below
 it is reached too (a search root). A pattern argument narrows the search root it
-filters to what lies below both. Anything that cannot be resolved makes the whole call
-*unresolved*, which rules treat as "may be anywhere".
+filters to what lies below both, and the root itself still counts as opened. Anything
+that cannot be resolved makes the whole call *unresolved*, which rules treat as "may be
+anywhere".
 
 Rule prefixes are resolved here as well, against the same tool: a relative prefix
 through the tool's ``resolve`` (so ``secrets`` is the workspace's ``secrets``), an
@@ -120,13 +121,16 @@ class CallReach:
             if value is not None:
                 located = self._locate(value)
                 places[argument.name] = Reach(_spellings(located), argument.kind == "tree")
+        roots: list[Reach] = []
         for argument in self._paths.arguments:
             tree = argument.within
             if tree is not None and tree in places:
                 pattern = self._value(argument.name)
                 if pattern is not None:
-                    places[tree] = _narrowed(places[tree], self._pattern_base(argument, pattern))
-        return tuple(places.values())
+                    root = places[tree]
+                    roots.append(Reach(root.spellings, below=False))  # opened all the same
+                    places[tree] = _narrowed(root, self._pattern_base(argument, pattern))
+        return (*places.values(), *roots)
 
     def _value(self, name: str) -> str | None:
         """The text of the argument ``name`` (its schema default when absent); ``None``
@@ -174,7 +178,8 @@ def _spellings(located: str) -> tuple[str, ...]:
 def _narrowed(root: Reach, base: Reach) -> Reach:
     """What a walk of ``root`` filtered by a pattern below ``base`` reaches: the deeper
     of the two when one holds the other, else only ``root`` itself (the walk opens it
-    and finds nothing). Judged on where the tool opens them, the first spellings."""
+    and finds nothing). Judged on where the tool opens them, the first spellings. The
+    root itself counts as opened either way (the caller keeps it)."""
     if inside(base.spellings[0], root.spellings[0]):
         return base
     if inside(root.spellings[0], base.spellings[0]):
