@@ -74,6 +74,7 @@ from dsh_tools.presentation import (
 )
 from dsh_tools.schema import schema_spec_to_json_schema, value_spec_to_json_schema
 from dsh_tools_plugins.audit import AuditLog, read_audit_log
+from dsh_tools_plugins.permissions import PermissionRules
 from dsh_tools_plugins.tools import workspace_tools
 from strategies import any_values, dsl_parameter_specs, json_values, raw_schemas
 
@@ -1197,3 +1198,80 @@ def test_known_catastrophic_searches_end_within_a_bound(
 ) -> None:
     COUNTS["catastrophic known"] += 1
     _search_ends_cleanly(search_registry, name, arguments)
+
+
+# --------------------------------------------------------------------------- path spellings
+
+_SECRET = "sk-live-123"
+_DETOURS = ["", "./", "src/../", "nope/../", "docs/../", "secrets/../", "a/b/../../", ".//"]
+
+
+@pytest.fixture(scope="module")
+def secret_workspace(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A workspace holding ``secrets/key``, a ``src`` and a ``docs/keys`` link to secrets."""
+    root = os.path.realpath(tmp_path_factory.mktemp("spellings"))
+    for folder in ("secrets", "src", "docs"):
+        os.mkdir(os.path.join(root, folder))
+    with open(os.path.join(root, "secrets", "key"), "w") as handle:
+        handle.write(f"{_SECRET}\n")
+    os.symlink("../secrets", os.path.join(root, "docs", "keys"))
+    return root
+
+
+@st.composite
+def secret_spellings(draw: st.DrawFn, root: str) -> str:
+    """One spelling of ``secrets/key``: relative, absolute or through ``/proc/self/root``,
+    with detours through ``..``, ``.``, doubled slashes and the link."""
+    start = draw(st.sampled_from(["", "./", f"{root}/", f"/proc/self/root{root}/", f"/{root}/"]))
+    parts = draw(st.sampled_from([["secrets", "key"], ["docs", "keys", "key"]]))
+    text = start
+    for part in parts:
+        text += draw(st.sampled_from(_DETOURS)) + part + draw(st.sampled_from(["/", "//"]))
+    return text.rstrip("/")
+
+
+@FUZZ
+@given(data=st.data())
+def test_no_spelling_of_a_denied_file_is_read(secret_workspace: str, data: st.DataObject) -> None:
+    COUNTS["path spellings"] += 1
+    root = secret_workspace
+    prefix = data.draw(
+        st.sampled_from(
+            ["secrets", "./secrets/", f"{root}/secrets", f"/proc/self/root{root}/secrets"]
+        )
+    )
+    guard = data.draw(st.booleans())
+    spelling = data.draw(secret_spellings(root))
+    registry = ToolRegistry()
+    for tool in workspace_tools(root, sandbox="off"):
+        registry.register(tool)
+    enforce = 'enforce = "guard"\n' if guard else ""
+    registry.add_plugin(
+        PermissionRules.from_toml_text(
+            f'default = "allow"\n[[rule]]\naction = "deny"\npath_prefix = "{prefix}"\n{enforce}'
+        )
+    )
+    if guard:
+
+        class AllowFirst:
+            @hookimpl
+            def dsh_tools_pre_execute(self, execution: ToolExecution) -> Allow:
+                return Allow()
+
+        registry.add_plugin(AllowFirst())  # runs before the rules: only the guard is left
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("read_file", {"path": spelling}),
+        ("grep", {"pattern": "sk", "path": spelling}),
+        ("grep", {"pattern": "sk", "path": os.path.dirname(spelling) or "."}),
+        ("glob", {"pattern": "*", "path": os.path.dirname(spelling) or "."}),
+        ("edit_file", {"path": spelling, "old_string": "sk", "new_string": "sk"}),
+    ]
+    if not spelling.startswith("/"):
+        calls.append(("grep", {"pattern": "sk", "include": spelling}))
+        calls.append(("glob", {"pattern": spelling}))
+    for name, arguments in calls:
+        result = registry.execute_sync(ToolExecutionInput("c", name, arguments))
+        assert_clean(result)
+        assert isinstance(result, ToolExecutionFailure), (name, arguments, result.text)
+        assert result.code == "DENIED", (name, arguments, result.text)
+        assert _SECRET not in json.dumps(result_to_json(result)), (name, arguments)
