@@ -15,7 +15,7 @@ TOML file (:meth:`PermissionRules.from_toml`)::
     name = "no system files"
     action = "deny"
     tool = "*"
-    path_prefix = ["/etc", "/usr"]   # the "path" argument, normalised, component-wise
+    path_prefix = ["/etc", "/usr"]   # every path the tool declares, resolved
     enforce = "guard"                # also a guard: no other plugin can re-allow it
 
 A rule matches a call when its tool glob matches the name and every predicate it has
@@ -27,13 +27,21 @@ of ``"allow"`` abstains (returns ``None``), so later pre-execute policies still 
 Predicates, all optional:
 
 ``path_prefix``
-    the argument named by ``argument`` (default ``"path"``) is a string inside one of the
-    prefixes. Both sides are normalised first (``os.path.normpath``: ``a/./b``,
-    ``a//b`` and ``a/x/../b`` are ``a/b``) and compared by whole components, so
-    ``/work/src`` covers ``/work/src`` and ``/work/src/x`` but not ``/work/srcx``, and
-    ``/work/src/../../etc/passwd`` is *not* inside ``/work/src``. Relative paths are
-    compared as written (no working directory is assumed); a relative path that climbs
-    out with ``..`` is never inside a relative prefix that does not climb as far.
+    for a tool that declares its path arguments (:class:`~dsh_tools.ToolPaths`; every
+    reference tool does): a ``deny`` or ``ask`` rule matches when *any* place the call may
+    touch lies inside a prefix, an ``allow`` rule only when *every* place does. Each
+    declared argument is resolved the way the tool resolves it, links followed; relative
+    prefixes are resolved through the same tool, absolute ones as given; a pattern
+    narrows its search root to its literal directory; anything unresolvable matches deny
+    and ask rules and never an allow rule (:mod:`dsh_tools_plugins._reach` has the
+    details). For a tool that declares none: the argument named by ``argument``
+    (default ``"path"``) is a string inside one of the prefixes. Both sides are
+    normalised first (``os.path.normpath``: ``a/./b``, ``a//b`` and ``a/x/../b`` are
+    ``a/b``) and compared by whole components, so ``/work/src`` covers ``/work/src`` and
+    ``/work/src/x`` but not ``/work/srcx``, and ``/work/src/../../etc/passwd`` is *not*
+    inside ``/work/src``. Relative paths are compared as written (no working directory
+    is assumed); a relative path that climbs out with ``..`` is never inside a relative
+    prefix that does not climb as far.
 ``argv_prefix``
     the program and arguments the call runs start with these words (``["git", "status"]``),
     or with one of several such lists. They are the ``"argv"`` argument (run without a
@@ -56,9 +64,10 @@ Predicates, all optional:
     :func:`configured_sandbox`) are *contained*, so every command runs in the sandbox
     offline or not at all (mode ``required``, network off); ``false``: they are not.
 
-A predicate whose argument is missing or of the wrong type does not match. So a ``deny``
-rule with ``path_prefix`` does not stop a call that has no ``path``: deny the tool
-outright, or use the ``ask`` default, when that matters. The argv predicates are stricter
+A predicate whose argument is missing or of the wrong type does not match (except a
+declared path argument of the wrong type, which cannot be resolved). So a ``deny`` rule
+with ``path_prefix`` does not stop a call of an undeclared tool that has no ``path``: deny
+the tool outright, or use the ``ask`` default, when that matters. The argv predicates are stricter
 where a call has a command but no plain argv (a compound shell command, both ``command``
 and ``argv``, a malformed ``argv``): an ``allow`` rule does not match it, a ``deny`` or
 ``ask`` rule does, since the command may run anything.
@@ -355,8 +364,10 @@ class Rule:
 
     :param action: ``"allow"``, ``"deny"`` or ``"ask"``.
     :param tool: a tool-name glob (``fnmatch``) or a sequence of them; ``"*"`` is every tool.
-    :param path_prefix: a prefix or prefixes the path argument must be inside.
-    :param argument: the argument ``path_prefix`` reads (default ``"path"``).
+    :param path_prefix: a prefix or prefixes the call's paths must be inside (see the
+        module docstring for deny/ask and allow).
+    :param argument: the argument ``path_prefix`` reads for a tool that declares no
+        path arguments (default ``"path"``); a declaring tool's arguments are all read.
     :param argv_prefix: words (or a list of word lists) the call's argv must start with.
     :param argv_rest: with ``argv_prefix``, globs every further argv word must match.
     :param command_matches: a regex searched in the ``command`` (or ``argv``) argument;
