@@ -74,7 +74,6 @@ if TYPE_CHECKING:
         Block,
         Deny,
         ExecutionToken,
-        PathArgument,
         PresentableResult,
         ToolDefinition,
         ToolErrorInfo,
@@ -85,10 +84,13 @@ if TYPE_CHECKING:
         ToolExecutionSuccess,
         ToolFailure,
         ToolOutput,
-        ToolPaths,
         ToolSchema,
         failure_result,
         result_to_json,
+    )
+    from .paths import (
+        PathArgument,
+        ToolPaths,
     )
     from .plugins import (
         BLOCK_ENV_VAR,
@@ -141,7 +143,7 @@ _LOCATIONS: dict[str, str] = {
     "LoadReport": "plugins",
     "OutputSchemaError": "errors",
     "PLUGINS_GROUP": "plugins",
-    "PathArgument": "models",
+    "PathArgument": "paths",
     "PluginConfigError": "errors",
     "PluginError": "errors",
     "PluginFailure": "plugins",
@@ -166,7 +168,7 @@ _LOCATIONS: dict[str, str] = {
     "ToolNotFoundError": "errors",
     "ToolOutput": "models",
     "ToolOutputError": "errors",
-    "ToolPaths": "models",
+    "ToolPaths": "paths",
     "ToolRegistry": "registry",
     "ToolRunContext": "context",
     "ToolSchema": "models",

@@ -24,8 +24,8 @@ from .models import (
     ToolExecution,
     ToolExecutionResult,
     ToolOutput,
-    ToolPaths,
 )
+from .paths import ToolPaths
 from .schema import SchemaSpec
 
 if TYPE_CHECKING:

@@ -31,7 +31,8 @@ from dsh_tools.context import ToolRunContext
 from dsh_tools.define import define_tool
 from dsh_tools.errors import ToolArgsError, ToolError
 from dsh_tools.json import JsonValue, unicode_text
-from dsh_tools.models import PathArgument, PresentableResult, ToolDefinition, ToolOutput
+from dsh_tools.models import PresentableResult, ToolDefinition, ToolOutput
+from dsh_tools.paths import PathArgument
 from dsh_tools.presentation import (
     DiffCallView,
     DiffResultView,

@@ -45,7 +45,7 @@ import attrs
 
 from dsh_tools.errors import ErrorCode, ToolError
 from dsh_tools.json import unicode_text
-from dsh_tools.models import PathArgument, ToolPaths
+from dsh_tools.paths import PathArgument, ToolPaths
 
 __all__ = ["WALK_OPEN_DIRECTORIES", "Opened", "WalkFilter", "Workspace", "WorkspaceFile"]
 

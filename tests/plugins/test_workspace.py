@@ -42,6 +42,23 @@ def test_relative_and_absolute_paths_inside_resolve(root: Path) -> None:
     assert ws.display(root) == "."
 
 
+def test_locate_names_the_place_the_tools_open_however_it_is_spelled(root: Path) -> None:
+    ws = Workspace(root)
+    real = str(ws.root / "sub" / "file.txt")
+    spellings = ["sub/file.txt", "./sub//file.txt", "top.txt/../sub/file.txt", real]
+    if os.path.isdir("/proc/self/root"):
+        spellings.append(f"/proc/self/root{real}")
+    assert {ws.locate(spelling) for spelling in spellings} == {real}
+    assert ws.locate("missing/new") == str(ws.root / "missing" / "new")  # need not exist
+    (root / "link").symlink_to("sub")
+    assert ws.locate("link/file.txt") == str(ws.root / "link" / "file.txt")  # not followed
+    with pytest.raises(ToolError) as info:
+        ws.locate("../outside/file.txt")
+    _denied(info)
+    declared = ws.tool_paths()
+    assert declared.resolve("sub") == str(ws.root / "sub")
+
+
 def test_missing_paths(root: Path) -> None:
     ws = Workspace(root)
     with pytest.raises(ToolError, match=r'^"nope" does not exist$') as info:
