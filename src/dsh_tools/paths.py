@@ -24,6 +24,11 @@ PathKind = Literal["file", "directory", "tree", "pattern"]
 _PATH_KINDS: tuple[PathKind, ...] = ("file", "directory", "tree", "pattern")
 
 
+def _argument_name(instance: PathArgument, attribute: object, value: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise DefinitionError(f"a path argument's name must be a non-empty string, got {value!r}")
+
+
 def _path_kind(instance: PathArgument, attribute: object, value: object) -> None:
     if value not in _PATH_KINDS:
         raise DefinitionError(
@@ -55,7 +60,7 @@ class PathArgument:
     default (or ``null``) touches nothing.
     """
 
-    name: str = attrs.field(validator=attrs.validators.instance_of(str))
+    name: str = attrs.field(validator=_argument_name)
     kind: PathKind = attrs.field(validator=_path_kind)
     within: str | None = attrs.field(default=None, kw_only=True)
     relative_to: str | None = attrs.field(default=None, kw_only=True)

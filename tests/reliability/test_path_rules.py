@@ -355,6 +355,7 @@ def test_a_resolver_that_raises_fails_closed(tmp_path: Path) -> None:
         ),
         (lambda: ToolPaths((PathArgument("source", "file", relative_to="x"),)), "relative_to="),
         (lambda: ToolPaths(("source",)), "must be a PathArgument"),  # type: ignore[arg-type]
+        (lambda: ToolPaths((PathArgument("", "file"),)), "non-empty string"),
     ],
 )
 def test_a_malformed_declaration_is_a_definition_error(
