@@ -14,6 +14,12 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:
+    from .approvals import (
+        ApprovalAnswer,
+        ApprovalKey,
+        ApprovalStore,
+        MemoryApprovalStore,
+    )
     from .arguments import (
         ArgumentsModel,
         arguments_model,
@@ -114,9 +120,12 @@ if TYPE_CHECKING:
 _LOCATIONS: dict[str, str] = {
     "Accept": "models",
     "Allow": "models",
+    "ApprovalAnswer": "approvals",
+    "ApprovalKey": "approvals",
     "ApprovalOutcome": "models",
     "ApprovalRequest": "models",
     "ApprovalService": "models",
+    "ApprovalStore": "approvals",
     "ArgumentsModel": "arguments",
     "Ask": "models",
     "BLOCK_ENV_VAR": "plugins",
@@ -137,6 +146,7 @@ _LOCATIONS: dict[str, str] = {
     "JsonValue": "json",
     "JsonValueError": "errors",
     "LoadReport": "plugins",
+    "MemoryApprovalStore": "approvals",
     "OutputSchemaError": "errors",
     "PLUGINS_GROUP": "plugins",
     "PluginConfigError": "errors",
@@ -187,9 +197,12 @@ _LOCATIONS: dict[str, str] = {
 __all__ = [
     "Accept",
     "Allow",
+    "ApprovalAnswer",
+    "ApprovalKey",
     "ApprovalOutcome",
     "ApprovalRequest",
     "ApprovalService",
+    "ApprovalStore",
     "ArgumentsModel",
     "Ask",
     "BLOCK_ENV_VAR",
@@ -210,6 +223,7 @@ __all__ = [
     "JsonValue",
     "JsonValueError",
     "LoadReport",
+    "MemoryApprovalStore",
     "OutputSchemaError",
     "PLUGINS_GROUP",
     "PluginConfigError",
