@@ -33,6 +33,7 @@ __all__ = [
     "ApprovalStore",
     "MemoryApprovalStore",
     "exact_outcome",
+    "remembered_outcome",
 ]
 
 REMEMBERED_OUTCOMES = frozenset({ApprovalOutcome.ALLOWED_ALWAYS, ApprovalOutcome.REJECTED_ALWAYS})
@@ -52,6 +53,16 @@ def exact_outcome(value: object) -> ApprovalOutcome | None:
     if kind is str:
         return _BY_VALUE.get(cast(str, value))
     return None
+
+
+def remembered_outcome(value: object) -> ApprovalOutcome:
+    """``value`` as an outcome a store may keep (exactly one of
+    :data:`REMEMBERED_OUTCOMES`); a store's ``remember`` checks what it is given with it."""
+    outcome = exact_outcome(value)
+    if outcome not in REMEMBERED_OUTCOMES:
+        shown = outcome.value if outcome is not None else type(value).__qualname__
+        raise ValueError(f"only always-outcomes are remembered, not {shown!r}")
+    return outcome
 
 
 def _outcome(value: object) -> ApprovalOutcome:
@@ -148,10 +159,9 @@ class MemoryApprovalStore:
             return self._answers.get(key)
 
     def remember(self, key: ApprovalKey, outcome: ApprovalOutcome) -> None:
-        if outcome not in REMEMBERED_OUTCOMES:
-            raise ValueError(f"only always-outcomes are remembered, not {outcome.value!r}")
+        kept = remembered_outcome(outcome)
         with self._lock:
-            self._answers[key] = outcome
+            self._answers[key] = kept
 
     def forget(self, agent: str | None = None) -> None:
         """Drop every remembered answer, or those of ``agent`` (and of no other scope)."""
