@@ -239,7 +239,7 @@ class Deny:
 
 @attrs.frozen
 class Ask:
-    """Pre-execute: ask the approval service; anything but ``allowed-once`` denies."""
+    """Pre-execute: ask the approval service; anything but an allowed outcome denies."""
 
     reason: str | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
