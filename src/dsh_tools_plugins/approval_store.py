@@ -117,7 +117,7 @@ class SqliteApprovalStore:
                     return connection.execute(statement, parameters).fetchall()
             finally:
                 connection.close()
-        except (sqlite3.Error, OSError) as error:
+        except (sqlite3.Error, OSError, ValueError) as error:  # ValueError: unencodable text
             raise ApprovalStoreError(f"approval store {self.path}: {error}") from None
 
     def _prepare(self) -> None:

@@ -95,6 +95,36 @@ def test_answers_survive_a_process_restart(tmp_path: Path) -> None:
     assert ran == ["web"]
 
 
+def test_several_processes_write_one_file_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "approvals.sqlite3"
+    script = textwrap.dedent(
+        """
+        import sys
+        from dsh_tools import ApprovalKey, ApprovalOutcome
+        from dsh_tools_plugins.approval_store import SqliteApprovalStore
+
+        store = SqliteApprovalStore(sys.argv[1])
+        for n in range(40):
+            key = ApprovalKey.for_call(sys.argv[2], "deploy", {"n": n})
+            store.remember(key, ApprovalOutcome.REJECTED_ALWAYS)
+            assert store.recall(key) is ApprovalOutcome.REJECTED_ALWAYS
+        """
+    )
+    processes = [
+        subprocess.Popen([sys.executable, "-c", script, str(path), f"agent-{index}"])
+        for index in range(3)
+    ]
+    assert [process.wait(timeout=120) for process in processes] == [0, 0, 0]
+    rows = sqlite3.connect(path).execute("SELECT COUNT(*) FROM approvals").fetchone()
+    assert rows == (120,)
+
+
+def test_text_sqlite_cannot_store_fails_as_a_store_error(tmp_path: Path) -> None:
+    store = SqliteApprovalStore(tmp_path / "approvals.sqlite3")
+    with pytest.raises(ApprovalStoreError, match="surrogates not allowed"):
+        store.recall(ApprovalKey.for_tool("agent-\udc80", "deploy"))
+
+
 def test_several_threads_remember_and_recall_on_one_file(tmp_path: Path) -> None:
     store = SqliteApprovalStore(tmp_path / "approvals.sqlite3")
     errors: list[BaseException] = []
