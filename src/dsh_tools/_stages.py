@@ -53,6 +53,7 @@ from .models import (
 logger = logging.getLogger("dsh_tools")
 
 ALLOW = Allow()
+_ALLOWING = frozenset({ApprovalOutcome.ALLOWED_ONCE, ApprovalOutcome.ALLOWED_ALWAYS})
 
 
 async def decide(call: Call) -> Allow | Deny:
@@ -195,6 +196,8 @@ def _remember(call: Call, store: ApprovalStore, key: ApprovalKey, outcome: Appro
 
 
 def _decision(call: Call, outcome: ApprovalOutcome, *, remembered: bool = False) -> Allow | Deny:
+    """What an outcome means for the call; an allowance (or a cancelled request) for a
+    call the caller cancelled meanwhile is an interruption."""
     name = call.name
     if outcome in _ALLOWING or outcome is ApprovalOutcome.CANCELLED:
         if call.cancelled():
@@ -207,9 +210,6 @@ def _decision(call: Call, outcome: ApprovalOutcome, *, remembered: bool = False)
     if outcome is ApprovalOutcome.REJECTED or outcome is ApprovalOutcome.REJECTED_ALWAYS:
         return Deny(f'the user rejected tool "{name}"')
     return Deny(f'tool "{name}" requires approval, but no approval channel is available')
-
-
-_ALLOWING = frozenset({ApprovalOutcome.ALLOWED_ONCE, ApprovalOutcome.ALLOWED_ALWAYS})
 
 
 def guard(call: Call) -> str | None:
