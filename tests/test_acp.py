@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from card_strategies import call_views, content_blocks, result_views
 from dsh_tools import (
+    ApprovalAnswer,
     ApprovalOutcome,
     ApprovalRequest,
     Ask,
@@ -25,7 +26,9 @@ from dsh_tools import (
     hookimpl,
 )
 from dsh_tools.bridges.acp import (
+    ALLOW_ALWAYS,
     ALLOW_ONCE,
+    REJECT_ALWAYS,
     REJECT_ONCE,
     AcpApprovalService,
     acp_content,
@@ -512,15 +515,29 @@ class _FakeClient:
         return self.answer
 
 
+REJECTED = 'the user rejected tool "write"'
+
+OFFERED = [
+    {"optionId": ALLOW_ONCE, "name": "Allow once", "kind": "allow_once"},
+    {"optionId": ALLOW_ALWAYS, "name": "Always allow this call", "kind": "allow_always"},
+    {"optionId": REJECT_ONCE, "name": "Reject", "kind": "reject_once"},
+    {"optionId": REJECT_ALWAYS, "name": "Always reject this call", "kind": "reject_always"},
+]
+
+
+def _selected(option: object) -> Any:
+    return {"outcome": {"outcome": "selected", "optionId": option}}
+
+
 @pytest.mark.parametrize(
     ("answer", "outcome"),
     [
-        (
-            {"outcome": {"outcome": "selected", "optionId": ALLOW_ONCE}},
-            ApprovalOutcome.ALLOWED_ONCE,
-        ),
-        ({"outcome": {"outcome": "selected", "optionId": REJECT_ONCE}}, ApprovalOutcome.REJECTED),
-        ({"outcome": {"outcome": "selected", "optionId": "always"}}, ApprovalOutcome.REJECTED),
+        (_selected(ALLOW_ONCE), ApprovalOutcome.ALLOWED_ONCE),
+        (_selected(ALLOW_ALWAYS), ApprovalOutcome.ALLOWED_ALWAYS),
+        (_selected(REJECT_ONCE), ApprovalOutcome.REJECTED),
+        (_selected(REJECT_ALWAYS), ApprovalOutcome.REJECTED_ALWAYS),
+        (_selected("always"), ApprovalOutcome.REJECTED),
+        (_selected(["allow-once"]), ApprovalOutcome.REJECTED),
         ({"outcome": {"outcome": "cancelled"}}, ApprovalOutcome.CANCELLED),
         ({"outcome": "yes"}, ApprovalOutcome.UNAVAILABLE),
         (None, ApprovalOutcome.UNAVAILABLE),
@@ -539,12 +556,32 @@ def test_the_client_answer_maps_to_an_approval_outcome(answer: Any, outcome: Any
             "title": "write",
             "rawInput": {"path": "n.md", "text": "hi"},
         },
-        "options": [
-            {"optionId": ALLOW_ONCE, "name": "Allow once", "kind": "allow_once"},
-            {"optionId": REJECT_ONCE, "name": "Reject", "kind": "reject_once"},
-        ],
+        "options": OFFERED,
         "_meta": {"dsh_tools": {"reason": "writes a file"}},
     }
+
+
+def test_without_remember_only_the_once_options_are_offered_and_accepted() -> None:
+    client = _FakeClient(_selected(ALLOW_ALWAYS))
+    service = AcpApprovalService(client, "s1", remember=False)
+    assert asyncio.run(service.request(_request())) is ApprovalOutcome.REJECTED
+    assert client.requests[0]["options"] == [OFFERED[0], OFFERED[2]]
+
+
+@pytest.mark.parametrize(
+    ("choice", "outcome"),
+    [
+        (ALLOW_ALWAYS, ApprovalAnswer(ApprovalOutcome.ALLOWED_ALWAYS, any_arguments=True)),
+        (REJECT_ALWAYS, ApprovalAnswer(ApprovalOutcome.REJECTED_ALWAYS, any_arguments=True)),
+        (ALLOW_ONCE, ApprovalOutcome.ALLOWED_ONCE),
+    ],
+)
+def test_always_for_tool_widens_an_always_choice_to_the_tool(choice: str, outcome: Any) -> None:
+    client = _FakeClient(_selected(choice))
+    service = AcpApprovalService(client, "s1", always_for_tool=True)
+    assert asyncio.run(service.request(_request())) == outcome
+    names = [option["name"] for option in client.requests[0]["options"]]
+    assert names == ["Allow once", "Always allow this tool", "Reject", "Always reject this tool"]
 
 
 def test_pydantic_answers_are_read_too() -> None:
@@ -647,6 +684,7 @@ class _Host:
         self.results: list[Any] = []
         self.terminal = False
         self.cwd = "/"
+        self.registry: ToolRegistry | None = None
 
     def on_connect(self, conn: Any) -> None:
         self.conn = conn
@@ -667,10 +705,12 @@ class _Host:
             def dsh_tools_pre_execute(self, execution: Any) -> Ask:
                 return Ask("writes a file")
 
-        approval = AcpApprovalService(self.conn, session_id, cwd=self.cwd)
-        registry = _write_registry(approval=approval)
-        approval.view = registry
-        registry.add_plugin(AskFirst())
+        registry = self.registry
+        if registry is None:  # one registry per session: it remembers "always" answers
+            approval = AcpApprovalService(self.conn, session_id, cwd=self.cwd)
+            registry = self.registry = _write_registry(approval=approval)
+            approval.view = registry
+            registry.add_plugin(AskFirst())
         call = ToolExecutionInput("w1", "write", {"path": "n.md", "text": prompt[0].text})
         result = await execute_with_acp(
             registry.scope(session_id),
@@ -684,7 +724,7 @@ class _Host:
         return schema.PromptResponse(stop_reason="end_turn")
 
 
-async def _session(choice: str | None) -> tuple[list[tuple[str, Any]], _Host]:
+async def _session(choice: str | None, prompts: int = 1) -> tuple[list[tuple[str, Any]], _Host]:
     events: list[tuple[str, Any]] = []
     host = _Host()
     agent_end, client_end = _transport_pair()
@@ -696,10 +736,12 @@ async def _session(choice: str | None) -> tuple[list[tuple[str, Any]], _Host]:
             client_capabilities=schema.ClientCapabilities(field_meta={"terminal_output": True}),
         )
         session = await conn.new_session(cwd=CWD, mcp_servers=[])
-        response = await conn.prompt(
-            session_id=session.session_id, prompt=[schema.TextContentBlock(type="text", text="hi")]
-        )
-        assert response.stop_reason == "end_turn"
+        for _ in range(prompts):
+            response = await conn.prompt(
+                session_id=session.session_id,
+                prompt=[schema.TextContentBlock(type="text", text="hi")],
+            )
+            assert response.stop_reason == "end_turn"
     finally:
         await conn.close()
         await asyncio.wait_for(agent_task, timeout=5)
@@ -726,7 +768,12 @@ def test_an_editor_approves_a_call_over_acp() -> None:
         "Write n.md",
         None,
     )
-    assert [option.kind for option in options] == ["allow_once", "reject_once"]
+    assert [option.kind for option in options] == [
+        "allow_once",
+        "allow_always",
+        "reject_once",
+        "reject_always",
+    ]
     assert meta == {"dsh_tools": {"reason": "writes a file"}}
     assert isinstance(end, schema.ToolCallProgress)
     assert (end.tool_call_id, end.status) == ("w1", "completed")
@@ -751,6 +798,22 @@ def test_an_editor_that_refuses_denies_the_call(choice: str | None, message: str
     assert end.status == "failed"
     # the presenter gives no card for a failure: the error text replaces the diff
     assert [item.content.text for item in end.content] == [f"Error: {message}"]
+
+
+@pytest.mark.parametrize(
+    ("choice", "asked", "texts"),
+    [
+        (ALLOW_ALWAYS, 1, ["wrote n.md", "wrote n.md"]),
+        (ALLOW_ONCE, 2, ["wrote n.md", "wrote n.md"]),
+        (REJECT_ALWAYS, 1, ["Error: " + REJECTED, "Error: " + REJECTED + " (a remembered answer)"]),
+    ],
+)
+def test_an_always_choice_in_the_editor_is_remembered_for_the_session(
+    choice: str, asked: int, texts: list[str]
+) -> None:
+    events, host = asyncio.run(_session(choice, prompts=2))
+    assert [kind for kind, _ in events].count("permission") == asked
+    assert [result.text for result in host.results] == texts
 
 
 # --------------------------------------------------------------------- import hygiene

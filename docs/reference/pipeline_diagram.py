@@ -72,7 +72,7 @@ def _node(cx: int, cy: int, *lines: str, width: int = 240, shape: str = "box") -
 START = _node(MAIN, 28, "registry.execute(call)", width=210, shape="pill")
 ARGS = _node(MAIN, 105, "arguments are", "lossless JSON?", width=210, shape="diamond")
 PRE = _node(MAIN, 205, "1. pre-execute", "dsh_tools_pre_execute", "first Allow / Deny / Ask wins")
-APPROVAL = _node(SIDE, 290, "approval service", "only allowed-once allows", width=230)
+APPROVAL = _node(SIDE, 290, "approval store, service", "only allowed-* allows", width=230)
 ALLOWED = _node(MAIN, 345, "allowed?", width=130, shape="diamond")
 GUARDS = _node(MAIN, 440, "2. guards", "dsh_tools_guard + registry.guard()", "any reason denies")
 EXECUTE = _node(MAIN, 535, "3. execute", "dsh_tools_execute wrappers", "around the body")

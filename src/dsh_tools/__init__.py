@@ -14,6 +14,12 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:
+    from .approvals import (
+        ApprovalAnswer,
+        ApprovalKey,
+        ApprovalStore,
+        MemoryApprovalStore,
+    )
     from .arguments import (
         ArgumentsModel,
         arguments_model,
@@ -118,9 +124,12 @@ if TYPE_CHECKING:
 _LOCATIONS: dict[str, str] = {
     "Accept": "models",
     "Allow": "models",
+    "ApprovalAnswer": "approvals",
+    "ApprovalKey": "approvals",
     "ApprovalOutcome": "models",
     "ApprovalRequest": "models",
     "ApprovalService": "models",
+    "ApprovalStore": "approvals",
     "ArgumentsModel": "arguments",
     "Ask": "models",
     "BLOCK_ENV_VAR": "plugins",
@@ -141,6 +150,7 @@ _LOCATIONS: dict[str, str] = {
     "JsonValue": "json",
     "JsonValueError": "errors",
     "LoadReport": "plugins",
+    "MemoryApprovalStore": "approvals",
     "OutputSchemaError": "errors",
     "PLUGINS_GROUP": "plugins",
     "PathArgument": "paths",
@@ -193,9 +203,12 @@ _LOCATIONS: dict[str, str] = {
 __all__ = [
     "Accept",
     "Allow",
+    "ApprovalAnswer",
+    "ApprovalKey",
     "ApprovalOutcome",
     "ApprovalRequest",
     "ApprovalService",
+    "ApprovalStore",
     "ArgumentsModel",
     "Ask",
     "BLOCK_ENV_VAR",
@@ -216,6 +229,7 @@ __all__ = [
     "JsonValue",
     "JsonValueError",
     "LoadReport",
+    "MemoryApprovalStore",
     "OutputSchemaError",
     "PLUGINS_GROUP",
     "PathArgument",

@@ -38,6 +38,7 @@ from .tracing import Tracer
 
 if TYPE_CHECKING:
     from ._manager import PluginManager
+    from .approvals import ApprovalStore
 
 Validator = Callable[[object], list[str]]
 
@@ -111,6 +112,7 @@ class Plan:
     __slots__ = (
         "agent_path",
         "approval",
+        "approval_store",
         "async_observers",
         "default_timeout_ms",
         "direct",
@@ -133,6 +135,7 @@ class Plan:
         approval: ApprovalService | None,
         default_timeout_ms: float | None,
         tracer: Tracer | None,
+        approval_store: ApprovalStore,
     ) -> None:
         self.agent_path = agent_path
         self.tools = tools
@@ -142,6 +145,7 @@ class Plan:
         self.post = stages["post"]
         self.result = stages["result"]
         self.approval = approval
+        self.approval_store = approval_store
         self.default_timeout_ms = default_timeout_ms
         self.tracer = tracer
         self.stale = False
@@ -173,12 +177,13 @@ def build_plan(
     approval: ApprovalService | None,
     default_timeout_ms: float | None,
     tracer: Tracer | None,
+    approval_store: ApprovalStore,
 ) -> Plan:
     """The plan of agent ``path``: ``tools`` it sees, the registry's ``guards`` that apply
     to it, and the hookimpls of ``manager`` that apply to it, in pluggy's call order."""
     stages = {stage: stage_impls(manager, hook, path) for stage, hook in _HOOKS.items()}
     stages["guards"] = guards + stages["guards"]
-    return Plan(path, tools, stages, approval, default_timeout_ms, tracer)
+    return Plan(path, tools, stages, approval, default_timeout_ms, tracer, approval_store)
 
 
 def stage_impls(manager: PluginManager, hook: str, path: tuple[str, ...]) -> tuple[Impl, ...]:

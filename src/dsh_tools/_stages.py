@@ -25,13 +25,22 @@ from ._call import Call, Interrupted, StageFailed
 from ._loops import is_awaitable
 from ._render import render
 from ._results import error_result, message, shown
+from .approvals import (
+    REMEMBERED_OUTCOMES,
+    ApprovalAnswer,
+    ApprovalKey,
+    ApprovalStore,
+    exact_outcome,
+)
 from .content import content_blocks, content_text
 from .errors import ErrorCode
+from .json import FrozenDict
 from .models import (
     Accept,
     Allow,
     ApprovalOutcome,
     ApprovalRequest,
+    ApprovalService,
     Ask,
     Block,
     Deny,
@@ -44,6 +53,7 @@ from .models import (
 logger = logging.getLogger("dsh_tools")
 
 ALLOW = Allow()
+_ALLOWING = frozenset({ApprovalOutcome.ALLOWED_ONCE, ApprovalOutcome.ALLOWED_ALWAYS})
 
 
 async def decide(call: Call) -> Allow | Deny:
@@ -84,24 +94,38 @@ async def decide(call: Call) -> Allow | Deny:
 
 
 async def _approve(call: Call, ask: Ask) -> Allow | Deny:
-    """Route an ``Ask`` to the approval service; only ``allowed-once`` allows."""
+    """Route an ``Ask`` to the approval store, then to the approval service; only an
+    allowed outcome allows, and only an ``*-always`` answer is remembered."""
     name, execution, service = call.name, call.execution, call.plan.approval
     if service is None:
         return Deny(
             ask.reason or f'tool "{name}" requires approval, but no approval service is configured'
         )
-    if execution.agent is None:
+    agent = execution.agent
+    if agent is None:
         return Deny(
             f'tool "{name}" requires approval, but the call has no agent to route it through'
         )
-    request = ApprovalRequest(
-        agent=execution.agent,
-        tool_name=name,
-        call_id=execution.call_id,
-        arguments=execution.arguments,  # type: ignore[arg-type]
-        reason=ask.reason,
-        signal=call.signal,
-    )
+    arguments: FrozenDict = execution.arguments  # type: ignore[assignment]
+    store = call.plan.approval_store
+    keys = (ApprovalKey.for_call(agent, name, arguments), ApprovalKey.for_tool(agent, name))
+    remembered = _recalled(call, store, keys)
+    if remembered is not None:
+        return _decision(call, remembered, remembered=True)
+    request = ApprovalRequest(agent, name, execution.call_id, arguments, ask.reason, call.signal)
+    outcome, any_arguments = await _answer(call, service, request)
+    if outcome in REMEMBERED_OUTCOMES:
+        if call.cancelled():
+            raise Interrupted
+        _remember(call, store, keys[1] if any_arguments else keys[0], outcome)
+    return _decision(call, outcome)
+
+
+async def _answer(
+    call: Call, service: ApprovalService, request: ApprovalRequest
+) -> tuple[ApprovalOutcome, bool]:
+    """The service's answer, exactly an outcome (and whether it covers any arguments);
+    anything else fails the call closed."""
     try:
         answer = service.request(request)
         if is_awaitable(answer):
@@ -113,26 +137,77 @@ async def _approve(call: Call, ask: Ask) -> Allow | Deny:
         call.trace("approval", "approval service", f"raised {message(error)}", error)
         prefix = "approval service failed: "
         raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
-    if call.plan.tracer is not None:
-        shown_answer = answer.value if isinstance(answer, ApprovalOutcome) else shown(answer)
-        call.trace("approval", "approval service", shown_answer, answer)
-    try:
-        answer = ApprovalOutcome(answer)
-    except Exception:  # not an outcome (its repr may even raise while Enum complains)
+    outcome, any_arguments = exact_outcome(answer), False
+    if type(answer) is ApprovalAnswer:
+        outcome, any_arguments = exact_outcome(answer.outcome), answer.any_arguments is True
+    if outcome is None:
+        call.trace("approval", "approval service", f"returned {shown(answer)}", answer)
         raise StageFailed(
             failure_result(
-                f"approval service returned {shown(answer)}; expected one of "
-                + ", ".join(repr(o.value) for o in ApprovalOutcome),
+                f"approval service returned {shown(answer)}; expected an ApprovalAnswer or "
+                "one of " + ", ".join(repr(o.value) for o in ApprovalOutcome),
                 ErrorCode.POLICY_ERROR,
             )
-        ) from None
-    if answer is ApprovalOutcome.ALLOWED_ONCE or answer is ApprovalOutcome.CANCELLED:
+        )
+    if call.plan.tracer is not None:
+        call.trace("approval", "approval service", outcome.value, answer)
+    return outcome, any_arguments
+
+
+def _recalled(
+    call: Call, store: ApprovalStore, keys: tuple[ApprovalKey, ...]
+) -> ApprovalOutcome | None:
+    """The answer the store remembers for this call (a rejection wins over an allowance),
+    or ``None``: nothing remembered, or the store failed, and then the service is asked."""
+    found: ApprovalOutcome | None = None
+    for key in keys:
+        try:
+            value = store.recall(key)
+            outcome = exact_outcome(value)
+            if value is not None and outcome not in REMEMBERED_OUTCOMES:
+                raise TypeError(f"recall() returned {shown(value)}; expected an always-outcome")
+        except Exception as error:
+            call.trace("approval", "approval store", f"recall raised {message(error)}", error)
+            logger.warning(
+                'tool "%s" (%s): approval store %s failed to recall; asking again: %s',
+                call.name,
+                call.execution.call_id,
+                type(store).__qualname__,
+                message(error),
+            )
+            return None
+        if outcome is ApprovalOutcome.REJECTED_ALWAYS or found is None:
+            found = outcome
+    if found is not None and call.plan.tracer is not None:
+        call.trace("approval", "approval store", f"remembered {found.value}", keys)
+    return found
+
+
+def _remember(call: Call, store: ApprovalStore, key: ApprovalKey, outcome: ApprovalOutcome) -> None:
+    """Keep an ``*-always`` answer; a store that cannot fails the call closed."""
+    try:
+        store.remember(key, outcome)
+    except Exception as error:
+        call.trace("approval", "approval store", f"remember raised {message(error)}", error)
+        prefix = f'approval store failed to remember {outcome.value} for tool "{call.name}": '
+        raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
+    if call.plan.tracer is not None:
+        call.trace("approval", "approval store", f"stored {outcome.value}", key)
+
+
+def _decision(call: Call, outcome: ApprovalOutcome, *, remembered: bool = False) -> Allow | Deny:
+    """What an outcome means for the call; an allowance (or a cancelled request) for a
+    call the caller cancelled meanwhile is an interruption."""
+    name = call.name
+    if outcome in _ALLOWING or outcome is ApprovalOutcome.CANCELLED:
         if call.cancelled():
             raise Interrupted
-        if answer is ApprovalOutcome.ALLOWED_ONCE:
+        if outcome is not ApprovalOutcome.CANCELLED:
             return ALLOW
         return Deny(f'approval for tool "{name}" was cancelled')
-    if answer is ApprovalOutcome.REJECTED:
+    if outcome is ApprovalOutcome.REJECTED_ALWAYS and remembered:
+        return Deny(f'the user rejected tool "{name}" (a remembered answer)')
+    if outcome is ApprovalOutcome.REJECTED or outcome is ApprovalOutcome.REJECTED_ALWAYS:
         return Deny(f'the user rejected tool "{name}"')
     return Deny(f'tool "{name}" requires approval, but no approval channel is available')
 

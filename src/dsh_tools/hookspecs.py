@@ -76,8 +76,9 @@ def dsh_tools_pre_execute(
     Return :class:`~dsh_tools.Allow`, :class:`~dsh_tools.Deny` or :class:`~dsh_tools.Ask`
     to decide, or ``None`` to leave the decision to later implementations. The first
     non-``None`` result wins (``firstresult``); when every implementation abstains the call
-    is allowed. ``Ask`` goes to the registry's approval service; anything but
-    ``allowed-once`` becomes a denial. May be ``async def``.
+    is allowed. ``Ask`` goes to the registry's approval service (or is decided by an answer
+    it remembered); anything but ``allowed-once`` or ``allowed-always`` becomes a denial.
+    May be ``async def``.
 
     Runs for unknown tool names too (policy sees every name), so a ``Deny`` wins over
     ``UNKNOWN_TOOL``. Raising, or returning anything that is not a decision, fails the

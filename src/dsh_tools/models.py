@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, Union
 
 import attrs
 
@@ -21,6 +21,7 @@ from .json import FrozenDict, FrozenList, JsonValue, snapshot, thaw, unicode_tex
 from .paths import ToolPaths
 
 if TYPE_CHECKING:
+    from .approvals import ApprovalAnswer
     from .arguments import ArgumentsModel
     from .presentation import ToolCallView, ToolResultView
 
@@ -239,7 +240,7 @@ class Deny:
 
 @attrs.frozen
 class Ask:
-    """Pre-execute: ask the approval service; anything but ``allowed-once`` denies."""
+    """Pre-execute: ask the approval service; anything but an allowed outcome denies."""
 
     reason: str | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
@@ -300,10 +301,14 @@ PostExecuteDecision = Accept | Block
 
 
 class ApprovalOutcome(str, enum.Enum):
-    """How an approval request ended; only ``ALLOWED_ONCE`` lets the call run."""
+    """How an approval request ended; only the two ``ALLOWED_*`` outcomes let the call run.
+    The ``*_ALWAYS`` ones are also remembered for the agent's later calls (see
+    :mod:`dsh_tools.approvals`)."""
 
     ALLOWED_ONCE = "allowed-once"
+    ALLOWED_ALWAYS = "allowed-always"
     REJECTED = "rejected"
+    REJECTED_ALWAYS = "rejected-always"
     CANCELLED = "cancelled"
     UNAVAILABLE = "unavailable"
 
@@ -320,12 +325,16 @@ class ApprovalRequest:
     signal: CancelSignal | None
 
 
-class ApprovalService(Protocol):
-    """Answers ``Ask`` decisions, for example by prompting a person in an editor."""
+ApprovalReply = Union[ApprovalOutcome, str, "ApprovalAnswer"]
+"""What an approval service may answer."""
 
-    def request(
-        self, request: ApprovalRequest
-    ) -> Awaitable[ApprovalOutcome | str] | ApprovalOutcome | str: ...
+
+class ApprovalService(Protocol):
+    """Answers ``Ask`` decisions, for example by prompting a person in an editor: with an
+    :class:`ApprovalOutcome`, its value as a plain ``str``, or an
+    :class:`~dsh_tools.approvals.ApprovalAnswer` (anything else fails the call closed)."""
+
+    def request(self, request: ApprovalRequest) -> Awaitable[ApprovalReply] | ApprovalReply: ...
 
 
 # --------------------------------------------------------------------------- definitions

@@ -21,6 +21,7 @@ from ._layers import Layer, restriction, visible
 from ._loops import refuse_inside_a_loop
 from ._manager import PluginManager
 from ._plan import Plan, ToolEntry, build_plan, label
+from .approvals import ApprovalStore, MemoryApprovalStore
 from .errors import DefinitionError, RegistrationError
 from .models import (
     ApprovalService,
@@ -190,6 +191,9 @@ class ToolRegistry(_ViewBase):
     """Holds tools, guards and plugins, and runs calls through the guarded pipeline.
 
     :param approval: answers ``Ask`` decisions; without one, ``Ask`` denies.
+    :param approval_store: where ``allowed-always`` and ``rejected-always`` answers are
+        remembered (:mod:`dsh_tools.approvals`); by default a
+        :class:`~dsh_tools.approvals.MemoryApprovalStore` of this registry alone.
     :param default_timeout_ms: timeout for tools that declare none (``None``: no limit).
     :param tracer: called with a :class:`~dsh_tools.tracing.TraceEvent` for every step of
         every call (what each stage decided); for debugging, metrics and tests.
@@ -199,6 +203,7 @@ class ToolRegistry(_ViewBase):
         self,
         *,
         approval: ApprovalService | None = None,
+        approval_store: ApprovalStore | None = None,
         default_timeout_ms: float | None = None,
         tracer: Tracer | None = None,
     ) -> None:
@@ -211,6 +216,7 @@ class ToolRegistry(_ViewBase):
         self._plans: dict[tuple[str, ...], Plan] = {}
         self._pm = PluginManager(self._changed)
         self.approval = approval
+        self.approval_store = approval_store
         self.default_timeout_ms = default_timeout_ms
         self.tracer = tracer
 
@@ -234,6 +240,26 @@ class ToolRegistry(_ViewBase):
     @approval.setter
     def approval(self, service: ApprovalService | None) -> None:
         self._approval = service
+        self._changed()
+
+    @property
+    def approval_store(self) -> ApprovalStore:
+        """Where remembered approvals live; replacing it applies to the next call, and
+        ``None`` puts a new, empty :class:`~dsh_tools.approvals.MemoryApprovalStore`."""
+        return self._approval_store
+
+    @approval_store.setter
+    def approval_store(self, store: ApprovalStore | None) -> None:
+        if store is None:
+            store = MemoryApprovalStore()
+        elif not (
+            callable(getattr(store, "recall", None)) and callable(getattr(store, "remember", None))
+        ):
+            raise RegistrationError(
+                "approval_store must have recall() and remember() (see "
+                f"dsh_tools.approvals.ApprovalStore), got {type(store).__qualname__}"
+            )
+        self._approval_store = store
         self._changed()
 
     @property
@@ -364,7 +390,14 @@ class ToolRegistry(_ViewBase):
     def _build_plan(self, path: tuple[str, ...]) -> Plan:
         tools, guards = visible(self._chain(path))
         return build_plan(
-            path, tools, guards, self._pm, self.approval, self.default_timeout_ms, self._tracer
+            path,
+            tools,
+            guards,
+            self._pm,
+            self.approval,
+            self.default_timeout_ms,
+            self._tracer,
+            self._approval_store,
         )
 
     def _execution_mode(self, call: ToolExecutionInput) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from .approvals import ApprovalAnswer
 from .errors import ErrorCode
 from .models import (
     ApprovalOutcome,
@@ -42,19 +43,19 @@ class ScriptedApproval:
 
     def __init__(self) -> None:
         self.requests: list[ApprovalRequest] = []
-        self._queue: deque[ApprovalOutcome] = deque()
-        self._per_tool: dict[str, deque[ApprovalOutcome]] = {}
+        self._queue: deque[ApprovalOutcome | ApprovalAnswer] = deque()
+        self._per_tool: dict[str, deque[ApprovalOutcome | ApprovalAnswer]] = {}
 
-    def answer(self, *outcomes: ApprovalOutcome | str) -> None:
+    def answer(self, *outcomes: ApprovalOutcome | str | ApprovalAnswer) -> None:
         """Queue answers for the next requests, whatever tool they are for."""
-        self._queue.extend(ApprovalOutcome(outcome) for outcome in outcomes)
+        self._queue.extend(map(_scripted, outcomes))
 
-    def answer_for(self, tool: str, *outcomes: ApprovalOutcome | str) -> None:
+    def answer_for(self, tool: str, *outcomes: ApprovalOutcome | str | ApprovalAnswer) -> None:
         """Queue answers for the next requests about ``tool``."""
         queue = self._per_tool.setdefault(tool, deque())
-        queue.extend(ApprovalOutcome(outcome) for outcome in outcomes)
+        queue.extend(map(_scripted, outcomes))
 
-    def request(self, request: ApprovalRequest) -> ApprovalOutcome:
+    def request(self, request: ApprovalRequest) -> ApprovalOutcome | ApprovalAnswer:
         self.requests.append(request)
         per_tool = self._per_tool.get(request.tool_name)
         if per_tool:
@@ -67,6 +68,10 @@ class ScriptedApproval:
     def pending(self) -> int:
         """How many scripted answers are still unused."""
         return len(self._queue) + sum(len(queue) for queue in self._per_tool.values())
+
+
+def _scripted(answer: ApprovalOutcome | str | ApprovalAnswer) -> ApprovalOutcome | ApprovalAnswer:
+    return answer if isinstance(answer, ApprovalAnswer) else ApprovalOutcome(answer)
 
 
 @attrs.define

@@ -34,6 +34,7 @@ import tracemalloc
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
+from unittest import mock
 
 import anyio
 import attrs
@@ -45,6 +46,7 @@ from card_strategies import call_views, result_views
 from dsh_tools import (
     Accept,
     Allow,
+    ApprovalOutcome,
     Ask,
     Block,
     Deny,
@@ -695,6 +697,19 @@ def _decision_plugin(
     return Policy()
 
 
+class _AllowedLookalike(str):
+    """A str subclass equal to everything: never an approval."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = str.__hash__
+
+
+ALLOWING = ("allowed-once", "allowed-always")
+"""The only approval answers (exactly these str values) that may let a body run."""
+
+
 class _Approval:
     def __init__(self, outcome: object) -> None:
         self.outcome = outcome
@@ -711,7 +726,8 @@ class _Approval:
     wrapper=WRAPPERS,
     is_async=st.booleans(),
     approval=st.none()
-    | st.sampled_from(["allowed-once", "rejected", "cancelled", "unavailable", "bogus", 7])
+    | st.sampled_from([outcome.value for outcome in ApprovalOutcome] + ["bogus", 7])
+    | st.sampled_from([mock.ANY, _AllowedLookalike("allowed-once")])  # hostile equality
     | ERRORS,
     body_value=argument_values(),
     agent=st.none() | st.just("agent"),
@@ -752,6 +768,9 @@ def test_random_decisions_never_crash_and_denials_always_hold(
         # own), but nothing may turn it into a success or let the body run
         assert ran == [], "a denial or a failing policy stage let the body run"
         assert result.is_error
+    exactly_allowing = type(approval) is str and approval in ALLOWING
+    if isinstance(pre, Ask) and not exactly_allowing:
+        assert ran == [], f"approval answer {approval!r} let the body run"
     if isinstance(pre, Deny) and post is None:
         assert isinstance(result, ToolExecutionFailure)
         assert result.code == "DENIED"

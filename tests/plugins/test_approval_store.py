@@ -1,0 +1,232 @@
+"""The SQLite approval store: answers survive a registry and a process, several threads
+and registries share one file, and a locked or corrupt file fails closed."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh_tools import (
+    ApprovalAnswer,
+    ApprovalKey,
+    ApprovalOutcome,
+    Ask,
+    ToolExecutionInput,
+    ToolRegistry,
+    define_tool,
+    hookimpl,
+)
+from dsh_tools.testing import ScriptedApproval
+from dsh_tools_plugins.approval_store import (
+    ApprovalStoreError,
+    SqliteApprovalStore,
+    approvals_directory,
+)
+
+
+def make_registry(store: SqliteApprovalStore) -> tuple[ToolRegistry, ScriptedApproval, list[str]]:
+    class AskAlways:
+        @hookimpl
+        def dsh_tools_pre_execute(self, execution: Any) -> Ask:
+            return Ask("deploys")
+
+    approval = ScriptedApproval()
+    registry = ToolRegistry(approval=approval, approval_store=store)
+    ran: list[str] = []
+    registry.register(
+        define_tool(
+            name="deploy",
+            description="Deploy a service.",
+            parameters={"service": {"type": "string", "required": True}},
+            execute=lambda args, ctx: ran.append(args["service"]) or "deployed",
+        )
+    )
+    registry.add_plugin(AskAlways())
+    return registry, approval, ran
+
+
+def deploy(service: str = "web", agent: str = "ops") -> ToolExecutionInput:
+    return ToolExecutionInput("c1", "deploy", {"service": service}, agent=agent)
+
+
+def code(result: Any) -> str:
+    return result.error.info.code if result.is_error else "ok"
+
+
+def test_two_registries_on_one_file_share_remembered_answers(tmp_path: Path) -> None:
+    path = tmp_path / "approvals.sqlite3"
+    first, first_approval, first_ran = make_registry(SqliteApprovalStore(path))
+    second, second_approval, second_ran = make_registry(SqliteApprovalStore(path))
+    first_approval.answer("allowed-always", ApprovalAnswer("rejected-always", any_arguments=True))
+    assert code(first.execute_sync(deploy("web"))) == "ok"
+    assert code(first.execute_sync(deploy("db", agent="intern"))) == "DENIED"
+    assert code(second.execute_sync(deploy("web"))) == "ok"
+    assert code(second.execute_sync(deploy("cache", agent="intern"))) == "DENIED"
+    assert code(second.execute_sync(deploy("db"))) == "DENIED"  # not remembered: asks
+    assert len(second_approval.requests) == 1
+    assert (first_ran, second_ran) == (["web"], ["web"])
+
+
+def test_answers_survive_a_process_restart(tmp_path: Path) -> None:
+    path = tmp_path / "approvals.sqlite3"
+    script = textwrap.dedent(
+        """
+        import sys
+        from dsh_tools import ApprovalKey, ApprovalOutcome
+        from dsh_tools_plugins.approval_store import SqliteApprovalStore
+
+        store = SqliteApprovalStore(sys.argv[1])
+        key = ApprovalKey.for_call("ops", "deploy", {"service": "web"})
+        store.remember(key, ApprovalOutcome.ALLOWED_ALWAYS)
+        """
+    )
+    subprocess.run([sys.executable, "-c", script, str(path)], check=True, timeout=60)
+    registry, approval, ran = make_registry(SqliteApprovalStore(path))
+    assert code(registry.execute_sync(deploy("web"))) == "ok"
+    assert code(registry.execute_sync(deploy("web", agent="other"))) == "DENIED"
+    assert len(approval.requests) == 1
+    assert ran == ["web"]
+
+
+def test_several_processes_write_one_file_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "approvals.sqlite3"
+    script = textwrap.dedent(
+        """
+        import sys
+        from dsh_tools import ApprovalKey, ApprovalOutcome
+        from dsh_tools_plugins.approval_store import SqliteApprovalStore
+
+        store = SqliteApprovalStore(sys.argv[1])
+        for n in range(40):
+            key = ApprovalKey.for_call(sys.argv[2], "deploy", {"n": n})
+            store.remember(key, ApprovalOutcome.REJECTED_ALWAYS)
+            assert store.recall(key) is ApprovalOutcome.REJECTED_ALWAYS
+        """
+    )
+    processes = [
+        subprocess.Popen([sys.executable, "-c", script, str(path), f"agent-{index}"])
+        for index in range(3)
+    ]
+    assert [process.wait(timeout=120) for process in processes] == [0, 0, 0]
+    rows = sqlite3.connect(path).execute("SELECT COUNT(*) FROM approvals").fetchone()
+    assert rows == (120,)
+
+
+def test_text_sqlite_cannot_store_fails_as_a_store_error(tmp_path: Path) -> None:
+    store = SqliteApprovalStore(tmp_path / "approvals.sqlite3")
+    with pytest.raises(ApprovalStoreError, match="surrogates not allowed"):
+        store.recall(ApprovalKey.for_tool("agent-\udc80", "deploy"))
+
+
+def test_several_threads_remember_and_recall_on_one_file(tmp_path: Path) -> None:
+    store = SqliteApprovalStore(tmp_path / "approvals.sqlite3")
+    errors: list[BaseException] = []
+
+    def work(index: int) -> None:
+        try:
+            for round_ in range(20):
+                key = ApprovalKey.for_call(f"agent-{index}", "deploy", {"n": round_})
+                store.remember(key, ApprovalOutcome.ALLOWED_ALWAYS)
+                assert store.recall(key) is ApprovalOutcome.ALLOWED_ALWAYS
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(index,)) for index in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    rows = sqlite3.connect(store.path).execute("SELECT COUNT(*) FROM approvals").fetchone()
+    assert rows == (120,)
+
+
+def test_a_locked_file_fails_closed(tmp_path: Path) -> None:
+    path = tmp_path / "approvals.sqlite3"
+    store = SqliteApprovalStore(path, timeout_s=0.05)
+    registry, approval, ran = make_registry(store)
+    store.forget()  # creates the file
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        # Recall fails: asked again; nobody answers, so denied.
+        assert code(registry.execute_sync(deploy())) == "DENIED"
+        # Write fails: the answer allowed, the store could not keep it, the call fails.
+        approval.answer("allowed-always")
+        result = registry.execute_sync(deploy())
+        assert code(result) == "POLICY_ERROR"
+        assert "database is locked" in result.error.message
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert ran == []
+    assert len(approval.requests) == 2
+
+
+def test_a_corrupt_file_fails_closed(tmp_path: Path) -> None:
+    path = tmp_path / "approvals.sqlite3"
+    path.write_bytes(b"this is not a database" * 100)
+    store = SqliteApprovalStore(path)
+    with pytest.raises(ApprovalStoreError, match=r"approvals\.sqlite3: file is not a database"):
+        store.recall(ApprovalKey.for_tool("ops", "deploy"))
+    registry, approval, ran = make_registry(store)
+    approval.answer("allowed-always")
+    assert code(registry.execute_sync(deploy())) == "POLICY_ERROR"
+    assert ran == []
+
+
+def test_a_foreign_or_tampered_file_is_refused(tmp_path: Path) -> None:
+    foreign = tmp_path / "foreign.sqlite3"
+    with sqlite3.connect(foreign) as connection:
+        connection.execute("PRAGMA user_version = 7")
+    with pytest.raises(ApprovalStoreError, match="schema version 7, expected 1"):
+        SqliteApprovalStore(foreign).recall(ApprovalKey.for_tool("ops", "deploy"))
+
+    store = SqliteApprovalStore(tmp_path / "approvals.sqlite3")
+    key = ApprovalKey.for_tool("ops", "deploy")
+    store.remember(key, ApprovalOutcome.REJECTED_ALWAYS)
+    with sqlite3.connect(store.path) as connection:
+        connection.execute("UPDATE approvals SET outcome = 'allowed-once'")
+    with pytest.raises(ApprovalStoreError, match="unknown outcome 'allowed-once'"):
+        store.recall(key)
+
+
+def test_one_file_per_workspace_outside_it(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    first, second = tmp_path / "one", tmp_path / "two"
+    first.mkdir()
+    second.mkdir()
+    (tmp_path / "link").symlink_to(first)
+    store = SqliteApprovalStore.for_workspace(first)
+    assert store.path.parent == approvals_directory() == tmp_path / "state/dsh-tools/approvals"
+    assert SqliteApprovalStore.for_workspace(tmp_path / "link").path == store.path
+    assert SqliteApprovalStore.for_workspace(second).path != store.path
+    store.remember(ApprovalKey.for_tool("ops", "deploy"), ApprovalOutcome.ALLOWED_ALWAYS)
+    assert store.path.is_file()
+    assert list(first.iterdir()) == []
+
+
+def test_forget_drops_one_agent_or_all(tmp_path: Path) -> None:
+    store = SqliteApprovalStore(tmp_path / "approvals.sqlite3")
+    ops, dev = ApprovalKey.for_tool("ops", "deploy"), ApprovalKey.for_tool("ops/dev", "deploy")
+    store.remember(ops, ApprovalOutcome.ALLOWED_ALWAYS)
+    store.remember(dev, ApprovalOutcome.REJECTED_ALWAYS)
+    store.forget("ops")
+    assert (store.recall(ops), store.recall(dev)) == (None, ApprovalOutcome.REJECTED_ALWAYS)
+    store.forget()
+    assert store.recall(dev) is None
+    with pytest.raises(ValueError, match="not 'allowed-once'"):
+        store.remember(ops, ApprovalOutcome.ALLOWED_ONCE)
+
+    class _Str(str):
+        pass
+
+    with pytest.raises(ValueError, match="_Str'"):
+        store.remember(ops, _Str("allowed-always"))  # type: ignore[arg-type]
