@@ -69,6 +69,17 @@ class ResultObserver:
         self.seen += 1
 
 
+class RecordObserver:
+    """A result observer that asks for each call's decision record (records enabled)."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    @hookimpl
+    def dsh_tools_result(self, execution: object, result: object, record: object) -> None:
+        self.seen += 1
+
+
 class SecondPreExecute:
     @hookimpl
     def dsh_tools_pre_execute(self, execution: object) -> None:
@@ -128,6 +139,13 @@ def registry(
     return reg
 
 
+def observed(observer: object) -> ToolRegistry:
+    """The ``add`` tool with one result observer (case 2's records row)."""
+    reg = registry(plugins=False)
+    reg.add_plugin(observer)
+    return reg
+
+
 def dsh_call(reg: ToolRegistry) -> Callable[[], Awaitable[object]]:
     execute = reg.execute
     args = peers.ARGS
@@ -164,6 +182,8 @@ def run_async_cases(settings: Settings) -> list[Row]:
         "bare await (json.loads + await)": bare,
         "dsh-tools execute": dsh_call(plain),
         "dsh-tools execute + 5 plugins + wrapper": dsh_call(with_plugins),
+        "dsh-tools execute + 1 observer": dsh_call(observed(ResultObserver())),
+        "dsh-tools execute + 1 record observer": dsh_call(observed(RecordObserver())),
         **peer_calls,
     }
     number = max(50, int(2000 * settings.scale))
@@ -181,6 +201,16 @@ def run_async_cases(settings: Settings) -> list[Row]:
     rows.append(ratio_row("1", "dsh-tools execute (vs bare)", plain_t, base_name, base))
     rows.append(
         ratio_row("2", "dsh-tools + 5 plugins + wrapper (vs bare)", plugins_t, base_name, base)
+    )
+    rows.append(
+        ratio_row(
+            "2",
+            "records enabled (an observer naming record)",
+            timings["dsh-tools execute + 1 record observer"],
+            "the same with a no-op observer",
+            timings["dsh-tools execute + 1 observer"],
+            limit=1.5,
+        )
     )
     if peer_calls:
         fastest = min(peer_calls, key=lambda name: timings[name][0])

@@ -100,7 +100,7 @@ async def run_body(call: Call, replacement: CancelSignal | None = None) -> ToolE
         finally:
             if unlink is not None:
                 unlink()
-    if call.plan.tracer is not None:
+    if call.plan.traced:
         call.trace("body", None if call.started else "not started", code(result), result)
     return result
 

@@ -31,6 +31,7 @@ from .models import (
     ToolExecutionInput,
     failure_result,
 )
+from .records import DecisionRecord, Origin
 from .tracing import Stage, TraceEvent
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ class Call:
         "concluded",
         "contexts",
         "entry",
+        "events",
         "execution",
         "input",
         "parsed",
@@ -107,9 +109,11 @@ class Call:
         self.contexts: tuple[ContextMessage, ...] = ()
         self.concluded = False
         self.started = False
+        self.events: list[tuple[Any, ...]] | None = [] if plan.recording else None
+        """The call's steps, kept when its decision record is wanted."""
 
-    def record(self) -> ToolExecution:
-        """:attr:`execution`, made on first request."""
+    def record(self, dry_run: bool = False) -> ToolExecution:
+        """:attr:`execution`, made on first request (``dry_run`` for ``explain``)."""
         try:
             return self.execution
         except AttributeError:
@@ -123,6 +127,7 @@ class Call:
                 call.parent,
                 call.root_call_id or call.call_id,
                 call.signal,
+                dry_run,
             )
             return self.execution
 
@@ -173,15 +178,33 @@ class Call:
 
     # ------------------------------------------------------------------ helpers
 
-    def trace(self, stage: Stage, source: str | None, outcome: str, detail: object = None) -> None:
-        """Tell the registry's tracer about one step; a failing tracer is only logged."""
-        tracer = self.plan.tracer
+    def trace(
+        self,
+        stage: Stage,
+        source: str | None,
+        outcome: str,
+        detail: object = None,
+        origin: Origin | None = None,
+    ) -> None:
+        """Report one step: keep it for the decision record, if one is wanted, and tell
+        the registry's tracer; a failing tracer is only logged."""
+        plan = self.plan
+        if not plan.traced:
+            return
+        at = time.perf_counter()
+        if self.events is not None:
+            self.events.append((stage, source, outcome, detail, origin, at))  # a TracedStep
+        tracer = plan.tracer
         if tracer is None:
             return
         try:
-            tracer(TraceEvent(stage, self.execution, source, outcome, detail))
+            tracer(TraceEvent(stage, self.execution, source, outcome, detail, origin, at))
         except Exception as error:
             logger.warning("tracer failed on %s of %r: %s", stage, self.name, message(error))
+
+    def decision_record(self) -> DecisionRecord:
+        """The call's decision record, from the events it kept (see ``Plan.recording``)."""
+        return DecisionRecord.of_call(self.execution, self.events or ())
 
     async def settle(self, value: Any, deadline: float = math.inf) -> Any:
         """Await a plugin's awaitable, interrupted :data:`~dsh_tools.cancel.CANCEL_GRACE_S`

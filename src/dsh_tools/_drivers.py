@@ -100,7 +100,7 @@ async def _decided_and_dispatched(call: Call) -> ToolExecutionResult:
     """Stages 1 to 3. A result returned here takes the post path; a failure of policy
     itself (the final path) raises :class:`StageFailed`."""
     plan, arguments = call.plan, call.arguments
-    if plan.tracer is not None:
+    if plan.traced:
         not_json = isinstance(arguments, JsonValueError)
         call.trace("call", None, "arguments not JSON" if not_json else "entered")
     if isinstance(arguments, JsonValueError):
@@ -124,7 +124,7 @@ async def _decided_and_dispatched(call: Call) -> ToolExecutionResult:
     if call.cancelled():
         return call.aborted()
     result = await execute_stage(call) if plan.wrappers else await run_body(call)
-    if plan.tracer is not None:
+    if plan.traced:
         call.trace("execute", "wrappers" if plan.wrappers else None, code(result), result)
     return result
 

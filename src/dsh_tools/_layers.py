@@ -8,10 +8,9 @@ guards of every layer on the way apply.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Iterable
 
-from ._plan import Impl, ToolEntry, guard_impl
+from ._plan import Impl, ToolEntry
 from .errors import RegistrationError
 
 Names = frozenset[str]
@@ -25,7 +24,7 @@ class Layer:
     def __init__(self, path: tuple[str, ...]) -> None:
         self.path = path
         self.tools: dict[str, ToolEntry] = {}
-        self.guards: list[tuple[Callable[..., Any], str]] = []
+        self.guards: list[Impl] = []
         self.restrictions: list[tuple[Names | None, Names]] = []
 
 
@@ -41,7 +40,7 @@ def visible(layers: Iterable[Layer]) -> tuple[dict[str, ToolEntry], tuple[Impl, 
                 if (allow is None or name in allow) and name not in deny
             }
         tools.update(layer.tools)
-        guards.extend(guard_impl(fn, label) for fn, label in layer.guards)
+        guards.extend(layer.guards)
     return tools, tuple(guards)
 
 

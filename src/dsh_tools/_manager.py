@@ -40,6 +40,7 @@ class PluginManager(pluggy.PluginManager):
         self.add_hookspecs(hookspecs)
         self._on_change = on_change
         self._scopes: dict[str, tuple[str, ...]] = {}
+        self._distributions: dict[str, str] = {}
 
     def parse_hookimpl_opts(self, plugin: object, name: str) -> pluggy.HookimplOpts | None:
         opts = super().parse_hookimpl_opts(plugin, name)
@@ -88,8 +89,25 @@ class PluginManager(pluggy.PluginManager):
         removed = super().unregister(plugin, name)
         if name is not None:
             self._scopes.pop(name, None)
+            self._distributions.pop(name, None)
         self._on_change()
         return removed
+
+    def set_distribution(self, name: str, distribution: str) -> None:
+        """Note which distribution shipped the plugin registered as ``name`` (its entry
+        point's), so decision records can name it."""
+        self._distributions[name] = distribution
+        self._on_change()
+
+    def distribution(self, name: str) -> str | None:
+        """The distribution that shipped the plugin ``name``, when an entry point did."""
+        found = self._distributions.get(name)
+        if found is None:
+            plugin = self.get_plugin(name)
+            for loaded, dist in self.list_plugin_distinfo():
+                if loaded is plugin:
+                    return str(dist.project_name)
+        return found
 
     def names_within(self, path: tuple[str, ...]) -> list[str]:
         """The plugins added to the scope ``path`` or to a scope inside it."""

@@ -34,6 +34,7 @@ from ._codegen import Admitter
 from .errors import DefinitionError
 from .jsonschema import compile_validator
 from .models import ApprovalService, ToolDefinition, ToolOutput, ToolSchema
+from .records import Origin
 from .tracing import Tracer
 
 if TYPE_CHECKING:
@@ -104,6 +105,10 @@ class Impl:
     codes: frozenset[CodeType] = frozenset()
     """The code of the implementation and of every function defined in it (how a failing
     wrapper's dispatch is traced back to the wrapper)."""
+    origin: Origin | None = None
+    """Who the implementation is, for trace events and decision records."""
+    takes_record: bool = False
+    """A result observer naming ``record``: the scope's calls collect decision records."""
 
 
 class Plan:
@@ -120,9 +125,11 @@ class Plan:
         "needs_loop",
         "post",
         "pre",
+        "recording",
         "result",
         "stale",
         "tools",
+        "traced",
         "tracer",
         "wrappers",
     )
@@ -148,6 +155,10 @@ class Plan:
         self.approval_store = approval_store
         self.default_timeout_ms = default_timeout_ms
         self.tracer = tracer
+        self.recording = any(impl.takes_record for impl in self.result)
+        """A result observer wants each call's decision record: calls keep their events."""
+        self.traced = tracer is not None or self.recording
+        """Whether the stages report their steps (:meth:`dsh_tools._call.Call.trace`)."""
         self.stale = False
         """Set once the registry changed after this plan was built."""
         self.async_observers = any(impl.is_async for impl in self.result)
@@ -158,6 +169,16 @@ class Plan:
             {name: entry for name, entry in tools.items() if entry.bare} if quiet else {}
         )
         """The tools whose calls take the direct runner (see the module docstring)."""
+
+    def dry_run(self) -> Plan:
+        """This plan for ``explain``: every step is kept for the explanation and no
+        tracer is told (a dry run is not a call)."""
+        dry = object.__new__(Plan)
+        for name in Plan.__slots__:
+            object.__setattr__(dry, name, getattr(self, name))
+        dry.tracer = None
+        dry.recording = dry.traced = True
+        return dry
 
 
 _HOOKS = {
@@ -186,33 +207,48 @@ def build_plan(
     return Plan(path, tools, stages, approval, default_timeout_ms, tracer, approval_store)
 
 
+_OPTIONAL = {"dsh_tools_result": 2}
+"""How many trailing arguments of a hook an implementation may leave out and still be
+called as it is (``tool`` always; a result observer also ``record``)."""
+
+
 def stage_impls(manager: PluginManager, hook: str, path: tuple[str, ...]) -> tuple[Impl, ...]:
     """The implementations of ``hook`` that apply to ``path``, bound for positional calls."""
     passed = manager.argnames(hook)
-    return tuple(
-        Impl(
-            *bind(impl.function, impl.argnames, passed),
-            "plugin "
-            + (label(impl.plugin) if impl.plugin_name.isdigit() else repr(impl.plugin_name)),
-            inspect.iscoroutinefunction(impl.function),
-            _codes(impl.function),
+    optional = _OPTIONAL.get(hook, 1)
+    impls = []
+    for impl in manager.impls(hook, path):
+        named = impl.plugin_name
+        name = _name(impl.plugin) if named.isdigit() else named
+        impls.append(
+            Impl(
+                *bind(impl.function, impl.argnames, passed, optional),
+                "plugin " + repr(name),
+                inspect.iscoroutinefunction(impl.function),
+                _codes(impl.function),
+                Origin(name, manager.distribution(named)),
+                "record" in impl.argnames,
+            )
         )
-        for impl in manager.impls(hook, path)
-    )
+    return tuple(impls)
 
 
-def guard_impl(function: Callable[..., Any], name: str) -> Impl:
-    """A guard added with ``registry.guard(fn)``: it takes the execution only."""
-    return Impl(function, 1, name, False)
+def guard_impl(function: Callable[..., Any], name: str, origin: Origin | None = None) -> Impl:
+    """A guard added with ``registry.guard(fn)``: it takes the execution only; ``origin``
+    defaults to its qualified name."""
+    return Impl(function, 1, name, False, origin=origin or Origin(_name(function)))
 
 
 def bind(
-    function: Callable[..., Any], argnames: tuple[str, ...], passed: tuple[str, ...]
+    function: Callable[..., Any],
+    argnames: tuple[str, ...],
+    passed: tuple[str, ...],
+    optional: int = 1,
 ) -> tuple[Callable[..., Any], int]:
     """A hookimpl taking any subset of its hook's arguments ``passed`` (in order), and how
-    many of them to pass positionally: all, or all but the last (used as it is), else an
-    adapter taking all of them that passes on the ones it takes."""
-    if argnames == passed or argnames == passed[:-1]:
+    many of them to pass positionally: all, or all but up to ``optional`` trailing ones
+    (used as it is), else an adapter taking all of them that passes on the ones it takes."""
+    if len(argnames) >= len(passed) - optional and argnames == passed[: len(argnames)]:
         return function, len(argnames)
     picks = tuple(passed.index(name) for name in argnames)
     return (lambda *values: function(*[values[index] for index in picks])), len(passed)
@@ -220,9 +256,12 @@ def bind(
 
 def label(thing: object, name: str | None = None) -> str:
     """How messages name a plugin or function: its given name, else its qualified name."""
-    if name:
-        return repr(name)
-    return repr(
+    return repr(name or _name(thing))
+
+
+def _name(thing: object) -> str:
+    """A plugin's or function's qualified name (a plugin object's: its class's)."""
+    return str(
         getattr(thing, "__qualname__", None)
         or getattr(thing, "__name__", None)
         or type(thing).__qualname__

@@ -49,16 +49,28 @@ from .models import (
     ToolExecutionSuccess,
     failure_result,
 )
+from .records import Origin
 
 logger = logging.getLogger("dsh_tools")
 
 ALLOW = Allow()
 _ALLOWING = frozenset({ApprovalOutcome.ALLOWED_ONCE, ApprovalOutcome.ALLOWED_ALWAYS})
+APPROVAL = Origin("approval service")
+STORE = Origin("approval store")
 
 
 async def decide(call: Call) -> Allow | Deny:
     """Stage 1, pre-execute: the first decision wins; an ``Ask`` goes to the approval
     service. Raises :class:`Interrupted` when the caller cancels meanwhile."""
+    decision = await first_decision(call)
+    if isinstance(decision, Ask):
+        return await _approve(call, decision)
+    return decision
+
+
+async def first_decision(call: Call) -> Allow | Deny | Ask:
+    """The pre-execute loop: the first implementation that decides, else ``ALLOW``
+    (what ``explain`` runs: an ``Ask`` is returned, not sent for approval)."""
     execution, tool = call.execution, call.tool
     for impl in call.plan.pre:
         try:
@@ -69,19 +81,17 @@ async def decide(call: Call) -> Allow | Deny:
             if decision is not None and is_awaitable(decision):
                 decision = await call.settle(decision)
         except Interrupted:
-            call.trace("pre_execute", impl.label, "interrupted")
+            call.trace("pre_execute", impl.label, "interrupted", origin=impl.origin)
             raise
         except Exception as error:
-            call.trace("pre_execute", impl.label, f"raised {message(error)}", error)
+            call.trace("pre_execute", impl.label, f"raised {message(error)}", error, impl.origin)
             prefix = f"pre-execute {impl.label} failed: "
             raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
-        if call.plan.tracer is not None:
-            call.trace("pre_execute", impl.label, outcome(decision), decision)
+        if call.plan.traced:
+            call.trace("pre_execute", impl.label, outcome(decision), decision, impl.origin)
         if decision is None:
             continue
-        if isinstance(decision, Ask):
-            return await _approve(call, decision)
-        if isinstance(decision, (Allow, Deny)):
+        if isinstance(decision, (Allow, Deny, Ask)):
             return decision
         raise StageFailed(
             failure_result(
@@ -97,15 +107,13 @@ async def _approve(call: Call, ask: Ask) -> Allow | Deny:
     """Route an ``Ask`` to the approval store, then to the approval service; only an
     allowed outcome allows, and only an ``*-always`` answer is remembered."""
     name, execution, service = call.name, call.execution, call.plan.approval
-    if service is None:
-        return Deny(
-            ask.reason or f'tool "{name}" requires approval, but no approval service is configured'
-        )
+    refused = unroutable(call, ask)
+    if refused is not None:
+        return refused
     agent = execution.agent
-    if agent is None:
-        return Deny(
-            f'tool "{name}" requires approval, but the call has no agent to route it through'
-        )
+    # unroutable() denied a call without either:
+    assert service is not None
+    assert agent is not None
     arguments: FrozenDict = execution.arguments  # type: ignore[assignment]
     store = call.plan.approval_store
     keys = (ApprovalKey.for_call(agent, name, arguments), ApprovalKey.for_tool(agent, name))
@@ -121,6 +129,21 @@ async def _approve(call: Call, ask: Ask) -> Allow | Deny:
     return _decision(call, outcome)
 
 
+def unroutable(call: Call, ask: Ask) -> Deny | None:
+    """The denial of an ``Ask`` nobody can be asked about: no approval service, or a call
+    without an agent to route it through."""
+    name = call.name
+    if call.plan.approval is None:
+        return Deny(
+            ask.reason or f'tool "{name}" requires approval, but no approval service is configured'
+        )
+    if call.execution.agent is None:
+        return Deny(
+            f'tool "{name}" requires approval, but the call has no agent to route it through'
+        )
+    return None
+
+
 async def _answer(
     call: Call, service: ApprovalService, request: ApprovalRequest
 ) -> tuple[ApprovalOutcome, bool]:
@@ -131,17 +154,17 @@ async def _answer(
         if is_awaitable(answer):
             answer = await call.settle(answer)
     except Interrupted:
-        call.trace("approval", "approval service", "interrupted")
+        call.trace("approval", "approval service", "interrupted", origin=APPROVAL)
         raise
     except Exception as error:
-        call.trace("approval", "approval service", f"raised {message(error)}", error)
+        call.trace("approval", "approval service", f"raised {message(error)}", error, APPROVAL)
         prefix = "approval service failed: "
         raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
     outcome, any_arguments = exact_outcome(answer), False
     if type(answer) is ApprovalAnswer:
         outcome, any_arguments = exact_outcome(answer.outcome), answer.any_arguments is True
     if outcome is None:
-        call.trace("approval", "approval service", f"returned {shown(answer)}", answer)
+        call.trace("approval", "approval service", f"returned {shown(answer)}", answer, APPROVAL)
         raise StageFailed(
             failure_result(
                 f"approval service returned {shown(answer)}; expected an ApprovalAnswer or "
@@ -149,8 +172,8 @@ async def _answer(
                 ErrorCode.POLICY_ERROR,
             )
         )
-    if call.plan.tracer is not None:
-        call.trace("approval", "approval service", outcome.value, answer)
+    if call.plan.traced:
+        call.trace("approval", "approval service", outcome.value, answer, APPROVAL)
     return outcome, any_arguments
 
 
@@ -167,7 +190,9 @@ def _recalled(
             if value is not None and outcome not in REMEMBERED_OUTCOMES:
                 raise TypeError(f"recall() returned {shown(value)}; expected an always-outcome")
         except Exception as error:
-            call.trace("approval", "approval store", f"recall raised {message(error)}", error)
+            call.trace(
+                "approval", "approval store", f"recall raised {message(error)}", error, STORE
+            )
             logger.warning(
                 'tool "%s" (%s): approval store %s failed to recall; asking again: %s',
                 call.name,
@@ -178,8 +203,8 @@ def _recalled(
             return None
         if outcome is ApprovalOutcome.REJECTED_ALWAYS or found is None:
             found = outcome
-    if found is not None and call.plan.tracer is not None:
-        call.trace("approval", "approval store", f"remembered {found.value}", keys)
+    if found is not None and call.plan.traced:
+        call.trace("approval", "approval store", f"remembered {found.value}", keys, STORE)
     return found
 
 
@@ -188,11 +213,11 @@ def _remember(call: Call, store: ApprovalStore, key: ApprovalKey, outcome: Appro
     try:
         store.remember(key, outcome)
     except Exception as error:
-        call.trace("approval", "approval store", f"remember raised {message(error)}", error)
+        call.trace("approval", "approval store", f"remember raised {message(error)}", error, STORE)
         prefix = f'approval store failed to remember {outcome.value} for tool "{call.name}": '
         raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
-    if call.plan.tracer is not None:
-        call.trace("approval", "approval store", f"stored {outcome.value}", key)
+    if call.plan.traced:
+        call.trace("approval", "approval store", f"stored {outcome.value}", key, STORE)
 
 
 def _decision(call: Call, outcome: ApprovalOutcome, *, remembered: bool = False) -> Allow | Deny:
@@ -222,11 +247,11 @@ def guard(call: Call) -> str | None:
             else:
                 verdict = impl.function(execution)
         except Exception as error:
-            call.trace("guard", impl.label, f"raised {message(error)}", error)
+            call.trace("guard", impl.label, f"raised {message(error)}", error, impl.origin)
             prefix = f"guard {impl.label} failed: "
             raise StageFailed(error_result(error, ErrorCode.DENIED, prefix)) from None
-        if call.plan.tracer is not None:
-            call.trace("guard", impl.label, outcome(verdict), verdict)
+        if call.plan.traced:
+            call.trace("guard", impl.label, outcome(verdict), verdict, impl.origin)
         if verdict is None:
             continue
         if isinstance(verdict, str):
@@ -252,18 +277,18 @@ async def post_execute(call: Call, result: ToolExecutionResult) -> ToolExecution
                 decision = impl.function(execution, result)
             if decision is not None and is_awaitable(decision):
                 decision = await call.settle(decision)
-            if call.plan.tracer is not None:
-                call.trace("post_execute", impl.label, outcome(decision), decision)
+            if call.plan.traced:
+                call.trace("post_execute", impl.label, outcome(decision), decision, impl.origin)
             if decision is not None:
                 result = _folded(call, result, decision)
         except StageFailed:
             raise
         except Interrupted:
             # A policy that never decided: fail closed, keeping nothing it did not review.
-            call.trace("post_execute", impl.label, "interrupted")
+            call.trace("post_execute", impl.label, "interrupted", origin=impl.origin)
             raise StageFailed(call.aborted(())) from None
         except Exception as error:
-            call.trace("post_execute", impl.label, f"raised {message(error)}", error)
+            call.trace("post_execute", impl.label, f"raised {message(error)}", error, impl.origin)
             prefix = f"post-execute {impl.label} failed: "
             raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
     if call.cancelled() and not result.is_error:
@@ -318,9 +343,9 @@ def finalize(call: Call, result: ToolExecutionResult) -> ToolExecutionResult:
     finalize_content = call.entry.definition.finalize_content if call.entry is not None else None
     if finalize_content is not None:
         result = _finalized(call, finalize_content, result)
-        if call.plan.tracer is not None:
+        if call.plan.traced:
             call.trace("finalize", None, code(result), result)
-    if call.plan.tracer is not None:
+    if call.plan.traced:
         call.trace("result", None, code(result), result)
     return result
 
@@ -351,9 +376,12 @@ async def _shielded(call: Call, result: ToolExecutionResult, limit: float | None
 
 async def _observers(call: Call, result: ToolExecutionResult, limit: float) -> None:
     execution, tool = call.execution, call.tool
+    record = call.decision_record() if call.plan.recording else None
     for impl in call.plan.result:
         try:
-            if impl.arity == 3:
+            if impl.arity == 4:
+                observed = impl.function(execution, result, tool, record)
+            elif impl.arity == 3:
                 observed = impl.function(execution, result, tool)
             else:
                 observed = impl.function(execution, result)

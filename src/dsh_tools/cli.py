@@ -10,9 +10,10 @@ Tools only run with the policy the user asked for: a broken rules file stops the
 policy failed to load (exit 3), unless ``--allow-broken-plugins`` says to go on without it.
 
 Exit codes: 0 success; 1 the tool call failed (an ``is_error`` result), ``check`` found
-problems, or ``schemas`` found declarations its format refuses; 2 bad usage or input; 3 a
-plugin failed to load where that matters; 4 an unexpected internal error; 141 standard
-output was closed early (``| head``).
+problems, ``schemas`` found declarations its format refuses, or ``explain`` found the call
+would be denied or is invalid; 2 bad usage or input; 3 a plugin failed to load where that
+matters; 4 an unexpected internal error; 10 ``explain``: the call would ask a person for
+approval; 141 standard output was closed early (``| head``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ._version import __version__
 if TYPE_CHECKING:
     from .models import ApprovalOutcome, ApprovalRequest, ToolExecutionResult
     from .plugins import LoadReport
+    from .records import DecisionRecord
     from .registry import ToolRegistry
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     "EXIT_OUTPUT_CLOSED",
     "EXIT_PLUGINS",
     "EXIT_USAGE",
+    "EXIT_WOULD_ASK",
     "main",
 ]
 
@@ -48,11 +51,14 @@ EXIT_CALL_FAILED = 1
 EXIT_USAGE = 2
 EXIT_PLUGINS = 3
 EXIT_INTERNAL = 4
+EXIT_WOULD_ASK = 10
+"""``explain``: the call would ask for approval (neither a denial nor a clear run)."""
 
 CLI_AGENT = "cli"
 """The agent id of calls made from the command line (so ``Ask`` can reach a person)."""
 
-_RUNS_TOOLS = frozenset({"call", "serve-mcp"})
+_RUNS_TOOLS = frozenset({"call", "explain", "serve-mcp"})
+"""Commands whose answer depends on every policy plugin having loaded."""
 _RULES_ENTRY_POINT = "dsh_tools_plugins.permissions:default_permissions"
 
 
@@ -168,10 +174,23 @@ def _parser() -> argparse.ArgumentParser:
     call.add_argument(
         "--json", action="store_true", help="print the frozen result (or the error) as JSON"
     )
+    call.add_argument(
+        "--explain", action="store_true", help="print the call's decision record after the result"
+    )
+    explain = commands.add_parser(
+        "explain",
+        help="say what a call would do (run, deny, ask) without running it; exit 0, 1 or 10",
+    )
+    explain.add_argument("name", help="the tool to call")
+    explain.add_argument(
+        "arguments", nargs="?", default="{}", help="arguments as a JSON object, or - for stdin"
+    )
+    explain.add_argument("--json", action="store_true", help="print the explanation as JSON")
     commands.add_parser("check", help="validate every installed plugin; exit 1 on problems")
     replay = commands.add_parser("replay", help="render an audit log's calls as cards")
     replay.add_argument("log", help="the JSON Lines audit log (from --audit-log)")
     replay.add_argument("--rotated", action="store_true", help="include rotated files (LOG.N)")
+    replay.add_argument("--explain", action="store_true", help="print each call's decision record")
     serve = commands.add_parser("serve-mcp", help="serve the tools over MCP (extra: mcp)")
     serve.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP host (loopback by default)")
@@ -322,12 +341,40 @@ def _cmd_call(
     import anyio
 
     from .errors import ErrorCode
-    from .models import ToolExecutionFailure, ToolExecutionInput, result_to_json
+    from .models import ToolExecutionFailure, result_to_json
     from .presenting import present_call, present_result
     from .terminal import emit_card, render_call_view, render_result
 
     # Every attempt runs through the pipeline, an unknown tool or bad JSON included, so
     # that the audit log and every other observer see it.
+    call, not_json = _cli_call(options, stdin)
+    records = _Records()
+    if options.explain:
+        registry.add_plugin(records, name="cli-explain")
+    if not options.json:
+        emit_card(render_call_view(present_call(registry, call)), out)
+        out.flush()
+    result: ToolExecutionResult = anyio.run(_run_with_progress, registry, call, err)
+    if options.json:
+        data = result_to_json(result)
+        if options.explain:
+            data["decisionRecord"] = records.last.to_json()
+        out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    else:
+        emit_card(render_result(present_result(registry, call, result), result), out)
+        if options.explain:
+            out.write("\n".join(records.last.lines()) + "\n")
+    if not_json is not None:
+        err.write(f"dsh-tools: note: {not_json}\n")
+    if isinstance(result, ToolExecutionFailure) and result.code == ErrorCode.UNKNOWN_TOOL:
+        err.write(f"dsh-tools: note: known tools: {', '.join(registry.names()) or 'none'}\n")
+    return EXIT_CALL_FAILED if result.is_error else EXIT_OK
+
+
+def _cli_call(options: argparse.Namespace, stdin: TextIO) -> tuple[Any, str | None]:
+    """The call the command line describes, and why its arguments are not JSON, if not."""
+    from .models import ToolExecutionInput
+
     arguments, not_json = _read_arguments(options.arguments, stdin)
     call = ToolExecutionInput(
         call_id=f"cli-{int(time.time() * 1000)}",
@@ -335,19 +382,37 @@ def _cmd_call(
         arguments=arguments,
         agent=CLI_AGENT,
     )
-    if not options.json:
-        emit_card(render_call_view(present_call(registry, call)), out)
-        out.flush()
-    result: ToolExecutionResult = anyio.run(_run_with_progress, registry, call, err)
+    return call, not_json
+
+
+class _Records:
+    """A result observer that keeps the decision record of the last call (``--explain``)."""
+
+    def __init__(self) -> None:
+        self.records: list[DecisionRecord] = []
+
+    @property
+    def last(self) -> DecisionRecord:
+        return self.records[-1]
+
+    def dsh_tools_result(self, record: DecisionRecord) -> None:
+        self.records.append(record)
+
+
+def _cmd_explain(
+    registry: ToolRegistry, options: argparse.Namespace, out: TextIO, stdin: TextIO, err: TextIO
+) -> int:
+    call, not_json = _cli_call(options, stdin)
+    explained = registry.explain(call)
     if options.json:
-        out.write(json.dumps(result_to_json(result), indent=2, ensure_ascii=False) + "\n")
+        out.write(json.dumps(explained.to_json(), indent=2, ensure_ascii=False) + "\n")
     else:
-        emit_card(render_result(present_result(registry, call, result), result), out)
+        out.write("\n".join(explained.lines()) + "\n")
     if not_json is not None:
         err.write(f"dsh-tools: note: {not_json}\n")
-    if isinstance(result, ToolExecutionFailure) and result.code == ErrorCode.UNKNOWN_TOOL:
-        err.write(f"dsh-tools: note: known tools: {', '.join(registry.names()) or 'none'}\n")
-    return EXIT_CALL_FAILED if result.is_error else EXIT_OK
+    if explained.outcome == "run":
+        return EXIT_OK
+    return EXIT_WOULD_ASK if explained.outcome == "ask" else EXIT_CALL_FAILED
 
 
 async def _run_with_progress(registry: ToolRegistry, call: Any, err: TextIO) -> ToolExecutionResult:
@@ -398,6 +463,10 @@ def _cmd_replay(registry: ToolRegistry, options: argparse.Namespace, out: TextIO
             # The recorded failure, so that its card shows the code, as `call` does.
             result = ToolExecutionFailure(replayed.error, recorded.content, meta=recorded.meta)
         emit_card(render_result(replayed.result_card, result), out)
+        if options.explain:
+            record = replayed.record
+            lines = ["no decision record (written before records were kept)"]
+            out.write("\n".join(lines if record is None else record.lines()) + "\n")
     if count == 0:
         raise UsageError(f"{options.log!r} holds no audit event")
     out.write(f"{count} call(s)\n")
@@ -508,6 +577,7 @@ def main(
                 "plugins": lambda: _cmd_plugins(report, out),
                 "schemas": lambda: _cmd_schemas(registry, options, out, err),
                 "call": lambda: _cmd_call(registry, options, out, stdin, err),
+                "explain": lambda: _cmd_explain(registry, options, out, stdin, err),
                 "check": lambda: _cmd_check(registry, report, out),
                 "replay": lambda: _cmd_replay(registry, options, out),
                 "serve-mcp": lambda: _cmd_serve_mcp(registry, options),

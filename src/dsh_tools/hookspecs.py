@@ -19,6 +19,13 @@ implementation is awaited before the next runs. ``wrapper=True`` implementations
 accepted only on :func:`dsh_tools_execute`; the pipeline chains them the way pluggy chains
 wrappers (the last registered outermost unless ``tryfirst``/``trylast`` say otherwise; an
 error before or after a wrapper's ``yield`` is thrown into the wrappers outside it).
+
+**Dry runs.** ``registry.explain(call)`` runs pre-execute and the guards to say what would
+happen to a call, and nothing after them: no approval prompt, no wrapper, no body, no
+post-execute, no observer. Its ``execution.dry_run`` is ``True``. A pre-execute or guard
+implementation with a side effect (writing an audit entry, counting a rate limit, asking
+a remote service to reserve something) must check it and skip the side effect, deciding
+exactly as it would for the real call.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ if TYPE_CHECKING:
         ToolExecution,
         ToolExecutionResult,
     )
+    from .records import DecisionRecord
 
 __all__ = [
     "PROJECT_NAME",
@@ -81,8 +89,12 @@ def dsh_tools_pre_execute(
     May be ``async def``.
 
     Runs for unknown tool names too (policy sees every name), so a ``Deny`` wins over
-    ``UNKNOWN_TOOL``. Raising, or returning anything that is not a decision, fails the
-    call closed with ``POLICY_ERROR``; guards, body and post-execute are skipped.
+    ``UNKNOWN_TOOL``. Runs in dry runs too (``execution.dry_run``): decide as usual, but
+    skip any side effect. ``Deny``, ``Ask`` and ``Allow`` take an optional ``detail``
+    (a JSON object saying what decided) that decision records keep.
+
+    Raising, or returning anything that is not a decision, fails the call closed with
+    ``POLICY_ERROR``; guards, body and post-execute are skipped.
 
     :param execution: the call, with frozen arguments; read-only.
     :param tool: the definition the name resolved to (``None`` for an unknown name).
@@ -105,6 +117,9 @@ def dsh_tools_guard(execution: ToolExecution, tool: ToolDefinition[Any] | None) 
     string denies, the empty string included; no implementation can re-allow a call a
     guard denied, whatever the order. A raising guard denies too (fails closed). Guards
     are plain synchronous functions: they must be quick and cannot await.
+
+    Guards also run in a dry run (``execution.dry_run``, see the module docstring): a
+    guard with a side effect must skip it then.
 
     :param execution: the call, with frozen arguments; read-only.
     :param tool: the definition the name resolved to (``None`` for an unknown name).
@@ -194,7 +209,10 @@ def dsh_tools_post_execute(
 
 @hookspec
 def dsh_tools_result(
-    execution: ToolExecution, result: ToolExecutionResult, tool: ToolDefinition[Any] | None
+    execution: ToolExecution,
+    result: ToolExecutionResult,
+    tool: ToolDefinition[Any] | None,
+    record: DecisionRecord | None,
 ) -> None:
     """Observe the final, frozen outcome of every call, exactly once per call.
 
@@ -202,9 +220,16 @@ def dsh_tools_result(
     An observer that raises is logged (logger ``dsh_tools``) and contained; the other
     observers still run and the caller gets the same result object observers saw.
 
+    Name a ``record`` parameter to get each call's
+    :class:`~dsh_tools.records.DecisionRecord`: every step of the call (which plugin
+    abstained, allowed, denied or asked, the approval answer, the guards, how often the
+    body was dispatched, post-execute, timings). Only scopes with such an observer
+    collect records; the others pay nothing for them.
+
     :param execution: the call; ``arguments`` is ``None`` if they were not JSON.
     :param result: the final, JSON-safe result ``execute()`` returns.
     :param tool: the definition the name resolved to (``None`` for an unknown name).
+    :param record: the call's decision record (always set when the parameter is named).
 
     Use in plugins::
 

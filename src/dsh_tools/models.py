@@ -19,6 +19,7 @@ from .content import ContentLike, ContextMessage, content_blocks, content_text
 from .errors import DefinitionError, ErrorCode
 from .json import FrozenDict, FrozenList, JsonValue, snapshot, thaw, unicode_text
 from .paths import ToolPaths
+from .records import detail_object
 
 if TYPE_CHECKING:
     from .approvals import ApprovalAnswer
@@ -137,6 +138,9 @@ class ToolExecution:
     parent: ExecutionToken | None
     root_call_id: str
     signal: CancelSignal | None
+    dry_run: bool = False
+    """``True`` while ``registry.explain`` asks what would happen to the call: nothing
+    will run it, so a stage must not act as if it did (no audit entry, no side effect)."""
 
 
 # --------------------------------------------------------------------------- results
@@ -228,22 +232,37 @@ def result_to_json(result: ToolExecutionResult) -> dict[str, Any]:
 
 @attrs.frozen
 class Allow:
-    """Pre-execute: let the call proceed (guards still run)."""
+    """Pre-execute: let the call proceed (guards still run). ``detail`` (a JSON object,
+    keyword only, as for ``Deny`` and ``Ask``) says what decided; decision records keep
+    it (the permission rules put the deciding rule there), the model never sees it, and
+    decisions compare (and show in traces) the same whatever their details."""
+
+    detail: FrozenDict | None = attrs.field(
+        default=None, kw_only=True, eq=False, repr=False, converter=detail_object
+    )
 
 
 @attrs.frozen
 class Deny:
-    """Pre-execute: refuse the call; ``reason`` becomes the model-facing error."""
+    """Pre-execute: refuse the call; ``reason`` becomes the model-facing error.
+    ``detail`` (a JSON object) says what decided, for decision records."""
 
     reason: str = attrs.field(validator=attrs.validators.instance_of(str))
+    detail: FrozenDict | None = attrs.field(
+        default=None, kw_only=True, eq=False, repr=False, converter=detail_object
+    )
 
 
 @attrs.frozen
 class Ask:
-    """Pre-execute: ask the approval service; anything but an allowed outcome denies."""
+    """Pre-execute: ask the approval service; anything but an allowed outcome denies.
+    ``detail`` (a JSON object) says what asked, for decision records."""
 
     reason: str | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
+    )
+    detail: FrozenDict | None = attrs.field(
+        default=None, kw_only=True, eq=False, repr=False, converter=detail_object
     )
 
 

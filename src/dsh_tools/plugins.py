@@ -44,6 +44,7 @@ import attrs
 
 from .errors import PluginConfigError, PluginError
 from .models import ToolDefinition
+from .records import Origin
 
 if TYPE_CHECKING:
     from importlib_metadata import EntryPoint
@@ -466,8 +467,9 @@ def _load_guard(registry: ToolRegistry, entry_point: EntryPoint) -> _Loaded:
         raise _LoadFailure(
             f"expected a guard function fn(execution) -> str | None, got {_type_name(guard)}"
         )
+    origin = Origin(entry_point.name, _origin(entry_point)[0])
     with _failing_as("registering the guard failed: "):
-        disposer = registry.guard(guard)
+        disposer = registry._add_guard((), guard, origin)
     return (), ("dsh_tools_guard",), disposer
 
 
@@ -479,6 +481,7 @@ def _load_plugin(registry: ToolRegistry, entry_point: EntryPoint) -> _Loaded:
             plugin = plugin()
     with _failing_as("registering the plugin failed: "):
         disposer = registry.add_plugin(plugin, name=entry_point.name)
+    registry._pm.set_distribution(entry_point.name, _origin(entry_point)[0])
     callers = registry.plugin_manager.get_hookcallers(plugin) or []
     return (), tuple(sorted(caller.name for caller in callers)), disposer
 

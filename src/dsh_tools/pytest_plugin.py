@@ -44,7 +44,8 @@ def approval_script() -> ScriptedApproval:
 @pytest.fixture
 def call_recorder() -> CallRecorder:
     """Records every stage of every call of the ``tool_registry`` fixture:
-    ``call_recorder.last.stages``, ``.outcomes("guard")``, ``.result``."""
+    ``call_recorder.last.stages``, ``.outcomes("guard")``, ``.result``, and the call's
+    decision record, ``.record`` (``.record.decided_by``, ``.record.to_json()``)."""
     from .testing import CallRecorder
 
     return CallRecorder()

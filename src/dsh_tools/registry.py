@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from . import _drivers
+from . import _drivers, _explain
 from ._layers import Layer, restriction, visible
-from ._loops import refuse_inside_a_loop
+from ._loops import drive, refuse_inside_a_loop, run_on_own_loop
 from ._manager import PluginManager
-from ._plan import Plan, ToolEntry, build_plan, label
+from ._plan import Plan, ToolEntry, build_plan, guard_impl, label
 from .approvals import ApprovalStore, MemoryApprovalStore
 from .errors import DefinitionError, RegistrationError
 from .models import (
@@ -36,6 +36,7 @@ from .tracing import Tracer
 
 if TYPE_CHECKING:
     from .presentation import ToolCallView, ToolResultView
+    from .records import Explanation, Origin
 
 __all__ = ["Disposer", "Guard", "ToolRegistry", "ToolScope"]
 
@@ -164,6 +165,28 @@ class _ViewBase:
             return _drivers.execute_sync(plan, registry, call)
         plan, routed = self._planned(call)
         return _drivers.execute_sync(plan, registry, routed)
+
+    def explain(self, call: ToolExecutionInput) -> Explanation:
+        """What would happen to ``call``, without running it: a policy dry run.
+
+        Validates the arguments and runs pre-execute and the guards, as the call would
+        see them through this view, but never the approval service, the wrappers, the
+        body, post-execute or the result observers, and the plugins see
+        ``execution.dry_run`` set. Returns an :class:`~dsh_tools.records.Explanation`:
+        ``run``, ``deny`` (with the deciding plugin, its reason and, for permission
+        rules, the rule), ``ask`` (with what an approval would lead to) or ``invalid``.
+        Raises :class:`RuntimeError` inside a running event loop (use
+        :meth:`explain_async` there).
+        """
+        refuse_inside_a_loop()
+        plan, routed = self._planned(call)
+        run = _explain.explain(plan, self._registry, routed)
+        return run_on_own_loop(run) if plan.needs_loop else drive(run)
+
+    async def explain_async(self, call: ToolExecutionInput) -> Explanation:
+        """:meth:`explain` for asynchronous hosts."""
+        plan, routed = self._planned(call)
+        return await _explain.explain(plan, self._registry, routed)
 
     def _planned(self, call: ToolExecutionInput) -> tuple[Plan, ToolExecutionInput]:
         """The plan that runs ``call``, and the call routed to this view's agent."""
@@ -325,7 +348,10 @@ class ToolRegistry(_ViewBase):
 
         return dispose
 
-    def _add_guard(self, path: tuple[str, ...], fn: Guard) -> Disposer:
+    def _add_guard(
+        self, path: tuple[str, ...], fn: Guard, origin: Origin | None = None
+    ) -> Disposer:
+        """Add a guard; ``origin`` names an entry point's guard and its distribution."""
         if not callable(fn):
             raise RegistrationError(f"guard() expects a callable, got {type(fn).__qualname__}")
         if inspect.iscoroutinefunction(fn):
@@ -334,7 +360,7 @@ class ToolRegistry(_ViewBase):
                 "(put asynchronous policy in dsh_tools_pre_execute)"
             )
         layer = self._layer(path)
-        record = (fn, label(fn))
+        record = guard_impl(fn, label(fn), origin)
         layer.guards.append(record)
         self._changed()
 

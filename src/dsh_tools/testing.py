@@ -22,6 +22,7 @@ from .models import (
     ToolExecutionSuccess,
     result_to_json,
 )
+from .records import DecisionRecord
 from .tracing import TraceEvent
 
 __all__ = [
@@ -100,6 +101,12 @@ class RecordedCall:
     def outcomes(self, stage: str) -> list[str]:
         """The outcome strings of every event of ``stage`` (for example each guard's)."""
         return [event.outcome for event in self.events if event.stage == stage]
+
+    @property
+    def record(self) -> DecisionRecord:
+        """The call's decision record, as a ``record`` observer and the audit log get it:
+        ``call_recorder.last.record.decided_by.source``."""
+        return DecisionRecord.from_events(self.events)
 
 
 class CallRecorder:

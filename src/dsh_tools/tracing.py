@@ -14,6 +14,7 @@ import attrs
 
 if TYPE_CHECKING:
     from .models import ToolExecution
+    from .records import Origin
 
 __all__ = ["Stage", "TraceEvent", "Tracer"]
 
@@ -38,7 +39,9 @@ class TraceEvent:
     ``source`` names the plugin, guard or service that acted (``None`` for the pipeline);
     ``outcome`` is a short human-readable word or decision (``"abstained"``,
     ``"Deny('no')"``, ``"allowed-once"``, a result code); ``detail`` is the object itself
-    (the decision, the result) for assertions.
+    (the decision, the result) for assertions. ``origin`` says who ``source`` is (a
+    plugin's registered name and distribution), ``at`` when the step ended
+    (``time.perf_counter()``); :class:`~dsh_tools.records.DecisionRecord` reads both.
     """
 
     stage: Stage
@@ -46,6 +49,8 @@ class TraceEvent:
     source: str | None
     outcome: str
     detail: object = None
+    origin: Origin | None = None
+    at: float = 0.0
 
 
 Tracer = Callable[[TraceEvent], None]

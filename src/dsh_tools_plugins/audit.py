@@ -8,10 +8,12 @@
   the body starts whatever other plugins decide first, and a wrapper that retries still
   gives one event per call. (In pre-execute, a ``tryfirst`` plugin deciding first would
   skip it; as an execute wrapper, it would cost every ``execute_sync`` call an event
-  loop.) A dry run that must not log should not run the guards;
-* a ``dsh_tools_result`` observer that writes the ``tool/result`` event. Calls that never
-  pass the guards (denied, arguments that are not JSON, a call cancelled or a policy
-  failing before them) get their ``tool/call`` event written here, with the result.
+  loop.) A dry run (``registry.explain``: ``execution.dry_run``) writes nothing;
+* a ``dsh_tools_result`` observer that writes the ``tool/result`` event, with the call's
+  decision record (:class:`dsh_tools.records.DecisionRecord`, what each stage decided) as
+  ``record``. Calls that never pass the guards (denied, arguments that are not JSON, a
+  call cancelled or a policy failing before them) get their ``tool/call`` event written
+  here, with the result.
 
 Every event is one line of compact JSON (UTF-8), written with a single ``write`` of the
 whole line followed by ``flush`` and ``os.fsync``: when ``execute()`` returns, the
@@ -25,7 +27,7 @@ written denies the call (a raising guard denies): a call is not run unrecorded. 
     {"event": "tool/result", "time": "...", "started": "...", "duration_ms": 1.25,
      "call_id": "c1", "root_call_id": "c1", "agent": null, "name": "read_file",
      "is_error": false, "content": [{"type": "text", "text": "..."}], "error": null,
-     "meta": null}
+     "meta": null, "record": {"call_id": "c1", "outcome": "ok", "steps": [...], ...}}
 
 ``error`` is ``{"message": ..., "info": {"name": ..., "code": ...}}`` for failures.
 ``duration_ms`` runs from the ``tool/call`` event (0 for calls that never passed the
@@ -82,6 +84,7 @@ from dsh_tools.presentation import GenericResultView, ToolCallView, ToolResultVi
 from dsh_tools.presenting import present_call, present_result
 
 if TYPE_CHECKING:
+    from dsh_tools.records import DecisionRecord
     from dsh_tools.registry import ToolRegistry, ToolScope
 
 __all__ = [
@@ -196,6 +199,8 @@ class AuditLog:
 
     @hookimpl(tryfirst=True)
     def dsh_tools_guard(self, execution: ToolExecution) -> None:
+        if execution.dry_run:
+            return
         time_text, started = _now(), time.perf_counter()
         self._write(_encode(self._call_event(execution, time_text)))
         token = execution.token
@@ -203,7 +208,9 @@ class AuditLog:
         weakref.finalize(execution, self._started.pop, token, None)
 
     @hookimpl
-    def dsh_tools_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+    def dsh_tools_result(
+        self, execution: ToolExecution, result: ToolExecutionResult, record: DecisionRecord
+    ) -> None:
         finished_text, finished = _now(), time.perf_counter()
         started = self._started.pop(execution.token, None)
         lines = b""
@@ -220,6 +227,7 @@ class AuditLog:
             "content": thaw(result.content),
             "error": None,
             "meta": thaw(result.meta),
+            "record": record.to_json(),
         }
         if isinstance(result, ToolExecutionFailure):
             info = result.error.info
@@ -394,7 +402,8 @@ class ReplayedCall(NamedTuple):
 
     ``result`` and ``result_card`` are ``None`` when the log has no result for the call
     (the process ended while it ran). ``error`` is the failure's message and code, for
-    failed calls.
+    failed calls. ``record`` is the call's decision record, when the log has one (logs
+    written by version 0.1.0 do not).
     """
 
     call: ToolExecutionInput
@@ -402,6 +411,7 @@ class ReplayedCall(NamedTuple):
     call_card: ToolCallView
     result_card: ToolResultView | None
     error: ToolFailure | None
+    record: DecisionRecord | None = None
 
 
 def replay(
@@ -440,6 +450,7 @@ def replay(
             call_card=present_call(view, call),
             result_card=present_result(view, call, result) or GenericResultView(),
             error=_failure(data.get("error")),
+            record=_record(data.get("record")),
         )
     for call in pending.values():
         yield ReplayedCall(call, None, present_call(view, call), None, None)
@@ -456,6 +467,18 @@ def _call_input(data: FrozenDict) -> ToolExecutionInput:
         agent=agent if isinstance(agent, str) else None,
         root_call_id=root if isinstance(root, str) else None,
     )
+
+
+def _record(data: object) -> DecisionRecord | None:
+    """The decision record an event holds; ``None`` when it has none or it is damaged."""
+    from dsh_tools.records import DecisionRecord
+
+    if not isinstance(data, dict):
+        return None
+    try:
+        return DecisionRecord.from_json(data)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _failure(error: object) -> ToolFailure | None:

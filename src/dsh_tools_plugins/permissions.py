@@ -608,6 +608,8 @@ class PermissionRules:
         self._guards = tuple(
             (index, rule) for index, rule in enumerate(self.rules, 1) if rule.enforce == "guard"
         )
+        self._places: tuple[tuple[int | None, str | None], ...] = ()
+        """Each rule's line and text in the rules file (read from TOML text only)."""
 
     # ------------------------------------------------------------------ loading
 
@@ -666,13 +668,16 @@ class PermissionRules:
             sandbox = _sandbox_from_table(text, source, document["sandbox"])
         default = document.get("default", "ask")
         try:
-            return cls(rules, default, source=source, sandbox=sandbox)
+            policy = cls(rules, default, source=source, sandbox=sandbox)
         except RulesError as error:
             raise RulesError(
                 error.problem,
                 source=source,
                 line=_top_key_line(text, "default"),
             ) from None
+        if len(headers) == len(rules):
+            policy._places = tuple(_rule_place(text, start) for start in headers)
+        return policy
 
     # ------------------------------------------------------------------ deciding
 
@@ -694,7 +699,7 @@ class PermissionRules:
         tool: ToolDefinition[Any] | None,
     ) -> Allow | Deny | Ask | None:
         """Like :meth:`decide`, but ``None`` for an unmatched call under an allow default."""
-        allowed = False
+        allowed = 0  # the first allowing rule's index
         asked: tuple[int, Rule] | None = None
         args: Mapping[str, object] = arguments or {}
         reach = _call_reach(tool, args)
@@ -702,20 +707,37 @@ class PermissionRules:
             if not rule._matches(name, args, self._contained, reach):
                 continue
             if rule.action == "deny":
-                return Deny(self._reason(rule, index, name))
+                return Deny(self._reason(rule, index, name), detail=self._detail(rule, index))
             if rule.action == "ask":
                 asked = asked or (index, rule)
-            else:
-                allowed = True
+            elif not allowed:
+                allowed = index
         if asked is not None:
-            return Ask(self._reason(asked[1], asked[0], name))
+            index, rule = asked
+            return Ask(self._reason(rule, index, name), detail=self._detail(rule, index))
         if allowed:
-            return Allow()
+            return Allow(detail=self._detail(self.rules[allowed - 1], allowed))
+        default = {"default": self.default, "file": self.source}
         if self.default == "deny":
-            return Deny(f'tool "{name}" is not allowed by the permission rules{self._from()}')
+            reason = f'tool "{name}" is not allowed by the permission rules{self._from()}'
+            return Deny(reason, detail=default)
         if self.default == "ask":
-            return Ask(f'no permission rule{self._from()} covers tool "{name}"')
+            return Ask(f'no permission rule{self._from()} covers tool "{name}"', detail=default)
         return None
+
+    def _detail(self, rule: Rule, index: int) -> dict[str, object]:
+        """What decision records show of the deciding rule: where it is and its text."""
+        line, text = self._places[index - 1] if index <= len(self._places) else (None, None)
+        return {
+            "rule": {
+                "index": index,
+                "name": rule.name,
+                "action": rule.action,
+                "file": self.source,
+                "line": line,
+                "text": text,
+            }
+        }
 
     def _from(self) -> str:
         return f" in {self.source}" if self.source else ""
@@ -788,6 +810,18 @@ def _line_of(text: str, offset: int) -> int:
 def _rule_headers(text: str) -> list[int]:
     """Offsets of the ``[[rule]]`` header lines, in order."""
     return [match.start() for match in _HEADER.finditer(text)]
+
+
+def _rule_place(text: str, start: int) -> tuple[int, str]:
+    """The line of the ``[[rule]]`` header at ``start`` and the rule's text: the header
+    and its keys, up to the next table, without comments or blank lines."""
+    following = _TABLE.search(
+        text, text.index("\n", start) + 1 if "\n" in text[start:] else len(text)
+    )
+    end = following.start() if following else len(text)
+    lines = [line.strip() for line in text[start:end].splitlines()]
+    kept = [line for line in lines if line and not line.startswith("#")]
+    return _line_of(text, start), "\n".join(kept)
 
 
 def _first_table(text: str) -> int:
@@ -982,4 +1016,6 @@ def default_permissions() -> PermissionRules:
         return default_rules(_with_overrides(SandboxSettings()))
     rules = PermissionRules.from_toml(path)
     sandbox = _with_overrides(rules.sandbox or SandboxSettings())
-    return PermissionRules(rules.rules, rules.default, source=rules.source, sandbox=sandbox)
+    policy = PermissionRules(rules.rules, rules.default, source=rules.source, sandbox=sandbox)
+    policy._places = rules._places  # where each rule is, for decision records
+    return policy

@@ -186,7 +186,7 @@ def test_a_killed_process_loses_nothing(tmp_path: Path, ending: str) -> None:
 
 def test_rotation_by_size(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
-    registry = echo_registry(AuditLog(path, max_bytes=700, backups=2))
+    registry = echo_registry(AuditLog(path, max_bytes=1500, backups=2))
 
     for index in range(8):
         registry.execute_sync(ToolExecutionInput(f"c{index}", "echo", {"text": "x" * 50}))
@@ -194,7 +194,7 @@ def test_rotation_by_size(tmp_path: Path) -> None:
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["audit.jsonl", "audit.jsonl.1", "audit.jsonl.2"]
     for name in names:
-        assert (tmp_path / name).stat().st_size <= 700
+        assert (tmp_path / name).stat().st_size <= 1500
     events = list(read_audit_log(path, rotated=True, strict=True))
     ids = [e.call_id for e in events if e.event == "tool/result"]
     assert ids == sorted(ids)  # oldest first
@@ -474,3 +474,39 @@ def test_calls_whose_result_is_never_observed_do_not_accumulate(tmp_path: Path) 
     finally:
         tracemalloc.stop()
     assert grown < 20_000, f"{grown} bytes kept for 300 finished calls"
+
+
+def test_each_result_event_holds_the_decision_record_and_replay_reads_it(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    registry = echo_registry(AuditLog(path))
+
+    class NoBoom:
+        @hookimpl
+        def dsh_tools_pre_execute(self, execution: ToolExecution) -> Deny | None:
+            if execution.arguments and execution.arguments["text"] == "boom":
+                return Deny("no booms", detail={"why": "loud"})
+            return None
+
+    registry.add_plugin(NoBoom(), name="no-boom")
+    registry.execute_sync(ToolExecutionInput("c1", "echo", {"text": "hi"}))
+    registry.execute_sync(ToolExecutionInput("c2", "echo", {"text": "boom"}))
+
+    results = [event for event in lines(path) if event["event"] == "tool/result"]
+    assert [event["record"]["outcome"] for event in results] == ["ok", "DENIED"]
+    denial = [step for step in results[1]["record"]["steps"] if step["decision"] == "deny"]
+    assert denial == [
+        {
+            "stage": "pre_execute",
+            "source": "no-boom",
+            "decision": "deny",
+            "reason": "no booms",
+            "detail": {"why": "loud"},
+            "at_ms": denial[0]["at_ms"],
+            "ms": denial[0]["ms"],
+        }
+    ]
+    replayed = list(replay(path, registry))
+    assert [r.record.outcome if r.record else None for r in replayed] == ["ok", "DENIED"]
+    decided = replayed[1].record.decided_by if replayed[1].record else None
+    assert decided is not None
+    assert (decided.source, decided.reason) == ("no-boom", "no booms")

@@ -467,3 +467,67 @@ def test_the_configured_sandbox_is_the_rules_files_with_the_commands_flags_over_
     monkeypatch.setenv("DSH_TOOLS_NETWORK", "yes")
     with pytest.raises(RulesError, match=r'^\$DSH_TOOLS_NETWORK: must be "on" or "off"'):
         default_permissions()
+
+
+def test_a_decision_record_names_the_deciding_rule_its_file_line_and_text(
+    tmp_path: Path,
+) -> None:
+    from dsh_tools.testing import CallRecorder
+
+    rules_file = tmp_path / "rules.toml"
+    rules_file.write_text(
+        textwrap.dedent(
+            """\
+            default = "deny"
+
+            [[rule]]
+            action = "allow"
+            tool = "echo"
+
+            # no shouting
+            [[rule]]
+            name = "quiet"
+            action = "deny"
+            tool = "echo"
+            argument_equals = {text = "LOUD"}
+            """
+        ),
+        encoding="utf-8",
+    )
+    recorder = CallRecorder()
+    registry = ToolRegistry(tracer=recorder)
+    registry.register(
+        define_tool(
+            name="echo",
+            description="echo",
+            parameters={"text": {"type": "string", "required": True}},
+            execute=lambda args, ctx: args["text"],
+        )
+    )
+    registry.add_plugin(PermissionRules.from_toml(rules_file), name="permissions")
+
+    registry.execute_sync(ToolExecutionInput("c1", "echo", {"text": "LOUD"}))
+    decided = recorder.last.record.decided_by
+    assert decided is not None
+    assert (decided.source, decided.decision) == ("permissions", "deny")
+    assert decided.detail == {
+        "rule": {
+            "index": 2,
+            "name": "quiet",
+            "action": "deny",
+            "file": str(rules_file),
+            "line": 8,
+            "text": '[[rule]]\nname = "quiet"\naction = "deny"\ntool = "echo"\n'
+            'argument_equals = {text = "LOUD"}',
+        }
+    }
+
+    registry.execute_sync(ToolExecutionInput("c2", "echo", {"text": "soft"}))
+    [allowed] = recorder.last.record.of("pre_execute")
+    assert allowed.decision == "allow"
+    assert allowed.detail is not None
+    assert allowed.detail["rule"] == {**allowed.detail["rule"], "index": 1, "line": 3}
+
+    registry.execute_sync(ToolExecutionInput("c3", "other", {}))
+    [defaulted] = recorder.last.record.of("pre_execute")
+    assert defaulted.detail == {"default": "deny", "file": str(rules_file)}

@@ -1,0 +1,88 @@
+"""The policy dry run: what would happen to a call, without running any of it.
+
+:func:`explain` runs the stages that decide, pre-execute and then the guards, and the body
+step's checks (the tool exists, its arguments validate), on a copy of the scope's plan
+that keeps every step (:meth:`dsh_tools._plan.Plan.dry_run`). It never asks the approval
+service, and never runs a wrapper, the body, post-execute or an observer. The execution
+it shows the plugins has ``dry_run=True``, so a deciding plugin with a side effect (the
+audit log's guard) skips it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._call import Call, Interrupted, StageFailed
+from ._drivers import _frozen
+from ._results import error_result
+from ._stages import ALLOW, first_decision, guard, unroutable
+from .errors import ErrorCode, JsonValueError
+from .models import Ask, Deny, ToolExecutionInput
+from .records import DecisionStep, Explanation
+
+if TYPE_CHECKING:
+    from ._plan import Plan
+    from .registry import ToolRegistry
+
+
+async def explain(plan: Plan, registry: ToolRegistry, call: ToolExecutionInput) -> Explanation:
+    """What a real call would come to: ``run``, ``deny``, ``ask`` or ``invalid``."""
+    state = Call(plan.dry_run(), registry, call, _frozen(call.arguments), plan.tools.get(call.name))
+    state.record(dry_run=True)
+    state.trace("call", None, "entered")
+    arguments = state.arguments
+    if isinstance(arguments, JsonValueError):
+        reason = (
+            f"tool execution arguments must be losslessly JSON-serializable: {arguments.message}"
+        )
+        return _explained(state, "invalid", reason, ErrorCode.INVALID_JSON)
+    try:
+        decision = await first_decision(state) if state.plan.pre else ALLOW
+    except StageFailed as failed:
+        return _explained(state, "deny", failed.result.error.message, failed.result.code, True)
+    except Interrupted:
+        return _explained(state, "deny", "the call was cancelled", ErrorCode.ABORTED, True)
+    if isinstance(decision, Deny):
+        return _explained(state, "deny", decision.reason, ErrorCode.DENIED, True)
+    if isinstance(decision, Ask):
+        refused = unroutable(state, decision)
+        if refused is not None:
+            return _explained(state, "deny", refused.reason, ErrorCode.DENIED, True)
+        asked = _steps(state)[-1]
+        approved = _after_policy(state)
+        return Explanation("ask", decision.reason, None, asked, approved, _steps(state))
+    return _after_policy(state)
+
+
+def _after_policy(call: Call) -> Explanation:
+    """The guards, then the body step's checks, for a call policy allowed."""
+    try:
+        reason = guard(call) if call.plan.guards else None
+    except StageFailed as failed:
+        return _explained(call, "deny", failed.result.error.message, failed.result.code, True)
+    if reason is not None:
+        return _explained(call, "deny", reason, ErrorCode.DENIED, True)
+    entry = call.resolve()
+    if entry is None:
+        return _explained(call, "invalid", call.unknown().error.message, ErrorCode.UNKNOWN_TOOL)
+    try:
+        call.parse(entry)
+    except Exception as error:
+        failure = error_result(error, ErrorCode.INVALID_ARGS)
+        return _explained(call, "invalid", failure.error.message, failure.code)
+    return Explanation("run", steps=_steps(call))
+
+
+def _explained(
+    call: Call, outcome: str, reason: str, code: str | ErrorCode, by_last_step: bool = False
+) -> Explanation:
+    """An explanation whose deciding step, if a plugin decided, is the last one taken."""
+    steps = _steps(call)
+    decided = steps[-1] if by_last_step and len(steps) > 1 else None
+    text = code.value if isinstance(code, ErrorCode) else code
+    return Explanation(outcome, reason, text, decided, None, steps)
+
+
+def _steps(call: Call) -> tuple[DecisionStep, ...]:
+    """Every step the dry run has taken so far."""
+    return call.decision_record().steps
