@@ -815,9 +815,8 @@ def _rule_headers(text: str) -> list[int]:
 def _rule_place(text: str, start: int) -> tuple[int, str]:
     """The line of the ``[[rule]]`` header at ``start`` and the rule's text: the header
     and its keys, up to the next table, without comments or blank lines."""
-    following = _TABLE.search(
-        text, text.index("\n", start) + 1 if "\n" in text[start:] else len(text)
-    )
+    after_header = text.find("\n", start) + 1 or len(text)
+    following = _TABLE.search(text, after_header)
     end = following.start() if following else len(text)
     lines = [line.strip() for line in text[start:end].splitlines()]
     kept = [line for line in lines if line and not line.startswith("#")]
