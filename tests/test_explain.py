@@ -220,3 +220,26 @@ def test_scopes_explain_with_their_own_plugins_and_async_hosts_can_await_it() ->
         return (await registry.scope("locked").explain_async(call())).outcome
 
     assert anyio.run(main) == "deny"
+
+
+def test_a_remembered_answer_decides_as_it_would_for_the_call() -> None:
+    approval = ScriptedApproval()
+    registry = ToolRegistry(approval=approval)
+    registry.register(echo([]))
+    registry.add_plugin(Everything(Ask("a person decides")))
+    agent = registry.scope("agent")
+    approval.answer("allowed-always", "rejected-always")
+
+    agent.execute_sync(call({"text": "fine"}))
+    agent.execute_sync(call({"text": "never"}))
+
+    assert agent.explain(call({"text": "fine"})).outcome == "run"
+    refused = agent.explain(call({"text": "never"}))
+    assert (refused.outcome, refused.reason) == (
+        "deny",
+        'the user rejected tool "echo" (a remembered answer)',
+    )
+    assert refused.decided_by is not None
+    assert refused.decided_by.source == "approval store"
+    assert agent.explain(call({"text": "new"})).outcome == "ask"
+    assert len(approval.requests) == 2

@@ -29,7 +29,13 @@ from ._stages import ALLOW, code, decide, finalize, guard, observe, post_execute
 from ._wrappers import execute as execute_stage
 from .errors import ErrorCode, JsonValueError
 from .json import FrozenDict, snapshot
-from .models import Deny, ToolExecutionInput, ToolExecutionResult, failure_result
+from .models import (
+    Deny,
+    ToolExecutionFailure,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    failure_result,
+)
 
 if TYPE_CHECKING:
     from ._plan import Plan
@@ -49,7 +55,7 @@ def start(plan: Plan, registry: ToolRegistry, call: ToolExecutionInput) -> Run:
     name, raw = call.name, call.arguments
     entry = plan.tools.get(name)
     admitted = None if entry is None else entry.admit(raw)
-    arguments = admitted if admitted is not None else _frozen(raw)
+    arguments = admitted if admitted is not None else frozen_arguments(raw)
     state = Call(plan, registry, call, arguments, entry, admitted)
     if state.signal is None and name in plan.direct and type(arguments) is FrozenDict:
         return run_body(state)
@@ -104,10 +110,7 @@ async def _decided_and_dispatched(call: Call) -> ToolExecutionResult:
         not_json = isinstance(arguments, JsonValueError)
         call.trace("call", None, "arguments not JSON" if not_json else "entered")
     if isinstance(arguments, JsonValueError):
-        message = (
-            f"tool execution arguments must be losslessly JSON-serializable: {arguments.message}"
-        )
-        raise StageFailed(failure_result(message, ErrorCode.INVALID_JSON))
+        raise StageFailed(arguments_not_json(arguments))
     if call.cancelled():
         raise StageFailed(call.aborted())
     try:
@@ -129,7 +132,13 @@ async def _decided_and_dispatched(call: Call) -> ToolExecutionResult:
     return result
 
 
-def _frozen(value: object) -> FrozenDict | JsonValueError:
+def arguments_not_json(error: JsonValueError) -> ToolExecutionFailure:
+    """The failure of a call whose arguments are not a JSON object (before any policy)."""
+    message = f"tool execution arguments must be losslessly JSON-serializable: {error.message}"
+    return failure_result(message, ErrorCode.INVALID_JSON)
+
+
+def frozen_arguments(value: object) -> FrozenDict | JsonValueError:
     """The call's arguments snapshotted once, or the error saying why they are not a JSON
     object (the call then fails before any policy runs)."""
     try:

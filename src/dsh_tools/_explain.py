@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._call import Call, Interrupted, StageFailed
-from ._drivers import _frozen
+from ._drivers import arguments_not_json, frozen_arguments
 from ._results import error_result
-from ._stages import ALLOW, first_decision, guard, unroutable
+from ._stages import ALLOW, approval_keys, first_decision, guard, remembered, unroutable
 from .errors import ErrorCode, JsonValueError
 from .models import Ask, Deny, ToolExecutionInput
 from .records import DecisionStep, Explanation
@@ -27,17 +27,21 @@ if TYPE_CHECKING:
 
 async def explain(plan: Plan, registry: ToolRegistry, call: ToolExecutionInput) -> Explanation:
     """What a real call would come to: ``run``, ``deny``, ``ask`` or ``invalid``."""
-    state = Call(plan.dry_run(), registry, call, _frozen(call.arguments), plan.tools.get(call.name))
+    state = Call(
+        plan.dry_run(), registry, call, frozen_arguments(call.arguments), plan.tools.get(call.name)
+    )
     state.record(dry_run=True)
     state.trace("call", None, "entered")
     arguments = state.arguments
     if isinstance(arguments, JsonValueError):
-        reason = (
-            f"tool execution arguments must be losslessly JSON-serializable: {arguments.message}"
-        )
-        return _explained(state, "invalid", reason, ErrorCode.INVALID_JSON)
+        failure = arguments_not_json(arguments)
+        return _explained(state, "invalid", failure.error.message, failure.code)
     try:
         decision = await first_decision(state) if state.plan.pre else ALLOW
+        if isinstance(decision, Ask):
+            # Nobody to ask is a denial; a remembered answer decides without asking.
+            known = unroutable(state, decision) or remembered(state, approval_keys(state))
+            decision = known or decision
     except StageFailed as failed:
         return _explained(state, "deny", failed.result.error.message, failed.result.code, True)
     except Interrupted:
@@ -45,9 +49,6 @@ async def explain(plan: Plan, registry: ToolRegistry, call: ToolExecutionInput) 
     if isinstance(decision, Deny):
         return _explained(state, "deny", decision.reason, ErrorCode.DENIED, True)
     if isinstance(decision, Ask):
-        refused = unroutable(state, decision)
-        if refused is not None:
-            return _explained(state, "deny", refused.reason, ErrorCode.DENIED, True)
         asked = _steps(state)[-1]
         approved = _after_policy(state)
         return Explanation("ask", decision.reason, None, asked, approved, _steps(state))

@@ -116,10 +116,10 @@ async def _approve(call: Call, ask: Ask) -> Allow | Deny:
     assert agent is not None
     arguments: FrozenDict = execution.arguments  # type: ignore[assignment]
     store = call.plan.approval_store
-    keys = (ApprovalKey.for_call(agent, name, arguments), ApprovalKey.for_tool(agent, name))
-    remembered = _recalled(call, store, keys)
-    if remembered is not None:
-        return _decision(call, remembered, remembered=True)
+    keys = approval_keys(call)
+    known = remembered(call, keys)
+    if known is not None:
+        return known
     request = ApprovalRequest(agent, name, execution.call_id, arguments, ask.reason, call.signal)
     outcome, any_arguments = await _answer(call, service, request)
     if outcome in REMEMBERED_OUTCOMES:
@@ -127,6 +127,22 @@ async def _approve(call: Call, ask: Ask) -> Allow | Deny:
             raise Interrupted
         _remember(call, store, keys[1] if any_arguments else keys[0], outcome)
     return _decision(call, outcome)
+
+
+def approval_keys(call: Call) -> tuple[ApprovalKey, ApprovalKey]:
+    """Where an answer about a routable call is remembered: for its exact arguments, and
+    for any arguments of its tool."""
+    agent, name = call.execution.agent, call.name
+    assert agent is not None  # a call with no agent is unroutable()
+    arguments: FrozenDict = call.execution.arguments  # type: ignore[assignment]
+    return ApprovalKey.for_call(agent, name, arguments), ApprovalKey.for_tool(agent, name)
+
+
+def remembered(call: Call, keys: tuple[ApprovalKey, ...]) -> Allow | Deny | None:
+    """What the answer the approval store remembers under ``keys`` decides, or ``None``
+    when it has none. Only reads the store (``explain`` asks it too)."""
+    outcome = _recalled(call, call.plan.approval_store, keys)
+    return None if outcome is None else _decision(call, outcome, remembered=True)
 
 
 def unroutable(call: Call, ask: Ask) -> Deny | None:

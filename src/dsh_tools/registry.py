@@ -175,6 +175,8 @@ class _ViewBase:
         ``execution.dry_run`` set. Returns an :class:`~dsh_tools.records.Explanation`:
         ``run``, ``deny`` (with the deciding plugin, its reason and, for permission
         rules, the rule), ``ask`` (with what an approval would lead to) or ``invalid``.
+        An ``Ask`` whose answer the approval store remembers is decided by that answer,
+        as the call would be (the store is read, never written).
         Raises :class:`RuntimeError` inside a running event loop (use
         :meth:`explain_async` there).
         """
