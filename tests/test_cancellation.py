@@ -212,7 +212,7 @@ def test_deny_or_error_settling_after_the_abort_is_kept() -> None:
     registry = ToolRegistry()
     registry.register(tool())
     registry.add_plugin(pre_plugin(broken))
-    assert failure(registry.execute_sync(call(source))).code == "POLICY_FAILED"
+    assert failure(registry.execute_sync(call(source))).code == "POLICY_ERROR"
 
 
 @pytest.mark.parametrize("outcome", ["allowed-once", "cancelled"])

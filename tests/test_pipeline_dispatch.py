@@ -985,13 +985,15 @@ def test_raising_post_listener_fails_but_finalize_and_observers_run() -> None:
 
 
 def test_non_json_block_feedback_fails_the_call() -> None:
-    # B116 (detected when the Block is built: the listener fails, code INVALID_JSON).
+    # B116 (detected when the Block is built: the listener fails). Issue 16: a raising
+    # policy is a policy fault, whatever it raised; its code is named in the message.
     registry = ToolRegistry()
     registry.register(tool())
     registry.add_plugin(post_plugin(lambda result: Block([{"type": "text", "text": {1}}])))
     result = failure(registry.execute_sync(call()))
-    assert result.code == "INVALID_JSON"
+    assert result.code == "POLICY_ERROR"
     assert '"content[0].text" is a set' in result.error.message
+    assert "INVALID_JSON" in result.error.message
 
 
 def test_post_listeners_fold_over_earlier_replacements() -> None:
@@ -1131,7 +1133,8 @@ def test_finalizer_is_captured_at_entry() -> None:
     registry.add_plugin(Disposer())
     result = failure(registry.execute_sync(call()))
     assert result.content == [text("bounded failure")]
-    assert (result.error.info.name, result.code) == ("ToolError", "POLICY_FAILED")
+    assert (result.error.info.name, result.code) == ("ToolError", "POLICY_ERROR")
+    assert "POLICY_FAILED" in result.error.message
 
 
 def test_finalizer_not_called_for_names_invisible_at_entry() -> None:

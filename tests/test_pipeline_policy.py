@@ -260,8 +260,9 @@ def test_raising_pre_execute_fails_closed_on_the_final_path() -> None:
     assert log == ["result"]
 
 
-def test_pre_execute_raising_a_coded_error_keeps_its_code() -> None:
-    # B061: a coded error becomes info {name, code}.
+def test_pre_execute_raising_a_coded_error_is_a_policy_fault_naming_its_code() -> None:
+    # B061 keeps the raised name; the code is the policy fault's (issue 16: a raising
+    # policy must not pass for a retryable or argument error), the raised one in the text.
     registry = echo_registry([])
 
     class Coded:
@@ -271,8 +272,9 @@ def test_pre_execute_raising_a_coded_error_keeps_its_code() -> None:
 
     registry.add_plugin(Coded())
     result = failure(registry.execute_sync(call()))
-    assert (result.error.info.name, result.code) == ("ToolError", "QUOTA")
+    assert (result.error.info.name, result.code) == ("ToolError", "POLICY_ERROR")
     assert "quota exhausted" in result.error.message
+    assert "QUOTA" in result.error.message
 
 
 def test_pre_execute_returning_a_non_decision_fails_closed() -> None:

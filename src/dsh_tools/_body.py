@@ -30,7 +30,7 @@ from types import CoroutineType
 from typing import Any
 
 from ._call import Call
-from ._loops import NEVER_AWAITABLE, is_awaitable, on_event_loop, run_on_own_loop
+from ._loops import NEVER_AWAITABLE, is_awaitable, on_event_loop, run_on_own_loop, stops_the_caller
 from ._render import render
 from ._results import error_result
 from ._stages import code
@@ -79,7 +79,9 @@ async def run_body(call: Call, replacement: CancelSignal | None = None) -> ToolE
                 loop = (entry.is_async and entry is call.entry) or on_event_loop()
                 plain = loop and signal is NEVER_CANCELLED and timer is None
                 raw = await (raw if plain else _awaited(raw, signal, timer))
-        except Exception as error:
+        except BaseException as error:
+            if stops_the_caller(error):
+                raise
             call.contexts = context._contexts
             if timer is not None and timer.expired:
                 result = call.timed_out(timer.deadline.budget_ms)
@@ -95,7 +97,9 @@ async def run_body(call: Call, replacement: CancelSignal | None = None) -> ToolE
                 try:
                     contexts, parent = call.contexts, call.input.parent
                     result = render(entry, raw, parsed, contexts, call.concluded, parent)
-                except Exception as error:
+                except BaseException as error:
+                    if stops_the_caller(error):
+                        raise
                     result = error_result(error, ErrorCode.TOOL_ERROR, contexts=call.contexts)
         finally:
             if unlink is not None:
@@ -155,12 +159,14 @@ async def _with_watchdog(awaitable: Any, timer: _Timer) -> Any:
         await anyio.sleep(timer.remaining())
         timer.expire()
 
-    error: Exception
+    error: BaseException
     async with anyio.create_task_group() as group:
         group.start_soon(watchdog)
         try:
             return await awaitable
-        except Exception as raised:
+        except BaseException as raised:
+            if stops_the_caller(raised):
+                raise
             # Re-raised outside the task group, so it is not wrapped in an ExceptionGroup.
             error = raised
         finally:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from . import cancel
-from ._loops import on_event_loop, run_on_own_loop
+from ._loops import on_event_loop, run_on_own_loop, stops_the_caller
 from ._results import message, trusted_constructor
 from .content import ContextMessage
 from .errors import ErrorCode, JsonValueError
@@ -199,7 +199,9 @@ class Call:
             return
         try:
             tracer(TraceEvent(stage, self.execution, source, outcome, detail, origin, at))
-        except Exception as error:
+        except BaseException as error:
+            if stops_the_caller(error):
+                raise
             logger.warning("tracer failed on %s of %r: %s", stage, self.name, message(error))
 
     def decision_record(self) -> DecisionRecord:

@@ -12,8 +12,9 @@ the body → post-execute → ``finalize_content`` → result observers. Each ou
 one of two paths: the *post path* (successes, body failures, denials, cancellation before
 dispatch) still passes post-execute; the *final path* (non-JSON arguments, a pre-aborted
 call, a failing policy stage or wrapper) skips it. Both end in the tool's finalizer and
-the result observers. Nothing a tool or plugin does escapes as an exception except the
-caller's own native task cancellation, re-raised after the observers ran.
+the result observers. Nothing a tool or plugin raises escapes as an exception (not even
+``SystemExit`` or a sub-task's ``CancelledError``): the caller's own native task
+cancellation and ``KeyboardInterrupt`` alone propagate, after the observers ran.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from . import cancel
 from ._body import run_body
 from ._call import Call, Interrupted, StageFailed
-from ._loops import drive, run_on_own_loop
+from ._loops import drive, on_event_loop, run_on_own_loop, stops_the_caller
 from ._stages import ALLOW, code, decide, finalize, guard, observe, post_execute
 from ._wrappers import execute as execute_stage
 from .errors import ErrorCode, JsonValueError
@@ -87,19 +88,31 @@ async def run_staged(call: Call) -> ToolExecutionResult:
     except StageFailed as failed:
         result = failed.result
     except BaseException as error:
-        if isinstance(error, (Exception, KeyboardInterrupt, SystemExit, GeneratorExit)):
-            raise
-        # The host cancelled the task: observers still see the call, then it propagates.
-        import anyio
-
-        limit = anyio.current_time() + cancel.CANCEL_GRACE_S
-        with anyio.CancelScope(shield=True):
-            await observe(call, finalize(call, call.aborted()), limit)
+        if not stops_the_caller(error):
+            raise  # a fault of the call path itself: the stages contain everything else
+        await _observed_abort(call)
         raise
     result = finalize(call, result)
     if call.plan.result:
         await observe(call, result)
     return result
+
+
+async def _observed_abort(call: Call) -> None:
+    """The caller stopped the call (its task was cancelled, or ``KeyboardInterrupt``):
+    the observers still see it, aborted, shielded from the cancellation and bounded by
+    the grace, before it propagates."""
+    result = finalize(call, call.aborted())
+    if not call.plan.result:
+        return
+    if not on_event_loop():
+        await observe(call, result)
+        return
+    import anyio
+
+    limit = anyio.current_time() + cancel.CANCEL_GRACE_S
+    with anyio.CancelScope(shield=True):
+        await observe(call, result, limit)
 
 
 async def _decided_and_dispatched(call: Call) -> ToolExecutionResult:

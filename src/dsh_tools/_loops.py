@@ -13,7 +13,7 @@ import inspect
 import sys
 from collections.abc import Awaitable, Coroutine
 from types import CoroutineType
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -23,33 +23,40 @@ _modules = sys.modules
 def on_event_loop() -> bool:
     """Whether an asyncio or trio loop runs in this thread (asked without raising: it is
     asked on every ``execute_sync``, and only a library that was imported can run)."""
-    asyncio = _modules.get("asyncio")
-    if asyncio is not None and asyncio._get_running_loop() is not None:
-        return True
-    trio = _modules.get("trio")
-    return trio is not None and _in_trio_run(trio)
+    return _running_library() is not None
 
 
 def refuse_inside_a_loop() -> None:
     """``execute_sync`` cannot block a running loop's thread: say what to use instead."""
+    library = _running_library()
+    if library is not None:
+        raise RuntimeError(
+            f"execute_sync() was called inside a running {library} event loop; "
+            "use `await registry.execute(call)` there"
+        )
+
+
+def _running_library() -> str | None:
+    """``"asyncio"`` or ``"trio"`` when its loop runs in this thread, else ``None``.
+
+    A module another thread is still importing sits in ``sys.modules`` half made, without
+    the functions read here; no loop of it can run yet, so that means none.
+    """
     asyncio = _modules.get("asyncio")
-    if asyncio is not None and asyncio._get_running_loop() is not None:
-        _refuse_inside("asyncio")
+    running = getattr(asyncio, "_get_running_loop", None)
+    if running is not None and running() is not None:
+        return "asyncio"
     trio = _modules.get("trio")
     if trio is not None and _in_trio_run(trio):
-        _refuse_inside("trio")
-
-
-def _refuse_inside(library: str) -> NoReturn:
-    raise RuntimeError(
-        f"execute_sync() was called inside a running {library} event loop; "
-        "use `await registry.execute(call)` there"
-    )
+        return "trio"
+    return None
 
 
 def _in_trio_run(trio: Any) -> bool:
     """Whether a trio run is active in this thread; trio before 0.23 has no in_trio_run."""
-    lowlevel = trio.lowlevel
+    lowlevel = getattr(trio, "lowlevel", None)
+    if lowlevel is None or not hasattr(lowlevel, "current_trio_token"):
+        return False  # trio is still being imported (by another thread)
     if hasattr(lowlevel, "in_trio_run"):
         return bool(lowlevel.in_trio_run())
     try:
@@ -57,6 +64,32 @@ def _in_trio_run(trio: Any) -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def stops_the_caller(error: BaseException) -> bool:
+    """Whether ``error`` belongs to the caller, not to the tool or plugin it came through:
+    ``KeyboardInterrupt`` (the user), or the native cancellation of the caller's own task.
+    These propagate (after the result observers); anything else is contained as a failure.
+
+    trio raises ``Cancelled`` only for a cancel scope, so it is always the caller's (a
+    scope of the pipeline catches its own). An asyncio ``CancelledError`` is the caller's
+    when the current task is being cancelled (``Task.cancelling()``, Python 3.11+): one
+    from awaiting a cancelled sub-task is not. Python 3.10 cannot tell them apart, so
+    there every ``CancelledError`` on a loop is taken as the caller's.
+    """
+    if isinstance(error, KeyboardInterrupt):
+        return True
+    if isinstance(error, Exception):
+        return False
+    asyncio = _modules.get("asyncio")
+    if asyncio is not None and isinstance(error, asyncio.CancelledError):
+        if _running_library() != "asyncio":
+            return False  # no loop in this thread: it cannot be the caller's task
+        task = asyncio.current_task()
+        cancelling = getattr(task, "cancelling", None)
+        return cancelling is None or cancelling() > 0
+    trio = _modules.get("trio")
+    return trio is not None and isinstance(error, getattr(trio, "Cancelled", ()))
 
 
 NEVER_AWAITABLE = frozenset({type(None), str, int, float, bool, dict, list, tuple})

@@ -67,12 +67,21 @@ success_result: Callable[
 
 def message(error: BaseException) -> str:
     """What an exception says, for a result: its message, else its class name; never
-    raises (a plugin's exception may not even print)."""
+    raises (a plugin's exception may not even print). One that is not an ``Exception``
+    (``SystemExit``, a stray ``CancelledError``) is named, since its text alone (an exit
+    status, often nothing) says little."""
     try:
         text = error.message if isinstance(error, DshToolsError) else str(error)
     except Exception:
         return "<unprintable thrown value>"
-    return text or type(error).__name__
+    if isinstance(error, Exception):
+        return text or type(error).__name__
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+_POLICY_FAULTS = frozenset({ErrorCode.POLICY_ERROR, ErrorCode.DENIED})
+"""Codes of a failing policy stage: a raising plugin is a fault of policy whatever it
+raised, so the code it carried goes in the message instead."""
 
 
 def error_result(
@@ -81,11 +90,17 @@ def error_result(
     prefix: str = "",
     contexts: tuple[ContextMessage, ...] = (),
 ) -> ToolExecutionFailure:
-    """The failure an exception makes: its own code when it carries one."""
-    code = error.code if isinstance(error, DshToolsError) else default_code.value
-    return failure_result(
-        prefix + message(error), code, name=type(error).__name__, contexts=contexts
-    )
+    """The failure an exception makes: for a body or a renderer, its own code when it
+    carries one; for a policy stage (``default_code`` ``POLICY_ERROR`` or ``DENIED``),
+    always that code, with the raised one named in the message."""
+    text = prefix + message(error)
+    code = default_code.value
+    if isinstance(error, DshToolsError):
+        if default_code not in _POLICY_FAULTS:
+            code = error.code
+        elif error.code != code:
+            text += f" (it raised code {error.code})"
+    return failure_result(text, code, name=type(error).__name__, contexts=contexts)
 
 
 def shown(value: object, limit: int = 200) -> str:

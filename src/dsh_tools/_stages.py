@@ -22,7 +22,7 @@ import attrs
 
 from . import cancel
 from ._call import Call, Interrupted, StageFailed
-from ._loops import is_awaitable
+from ._loops import is_awaitable, stops_the_caller
 from ._render import render
 from ._results import error_result, message, shown
 from .approvals import (
@@ -83,7 +83,9 @@ async def first_decision(call: Call) -> Allow | Deny | Ask:
         except Interrupted:
             call.trace("pre_execute", impl.label, "interrupted", origin=impl.origin)
             raise
-        except Exception as error:
+        except BaseException as error:
+            if stops_the_caller(error):
+                raise
             call.trace("pre_execute", impl.label, f"raised {message(error)}", error, impl.origin)
             prefix = f"pre-execute {impl.label} failed: "
             raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
@@ -172,7 +174,9 @@ async def _answer(
     except Interrupted:
         call.trace("approval", "approval service", "interrupted", origin=APPROVAL)
         raise
-    except Exception as error:
+    except BaseException as error:
+        if stops_the_caller(error):
+            raise
         call.trace("approval", "approval service", f"raised {message(error)}", error, APPROVAL)
         prefix = "approval service failed: "
         raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
@@ -262,7 +266,9 @@ def guard(call: Call) -> str | None:
                 verdict = impl.function(execution, tool)
             else:
                 verdict = impl.function(execution)
-        except Exception as error:
+        except BaseException as error:
+            if stops_the_caller(error):
+                raise
             call.trace("guard", impl.label, f"raised {message(error)}", error, impl.origin)
             prefix = f"guard {impl.label} failed: "
             raise StageFailed(error_result(error, ErrorCode.DENIED, prefix)) from None
@@ -303,7 +309,9 @@ async def post_execute(call: Call, result: ToolExecutionResult) -> ToolExecution
             # A policy that never decided: fail closed, keeping nothing it did not review.
             call.trace("post_execute", impl.label, "interrupted", origin=impl.origin)
             raise StageFailed(call.aborted(())) from None
-        except Exception as error:
+        except BaseException as error:
+            if stops_the_caller(error):
+                raise
             call.trace("post_execute", impl.label, f"raised {message(error)}", error, impl.origin)
             prefix = f"post-execute {impl.label} failed: "
             raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
@@ -347,7 +355,9 @@ def rerender(call: Call, value: object) -> ToolExecutionSuccess:
     try:
         parsed = call.parse(entry)
         return render(entry, value, parsed, call.contexts, call.concluded, call.input.parent)
-    except Exception as error:
+    except BaseException as error:
+        if stops_the_caller(error):
+            raise
         raise StageFailed(error_result(error, ErrorCode.INVALID_TOOL_OUTPUT)) from None
 
 
@@ -410,7 +420,9 @@ async def _observers(call: Call, result: ToolExecutionResult, limit: float) -> N
                 execution.call_id,
                 impl.label,
             )
-        except Exception as error:
+        except BaseException as error:
+            if stops_the_caller(error):
+                raise
             logger.warning(
                 'tool "%s" (%s): result observer %s failed: %s',
                 call.name,
@@ -425,13 +437,17 @@ def _finalized(
 ) -> ToolExecutionResult:
     try:
         content = finalize(call.execution, result)
-    except Exception as error:
+    except BaseException as error:
+        if stops_the_caller(error):
+            raise
         return error_result(error, ErrorCode.TOOL_ERROR, "finalize_content failed: ")
     if content is None:
         return result
     try:
         return attrs.evolve(result, content=content_blocks(content))
-    except Exception as error:
+    except BaseException as error:
+        if stops_the_caller(error):
+            raise
         return failure_result(
             f"tool result must be losslessly JSON-serializable: {message(error)}",
             ErrorCode.INVALID_JSON,

@@ -17,7 +17,7 @@ import attrs
 
 from ._body import run_body
 from ._call import Call, StageFailed, expire
-from ._loops import is_missing_loop, on_event_loop
+from ._loops import is_missing_loop, on_event_loop, stops_the_caller
 from ._plan import Impl
 from ._results import error_result, message
 from ._stages import rerender
@@ -126,7 +126,9 @@ async def execute(call: Call) -> ToolExecutionResult:
             if scope.cancelled_caught:
                 # A wrapper was still pending when the caller cancelled: aborted, post path.
                 return call.aborted()
-    except Exception as error:
+    except BaseException as error:
+        if stops_the_caller(error):
+            raise
         raise StageFailed(_failure(call, error)) from None
     for body_result in produced:
         if result is body_result:
@@ -150,7 +152,7 @@ def _authored(call: Call, result: object) -> ToolExecutionResult:
     return attrs.evolve(rendered, additional_contexts=result.additional_contexts)
 
 
-def _failure(call: Call, error: Exception) -> ToolExecutionFailure:
+def _failure(call: Call, error: BaseException) -> ToolExecutionFailure:
     """The failure of a raising wrapper, naming it when its code is in the traceback."""
     culprit = _culprit(error, call.plan.wrappers)
     named = "execute wrapper" if culprit is None else f"execute wrapper {culprit.label}"

@@ -146,7 +146,7 @@ EXPECTED: dict[tuple[str, str], Expect] = {
     ("wrapper_after", "raise"): Expect("POLICY_ERROR", TO_GUARD, 1),
     ("wrapper_after", "wrong_type"): Expect("POLICY_ERROR", TO_GUARD, 1),
     ("wrapper_after", "non_json"): Expect(
-        "INVALID_JSON", TO_GUARD, 1, note="authoring a non-JSON success raises JsonValueError"
+        "POLICY_ERROR", TO_GUARD, 1, note="authoring a non-JSON success raises JsonValueError"
     ),
     ("wrapper_after", "hang_signal"): Expect("ABORTED", FULL, 1),
     ("wrapper_after", "hang_native"): Expect("ABORTED", TO_GUARD, 1, native=True),
@@ -178,7 +178,7 @@ EXPECTED: dict[tuple[str, str], Expect] = {
     ("post_execute", "raise"): Expect("POLICY_ERROR", FULL, 1),
     ("post_execute", "wrong_type"): Expect("POLICY_ERROR", FULL, 1),
     ("post_execute", "non_json"): Expect(
-        "INVALID_JSON", FULL, 1, note="Accept(value=<non-JSON>) raises JsonValueError"
+        "POLICY_ERROR", FULL, 1, note="Accept(value=<non-JSON>) raises JsonValueError"
     ),
     ("post_execute", "hang_signal"): Expect("ABORTED", FULL, 1),
     ("post_execute", "hang_native"): Expect("ABORTED", TO_GUARD, 1, native=True),
