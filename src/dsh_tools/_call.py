@@ -208,16 +208,20 @@ class Call:
         """The call's decision record, from the events it kept (see ``Plan.recording``)."""
         return DecisionRecord.of_call(self.execution, self.events or ())
 
-    async def settle(self, value: Any, deadline: float = math.inf) -> Any:
+    async def settle(
+        self, value: Any, deadline: float = math.inf, *, by_signal: bool = True
+    ) -> Any:
         """Await a plugin's awaitable, interrupted :data:`~dsh_tools.cancel.CANCEL_GRACE_S`
-        after the caller's signal fires (or at ``deadline``): raises :class:`Interrupted`.
+        after the caller's signal fires (unless ``by_signal`` is false: result observers
+        record the call, they do not work for it) or at ``deadline``: raises
+        :class:`Interrupted`.
 
         With no event loop running (``execute_sync`` drives the call by hand because
         nothing was planned to await), the awaitable gets a loop of its own.
         """
         if not on_event_loop():
-            return run_on_own_loop(self.settle(value, deadline))
-        signal = self.signal
+            return run_on_own_loop(self.settle(value, deadline, by_signal=by_signal))
+        signal = self.signal if by_signal else None
         if signal is None and deadline == math.inf:
             return await value
         import anyio

@@ -381,7 +381,9 @@ def observe(
 ) -> Coroutine[Any, Any, None]:
     """Stage 5: every observer sees the final result, exactly once; failures are logged
     and contained. ``limit`` bounds a pending ``async`` observer (default: the caller's
-    deadline plus the grace)."""
+    deadline plus the grace). The caller's signal does not: it asks the tool to stop
+    working, and an observer (an audit log) records that it did; cut short on a timer
+    started by the signal, whether a cancelled call is recorded would depend on load."""
     if call.plan.async_observers:
         return _shielded(call, result, limit)
     return _observers(call, result, math.inf)
@@ -412,10 +414,10 @@ async def _observers(call: Call, result: ToolExecutionResult, limit: float) -> N
             else:
                 observed = impl.function(execution, result)
             if observed is not None and is_awaitable(observed):
-                await call.settle(observed, limit)
+                await call.settle(observed, limit, by_signal=False)
         except Interrupted:
             logger.warning(
-                'tool "%s" (%s): result observer %s was interrupted after the call was cancelled',
+                'tool "%s" (%s): result observer %s was interrupted at the deadline of the caller',
                 call.name,
                 execution.call_id,
                 impl.label,

@@ -310,10 +310,10 @@ async def test_cancel_cell(point: str, mode: str, anyio_backend: str) -> None:
         assert log.index(f"{point} finally") < end, log
     if expected.body_runs:
         assert log.index("body finally") < end, log
-    # A parked observer is shielded from native cancellation (it finishes its work) but
-    # interrupted a grace period after the caller's signal fired.
+    # A parked observer finishes its work: it is shielded from native cancellation, and
+    # the caller's signal does not bound it (only the caller's deadline would).
     if point == "observer":
-        assert ("observer done" in log) == (mode == "native"), log
+        assert "observer done" in log, log
     TALLY[expected.code or "success"] += 1
     TALLY["propagated" if expected.propagated else "returned"] += 1
     TALLY["cells"] += 1
@@ -408,10 +408,44 @@ async def test_an_interrupted_post_execute_fails_closed_and_drops_unreviewed_con
 
 
 @pytest.mark.anyio
+async def test_a_fired_signal_does_not_cut_an_observer_short() -> None:
+    # Before: an async observer still pending CANCEL_GRACE_S after the caller's signal
+    # fired was interrupted, so under load an audit log missed cancelled calls.
+    source = CancelSource()
+    seen: list[str] = []
+
+    class Slow:
+        @hookimpl
+        async def dsh_tools_result(self) -> None:
+            await anyio.sleep(4 * cancel.CANCEL_GRACE_S)
+            seen.append("slow")
+
+    class Plain:
+        @hookimpl
+        def dsh_tools_result(self, result: ToolExecutionResult) -> None:
+            seen.append("plain")
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="probe", description="A probe tool.", parameters={}, execute=lambda a, c: "ok"
+        )
+    )
+    registry.add_plugin(Plain())
+    registry.add_plugin(Slow())  # added last: observes first
+    source.cancel("before the call")
+    result = await registry.execute(
+        ToolExecutionInput(call_id="c", name="probe", signal=source.signal)
+    )
+    assert isinstance(result, ToolExecutionFailure)
+    assert result.code == "ABORTED_BEFORE_DISPATCH"
+    assert seen == ["slow", "plain"]
+
+
+@pytest.mark.anyio
 async def test_an_interrupted_observer_is_logged_and_the_next_one_still_runs(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    source = CancelSource()
     seen: list[str] = []
 
     class Stuck:
@@ -432,15 +466,11 @@ async def test_an_interrupted_observer_is_logged_and_the_next_one_still_runs(
     )
     registry.add_plugin(Plain())
     registry.add_plugin(Stuck())  # added last: observes first
-    with anyio.fail_after(2):
-        async with anyio.create_task_group() as group:
-            group.start_soon(_cancel_soon, source)
-            result = await registry.execute(
-                ToolExecutionInput(call_id="c", name="probe", signal=source.signal)
-            )
+    with anyio.move_on_after(0.05):
+        result = await registry.execute(ToolExecutionInput(call_id="c", name="probe"))
     assert not result.is_error
     assert seen == ["plain"]
-    assert "was interrupted after the call was cancelled" in caplog.text
+    assert "was interrupted at the deadline of the caller" in caplog.text
 
 
 @pytest.mark.anyio
