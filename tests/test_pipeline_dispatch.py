@@ -803,8 +803,9 @@ def test_post_execute_none_and_plain_accept_keep_the_result() -> None:
     assert (result.value, result.content, result.meta) == ("hi", [text("hi")], 1)
 
 
-def test_accept_content_on_success_keeps_value_meta_and_conclusion() -> None:
-    # B106
+def test_accept_content_on_success_withholds_value_and_meta_keeps_conclusion() -> None:
+    # B106 kept value and meta; deviation (issue 16): they are what the content was
+    # rendered from, and every other wire (MCP structuredContent, cards, logs) sends them.
     def body(args: Any, ctx: ToolRunContext) -> str:
         ctx.conclude_turn()
         return "hi"
@@ -814,7 +815,16 @@ def test_accept_content_on_success_keeps_value_meta_and_conclusion() -> None:
     registry.add_plugin(post_plugin(lambda result: Accept(content=["redacted"])))
     result = success(registry.execute_sync(call()))
     assert result.content == [text("redacted")]
-    assert (result.value, result.meta, result.concludes_turn) == ("hi", "m", True)
+    assert (result.value, result.meta, result.concludes_turn) == (None, None, True)
+
+
+def test_accept_of_the_same_content_keeps_value_and_meta() -> None:
+    registry = ToolRegistry()
+    registry.register(tool(output=string_output(presentation_meta=lambda a, v: "m")))
+    registry.add_plugin(post_plugin(lambda result: Accept(content=result.content)))
+    result = success(registry.execute_sync(call()))
+    assert result.meta == "m"
+    assert result.value is not None
 
 
 def test_accept_content_on_failure_keeps_the_error() -> None:
@@ -1080,8 +1090,8 @@ def test_finalize_runs_exactly_once_for_every_outcome(case: str) -> None:
     assert result.is_error is (case != "success")
 
 
-def test_finalize_replaces_only_the_content() -> None:
-    # B120
+def test_finalize_replaces_the_content_and_withholds_value_and_meta() -> None:
+    # B120 kept value and meta; withheld like a post-execute redaction (issue 16).
     def body(args: Any, ctx: ToolRunContext) -> str:
         ctx.defer_context(context("c"))
         ctx.conclude_turn()
@@ -1097,7 +1107,7 @@ def test_finalize_replaces_only_the_content() -> None:
     )
     result = success(registry.execute_sync(call()))
     assert result.content == [text("short")]
-    assert (result.value, result.meta, result.concludes_turn) == ("long output", "m", True)
+    assert (result.value, result.meta, result.concludes_turn) == (None, None, True)
     assert result.additional_contexts == (context("c"),)
 
 

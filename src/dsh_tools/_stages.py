@@ -34,7 +34,7 @@ from .approvals import (
 )
 from .content import content_blocks, content_text
 from .errors import ErrorCode
-from .json import FrozenDict
+from .json import FrozenDict, FrozenList
 from .models import (
     Accept,
     Allow,
@@ -342,8 +342,22 @@ def _accepted(call: Call, result: ToolExecutionResult, decision: Accept) -> Tool
         replaced = rerender(call, decision.value)
         return attrs.evolve(replaced, additional_contexts=contexts)
     if decision.content is not None:
-        return attrs.evolve(result, content=decision.content, additional_contexts=contexts)
+        return attrs.evolve(shown_as(result, decision.content), additional_contexts=contexts)
     return attrs.evolve(result, additional_contexts=contexts) if contexts else result
+
+
+def shown_as(result: ToolExecutionResult, content: FrozenList) -> ToolExecutionResult:
+    """``result`` showing ``content`` instead of its own (a redaction, an output limit).
+
+    When the content changed, the ``value`` and ``meta`` it was rendered from are withheld
+    (``None``): every bridge, card and log reads them, and a redaction that a second wire
+    (MCP's ``structuredContent``, a read card, the audit log) bypasses is no redaction.
+    """
+    if content == result.content:
+        return result
+    if isinstance(result, ToolExecutionSuccess):
+        return attrs.evolve(result, content=content, value=None, meta=None)
+    return attrs.evolve(result, content=content, meta=None)
 
 
 def rerender(call: Call, value: object) -> ToolExecutionSuccess:
@@ -446,7 +460,7 @@ def _finalized(
     if content is None:
         return result
     try:
-        return attrs.evolve(result, content=content_blocks(content))
+        return shown_as(result, content_blocks(content))
     except BaseException as error:
         if stops_the_caller(error):
             raise

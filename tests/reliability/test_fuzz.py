@@ -500,7 +500,7 @@ def test_integers_too_long_for_json_text_are_not_json() -> None:
         "INVALID_TOOL_OUTPUT",
         "INVALID_TOOL_OUTPUT",
         "INVALID_JSON",
-        "INVALID_JSON",  # Accept(value=...) raised JsonValueError inside the plugin
+        "POLICY_ERROR",  # Accept(value=...) raised JsonValueError inside the plugin
     ]
     for result in results:
         assert_clean(result)

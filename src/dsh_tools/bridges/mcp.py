@@ -140,11 +140,20 @@ def _content_block(block: object) -> mcp_types.ContentBlock:
 
 
 def _call_tool_result(result: ToolExecutionResult, structured: bool) -> mcp_types.CallToolResult:
+    """The MCP answer; ``structured``: the tool advertises an ``outputSchema``.
+
+    Such a tool's success must carry ``structuredContent`` matching it (clients reject one
+    without). When a post-execute policy or ``finalize_content`` replaced the content, the
+    value is withheld and nothing else may stand in for it, so the answer is sent as an
+    error showing the replaced content: never the value the policy kept from the model.
+    """
     data = to_mcp_call_result(result)
+    structured_content = data.get("structuredContent") if structured else None
+    withheld = structured and not data["isError"] and structured_content is None
     return mcp_types.CallToolResult(
         content=[_content_block(block) for block in data["content"]],
-        structured_content=data.get("structuredContent") if structured else None,
-        is_error=data["isError"],
+        structured_content=structured_content,
+        is_error=data["isError"] or withheld,
     )
 
 
@@ -158,7 +167,8 @@ def build_mcp_server(
     (``mcp-<hex>``), so every call passes the view's policies, guards and timeouts;
     every outcome, unknown tools and invalid arguments included, is a ``CallToolResult``
     with ``isError`` set on failure. ``structuredContent`` carries the tool's value when
-    the tool declares an object-rooted output schema.
+    the tool declares an object-rooted output schema and no post-execute policy or
+    ``finalize_content`` replaced the content (then it is withheld).
 
     ``agent`` serves a registry as that agent (``"parent/child"`` for nested scopes):
     tools, guards and plugins are that scope's. A ``ToolScope`` serves as its own agent.

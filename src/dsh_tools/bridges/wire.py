@@ -623,7 +623,8 @@ def to_mcp_call_result(result: ToolExecutionResult) -> Json:
     """An MCP ``CallToolResult``: our content blocks already use MCP's shapes.
 
     ``structuredContent`` is added for a success whose value is a JSON object (MCP allows
-    nothing else there).
+    nothing else there). A result whose content a post-execute policy or
+    ``finalize_content`` replaced has no value (it is withheld), so it has none.
     """
     out: Json = {"content": thaw(result.content), "isError": result.is_error}
     if isinstance(result, ToolExecutionSuccess) and isinstance(result.value, dict):
