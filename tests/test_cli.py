@@ -98,7 +98,7 @@ def test_a_failed_call_exits_1_and_ask_without_a_terminal_denies(workspace: Path
 @pytest.mark.parametrize(
     ("argv", "code", "note"),
     [
-        (["call", "read_file", "{oops"], "INVALID_JSON", '"arguments" is not valid JSON text'),
+        (["call", "read_file", "{oops"], "INVALID_JSON", None),
         (["call", "read_file", "[1]"], "INVALID_JSON", None),
         (["call", "no_such_tool"], "UNKNOWN_TOOL", "known tools: "),
     ],
@@ -112,6 +112,14 @@ def test_a_call_that_cannot_run_is_a_failed_call_with_its_code(
     assert "Traceback" not in run.err
     if note is not None:
         assert note in run.err
+
+
+def test_unreadable_arguments_are_named_in_the_result(workspace: Path) -> None:
+    run = dsh("call", "read_file", "{oops", "--json")
+    assert run.code == EXIT_CALL_FAILED
+    message = json.loads(run.out)["error"]["message"]
+    assert message.startswith('tool "read_file" was called with unreadable arguments: ')
+    assert '"arguments" is not valid JSON text' in message
 
 
 @pytest.mark.parametrize(

@@ -598,3 +598,53 @@ def test_every_hook_gets_the_tool_the_call_entered_with() -> None:
     seen.clear()
     registry.execute_sync(call("missing"))
     assert seen == [(stage, None) for stage in stages]
+
+
+def test_unreadable_arguments_take_the_final_path_and_are_observed() -> None:
+    # Issue 16/18: a call whose arguments could not be read is still an event: the
+    # finalizer and every observer see it, no policy is asked, the problem is named.
+    from dsh_tools import UnreadableArguments
+
+    log: list[str] = []
+
+    class Everywhere:
+        @hookimpl
+        def dsh_tools_pre_execute(self) -> None:
+            log.append("pre")
+
+        @hookimpl
+        def dsh_tools_guard(self) -> None:
+            log.append("guard")
+
+        @hookimpl
+        def dsh_tools_post_execute(self) -> None:
+            log.append("post")
+
+        @hookimpl
+        def dsh_tools_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+            log.append(f"result {execution.call_id} {execution.arguments}")
+
+    def finalize(execution: ToolExecution, result: ToolExecutionResult) -> None:
+        log.append("finalize")
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="t",
+            description="d",
+            parameters={},
+            execute=lambda a, c: log.append("body"),
+            finalize_content=finalize,
+        )
+    )
+    registry.add_plugin(Everywhere())
+    arguments = UnreadableArguments('{"path": "a', "is not valid JSON text: Unterminated string")
+
+    result = registry.execute_sync(ToolExecutionInput("c1", "t", arguments))
+
+    assert isinstance(result, ToolExecutionFailure)
+    assert result.code == "INVALID_JSON"
+    assert result.error.message == (
+        'tool "t" was called with unreadable arguments: is not valid JSON text: Unterminated string'
+    )
+    assert log == ["finalize", "result c1 None"]

@@ -17,11 +17,17 @@ from hypothesis import strategies as st
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response as OpenAIResponse
 
-from dsh_tools import ToolRegistry, define_tool
+from dsh_tools import (
+    ToolExecution,
+    ToolExecutionResult,
+    ToolRegistry,
+    UnreadableArguments,
+    define_tool,
+    hookimpl,
+)
 from dsh_tools.bridges.wire import (
     CALL_FORMATS,
     DECLARATION_FORMATS,
-    MalformedCall,
     WireFormatError,
     declarations,
     execute_calls,
@@ -348,12 +354,28 @@ def test_unreadable_arguments_give_the_call_its_own_answer(
 ) -> None:
     call = parse_tool_call(payload, format, agent="coder")
 
-    assert isinstance(call, MalformedCall)
+    assert isinstance(call.arguments, UnreadableArguments)
     assert (call.call_id, call.name, call.agent) == ("call_1", "t", "coder")
-    assert call.result.code == ErrorCode.INVALID_JSON.value
-    assert call.result.error.info.name == "WireFormatError"
-    assert call.result.text.startswith('Error: tool "t" was called with unreadable arguments: ')
-    assert message in call.result.text
+    assert message in call.arguments.problem
+    # The pipeline answers it, so observers (an audit log) see the attempt.
+    seen: list[tuple[str, ToolExecutionResult]] = []
+
+    class Observer:
+        @hookimpl
+        def dsh_tools_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+            seen.append((execution.call_id, result))
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(name="t", description="d", parameters={}, execute=lambda a, c: "ran")
+    )
+    registry.add_plugin(Observer())
+    [result] = execute_calls_sync(registry, [call])
+
+    assert result.code == ErrorCode.INVALID_JSON.value  # type: ignore[union-attr]
+    assert result.text.startswith('Error: tool "t" was called with unreadable arguments: ')
+    assert message in result.text
+    assert seen == [("call_1", result)]
 
 
 def test_gemini_calls_without_an_id_get_a_stable_minted_id_even_when_malformed() -> None:
@@ -361,10 +383,10 @@ def test_gemini_calls_without_an_id_get_a_stable_minted_id_even_when_malformed()
 
     first, again = parse_gemini_function_call(part), parse_gemini_function_call(part)
 
-    assert isinstance(first, MalformedCall)
+    assert isinstance(first.arguments, UnreadableArguments)
     assert first.call_id == again.call_id
     assert first.call_id.startswith("gemini-")
-    assert '"part.functionCall.args.x" is NaN' in first.result.text
+    assert '"part.functionCall.args.x" is NaN' in first.arguments.problem
     valid = parse_gemini_function_call({"functionCall": {"name": "t", "args": {"x": 1}}})
     assert valid.call_id != first.call_id
 
@@ -500,7 +522,7 @@ def test_a_truncated_call_never_loses_the_rest_of_the_batch() -> None:
     assert good == ToolExecutionInput(
         "call_Lm4Nq8Rt2Vx6Zb0Cd3Fg5Hj7", "read_file", {"path": "notes.txt"}, agent="coder"
     )
-    assert isinstance(bad, MalformedCall)
+    assert isinstance(bad.arguments, UnreadableArguments)
     assert [reply["tool_call_id"] for reply in replies] == [
         "call_Lm4Nq8Rt2Vx6Zb0Cd3Fg5Hj7",
         "call_Pk9Wj3Es5Ty1Ui7Oa2Sd4Fg6",
@@ -551,7 +573,9 @@ def test_execute_calls_runs_parallel_neighbours_together_and_exclusive_calls_alo
     assert [result.text for result in results] == [
         "a",
         "b",
-        malformed.result.text,
+        'Error: tool "look" was called with unreadable arguments: '
+        '"tool_call.function.arguments" is not valid JSON text: '
+        "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
         "w",
         "c",
         "d",

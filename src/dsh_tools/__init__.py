@@ -91,6 +91,7 @@ if TYPE_CHECKING:
         ToolFailure,
         ToolOutput,
         ToolSchema,
+        UnreadableArguments,
         failure_result,
         result_to_json,
     )
@@ -183,6 +184,7 @@ _LOCATIONS: dict[str, str] = {
     "ToolRunContext": "context",
     "ToolSchema": "models",
     "ToolScope": "registry",
+    "UnreadableArguments": "models",
     "ValueSpec": "schema",
     "arguments_model": "arguments",
     "assert_supported_json_schema": "jsonschema",
@@ -262,6 +264,7 @@ __all__ = [
     "ToolRunContext",
     "ToolSchema",
     "ToolScope",
+    "UnreadableArguments",
     "ValueSpec",
     "__version__",
     "arguments_model",

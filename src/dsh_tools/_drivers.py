@@ -35,6 +35,7 @@ from .models import (
     ToolExecutionFailure,
     ToolExecutionInput,
     ToolExecutionResult,
+    UnreadableArguments,
     failure_result,
 )
 
@@ -123,7 +124,7 @@ async def _decided_and_dispatched(call: Call) -> ToolExecutionResult:
         not_json = isinstance(arguments, JsonValueError)
         call.trace("call", None, "arguments not JSON" if not_json else "entered")
     if isinstance(arguments, JsonValueError):
-        raise StageFailed(arguments_not_json(arguments))
+        raise StageFailed(arguments_not_json(call, arguments))
     if call.cancelled():
         raise StageFailed(call.aborted())
     try:
@@ -145,15 +146,22 @@ async def _decided_and_dispatched(call: Call) -> ToolExecutionResult:
     return result
 
 
-def arguments_not_json(error: JsonValueError) -> ToolExecutionFailure:
-    """The failure of a call whose arguments are not a JSON object (before any policy)."""
-    message = f"tool execution arguments must be losslessly JSON-serializable: {error.message}"
+def arguments_not_json(call: Call, error: JsonValueError) -> ToolExecutionFailure:
+    """The failure of a call whose arguments are not a JSON object (before any policy);
+    for :class:`~dsh_tools.UnreadableArguments`, naming the tool and the problem."""
+    unreadable = call.input.arguments
+    if isinstance(unreadable, UnreadableArguments):
+        message = f'tool "{call.name}" was called with unreadable arguments: {unreadable.problem}'
+    else:
+        message = f"tool execution arguments must be losslessly JSON-serializable: {error.message}"
     return failure_result(message, ErrorCode.INVALID_JSON)
 
 
 def frozen_arguments(value: object) -> FrozenDict | JsonValueError:
     """The call's arguments snapshotted once, or the error saying why they are not a JSON
     object (the call then fails before any policy runs)."""
+    if isinstance(value, UnreadableArguments):
+        return JsonValueError("arguments", value.problem)
     try:
         frozen = snapshot(value, "arguments")
     except JsonValueError as error:

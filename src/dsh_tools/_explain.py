@@ -34,7 +34,7 @@ async def explain(plan: Plan, registry: ToolRegistry, call: ToolExecutionInput) 
     state.trace("call", None, "entered")
     arguments = state.arguments
     if isinstance(arguments, JsonValueError):
-        failure = arguments_not_json(arguments)
+        failure = arguments_not_json(state, arguments)
         return _explained(state, "invalid", failure.error.message, failure.code)
     try:
         decision = await first_decision(state) if state.plan.pre else ALLOW

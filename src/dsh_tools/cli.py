@@ -310,29 +310,31 @@ def _cmd_schemas(
     return EXIT_OK
 
 
-def _read_arguments(text: str, stdin: TextIO) -> tuple[object, str | None]:
-    """The call's arguments, and why the text is not JSON at all, if it is not.
+def _read_arguments(text: str, stdin: TextIO) -> object:
+    """The call's arguments, as the pipeline takes them.
 
     Whatever the text holds goes to the pipeline, which fails the call with
     ``INVALID_JSON`` (and the audit log records the attempt) when it is not a lossless
     JSON object. Text the standard parser reads but ours refuses (a lone surrogate, NaN,
     too deep) is passed parsed, so that the pipeline names the exact problem; text that
-    does not parse at all is passed as it is, a string, with the parser's reason.
+    does not parse at all is passed as :class:`~dsh_tools.UnreadableArguments`, with the
+    parser's reason.
     """
     from .errors import JsonValueError
     from .json import loads
+    from .models import UnreadableArguments
 
     if text == "-":
         buffer = getattr(stdin, "buffer", None)
         # Bytes that are not UTF-8 become lone surrogates, as in command-line arguments.
         text = stdin.read() if buffer is None else buffer.read().decode("utf-8", "surrogateescape")
     try:
-        return loads(text, "arguments"), None
+        return loads(text, "arguments")
     except JsonValueError as error:
         try:
-            return json.loads(text), None
+            return json.loads(text)
         except (ValueError, RecursionError):
-            return text, str(error)
+            return UnreadableArguments(text, str(error))
 
 
 def _cmd_call(
@@ -347,7 +349,7 @@ def _cmd_call(
 
     # Every attempt runs through the pipeline, an unknown tool or bad JSON included, so
     # that the audit log and every other observer see it.
-    call, not_json = _cli_call(options, stdin)
+    call = _cli_call(options, stdin)
     records = _Records()
     if options.explain:
         registry.add_plugin(records, name="cli-explain")
@@ -364,25 +366,21 @@ def _cmd_call(
         emit_card(render_result(present_result(registry, call, result), result), out)
         if options.explain:
             out.write("\n".join(records.last.lines()) + "\n")
-    if not_json is not None:
-        err.write(f"dsh-tools: note: {not_json}\n")
     if isinstance(result, ToolExecutionFailure) and result.code == ErrorCode.UNKNOWN_TOOL:
         err.write(f"dsh-tools: note: known tools: {', '.join(registry.names()) or 'none'}\n")
     return EXIT_CALL_FAILED if result.is_error else EXIT_OK
 
 
-def _cli_call(options: argparse.Namespace, stdin: TextIO) -> tuple[Any, str | None]:
-    """The call the command line describes, and why its arguments are not JSON, if not."""
+def _cli_call(options: argparse.Namespace, stdin: TextIO) -> Any:
+    """The call the command line describes."""
     from .models import ToolExecutionInput
 
-    arguments, not_json = _read_arguments(options.arguments, stdin)
-    call = ToolExecutionInput(
+    return ToolExecutionInput(
         call_id=f"cli-{int(time.time() * 1000)}",
         name=options.name,
-        arguments=arguments,
+        arguments=_read_arguments(options.arguments, stdin),
         agent=CLI_AGENT,
     )
-    return call, not_json
 
 
 class _Records:
@@ -402,14 +400,12 @@ class _Records:
 def _cmd_explain(
     registry: ToolRegistry, options: argparse.Namespace, out: TextIO, stdin: TextIO, err: TextIO
 ) -> int:
-    call, not_json = _cli_call(options, stdin)
+    call = _cli_call(options, stdin)
     explained = registry.explain(call)
     if options.json:
         out.write(json.dumps(explained.to_json(), indent=2, ensure_ascii=False) + "\n")
     else:
         out.write("\n".join(explained.lines()) + "\n")
-    if not_json is not None:
-        err.write(f"dsh-tools: note: {not_json}\n")
     if explained.outcome == "run":
         return EXIT_OK
     return EXIT_WOULD_ASK if explained.outcome == "ask" else EXIT_CALL_FAILED

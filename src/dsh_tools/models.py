@@ -104,12 +104,31 @@ class ExecutionToken:
         return f"<ExecutionToken {id(self):#x}>"
 
 
+@attrs.frozen
+class UnreadableArguments:
+    """A call's arguments that could not be read at all, as the call's ``arguments``.
+
+    For a host that parses the model's text itself (the wire parsers, the CLI): JSON text
+    cut off at the token limit, say. Passed as ``ToolExecutionInput(arguments=...)``, the
+    call still runs through the pipeline, so audit logs, tracers and observers see the
+    attempt: it ends ``INVALID_JSON`` on the final path (no policy has arguments to
+    judge), its message naming the tool and ``problem``.
+
+    :param text: the arguments as they arrived, when they were text (else ``""``).
+    :param problem: what is wrong, for the model (``"arguments" is not valid JSON ...``).
+    """
+
+    text: str = attrs.field(validator=attrs.validators.instance_of(str))
+    problem: str = attrs.field(validator=attrs.validators.instance_of(str))
+
+
 @attrs.frozen(slots=False)  # one per call: a dict-backed record is filled faster
 class ToolExecutionInput:
     """What a host asks the registry to run: one tool call as the model made it.
 
     ``arguments`` may be any Python value; it is snapshotted once into frozen JSON before
-    any policy runs, and non-JSON arguments end the call with an ``INVALID_JSON`` failure.
+    any policy runs, and non-JSON arguments end the call with an ``INVALID_JSON`` failure
+    (:class:`UnreadableArguments` says why, for arguments that could not even be read).
     ``parent`` is the token of the enclosing execution for nested calls.
     """
 

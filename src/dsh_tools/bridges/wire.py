@@ -10,9 +10,10 @@ request methods) accept. :func:`execute_calls` runs one model turn's calls in be
 A payload that is not a tool call of the expected shape raises :class:`WireFormatError`
 naming the provider, the field path and what is wrong, never ``KeyError`` or
 ``TypeError``. A call whose id is readable but whose arguments are not (JSON text cut
-off at the token limit, say) is the model's mistake, not the host's: it becomes a
-:class:`MalformedCall` carrying the ``INVALID_JSON`` answer for its id, so one bad call
-never costs the others their turn. Arguments that arrive as JSON text are parsed with
+off at the token limit, say) is the model's mistake, not the host's: it becomes a call
+whose arguments are :class:`~dsh_tools.UnreadableArguments`, which the pipeline answers
+``INVALID_JSON`` (observers and audit logs see it), so one bad call never costs the
+others their turn. Arguments that arrive as JSON text are parsed with
 :func:`dsh_tools.json.loads` (lossless: ``NaN`` and over-deep nesting are rejected);
 arguments that arrive as an object are passed through untouched, because the registry
 snapshots and validates them anyway.
@@ -23,10 +24,9 @@ from __future__ import annotations
 import hashlib
 import json as _stdlib_json
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
-import attrs
 
 from ..content import content_text
 from ..errors import DshToolsError, ErrorCode, JsonValueError
@@ -37,7 +37,7 @@ from ..models import (
     ToolExecutionResult,
     ToolExecutionSuccess,
     ToolSchema,
-    failure_result,
+    UnreadableArguments,
 )
 
 if TYPE_CHECKING:
@@ -46,8 +46,6 @@ if TYPE_CHECKING:
 __all__ = [
     "CALL_FORMATS",
     "DECLARATION_FORMATS",
-    "MalformedCall",
-    "ParsedCall",
     "WireFormatError",
     "declarations",
     "execute_calls",
@@ -236,28 +234,6 @@ def _dispatch(table: Mapping[str, F], caller: str, format: str) -> F:
 # --------------------------------------------------------------------------- tool calls
 
 
-@attrs.frozen
-class MalformedCall:
-    """A tool call whose arguments could not be read: it is answered, never run.
-
-    The model made the call, so its id must get an answer: ``result`` is that answer, an
-    ``INVALID_JSON`` failure naming the tool and the JSON problem (for example
-    ``"tool_calls[1].function.arguments" is not valid JSON text: Unterminated string
-    ...``). :func:`execute_calls` returns it in the call's place, and the ``to_*``
-    functions send it back like any other result. No registry stage sees the call: it has
-    no arguments for a policy to judge.
-    """
-
-    call_id: str
-    name: str
-    result: ToolExecutionFailure
-    agent: str | None = None
-
-
-ParsedCall: TypeAlias = ToolExecutionInput | MalformedCall
-"""What the ``parse_*`` functions return for one call: a call to run, or one to answer."""
-
-
 _JSON_KINDS: tuple[tuple[type | tuple[type, ...], str], ...] = (
     (bool, "a boolean"),
     ((int, float), "a number"),
@@ -350,24 +326,27 @@ def _arguments(provider: str, value: object, path: str) -> object:
     )
 
 
-def _malformed(call_id: str, name: str, error: WireFormatError, agent: str | None) -> MalformedCall:
-    message = f'tool "{name}" was called with unreadable arguments: "{error.path}" {error.problem}'
-    result = failure_result(message, error.code, name=type(error).__name__)
-    return MalformedCall(call_id, name, result, agent)
+def _unreadable(
+    call_id: str, name: str, arguments: object, error: WireFormatError, agent: str | None
+) -> ToolExecutionInput:
+    """The call whose arguments could not be read, for the pipeline to answer."""
+    text = arguments if isinstance(arguments, str) else ""
+    unreadable = UnreadableArguments(text, f'"{error.path}" {error.problem}')
+    return ToolExecutionInput(call_id=call_id, name=name, arguments=unreadable, agent=agent)
 
 
 def _call(
     provider: str, call_id: str, name: str, arguments: object, path: str, agent: str | None
-) -> ParsedCall:
+) -> ToolExecutionInput:
     """The call to run, or, when its arguments cannot be read, the answer to send."""
     try:
         parsed = _arguments(provider, arguments, path)
     except WireFormatError as error:
-        return _malformed(call_id, name, error, agent)
+        return _unreadable(call_id, name, arguments, error, agent)
     return ToolExecutionInput(call_id=call_id, name=name, arguments=parsed, agent=agent)
 
 
-def _openai_chat_call(payload: object, path: str, agent: str | None) -> ParsedCall:
+def _openai_chat_call(payload: object, path: str, agent: str | None) -> ToolExecutionInput:
     provider = "openai"
     call = _object(provider, payload, path)
     _check_type(provider, call, "function", path)
@@ -380,12 +359,12 @@ def _openai_chat_call(payload: object, path: str, agent: str | None) -> ParsedCa
 
 def parse_openai_chat_tool_calls(
     message_or_tool_calls: object, *, agent: str | None = None
-) -> list[ParsedCall]:
+) -> list[ToolExecutionInput]:
     """Every call in a Chat Completions assistant message (or its ``tool_calls`` list).
 
     Takes the SDK's ``completion.choices[0].message`` or its JSON. A message without
     ``tool_calls`` (a plain text reply) gives an empty list. A call whose arguments cannot
-    be read comes back as a :class:`MalformedCall` in its place, so the other calls still
+    be read carries :class:`~dsh_tools.UnreadableArguments`, so the other calls still
     run. For one tool call on its own use ``parse_tool_call(call, "openai")``.
     """
     tool_calls = _plain("openai", message_or_tool_calls, "message")
@@ -405,7 +384,9 @@ def parse_openai_chat_tool_calls(
     ]
 
 
-def parse_openai_responses_function_call(item: object, *, agent: str | None = None) -> ParsedCall:
+def parse_openai_responses_function_call(
+    item: object, *, agent: str | None = None
+) -> ToolExecutionInput:
     """A Responses API ``function_call`` output item; its ``call_id`` (not ``id``) is the id."""
     provider, path = "openai-responses", "function_call"
     call = _object(provider, item, path)
@@ -415,7 +396,7 @@ def parse_openai_responses_function_call(item: object, *, agent: str | None = No
     return _call(provider, call_id, name, call.get("arguments"), f"{path}.arguments", agent)
 
 
-def parse_anthropic_tool_use(block: object, *, agent: str | None = None) -> ParsedCall:
+def parse_anthropic_tool_use(block: object, *, agent: str | None = None) -> ToolExecutionInput:
     """An Anthropic ``tool_use`` content block; its ``input`` is already an object."""
     provider, path = "anthropic", "tool_use"
     call = _object(provider, block, path)
@@ -425,7 +406,7 @@ def parse_anthropic_tool_use(block: object, *, agent: str | None = None) -> Pars
     return _call(provider, call_id, name, call.get("input"), f"{path}.input", agent)
 
 
-def parse_gemini_function_call(part: object, *, agent: str | None = None) -> ParsedCall:
+def parse_gemini_function_call(part: object, *, agent: str | None = None) -> ToolExecutionInput:
     """A Gemini content part ``{"functionCall": {"name", "args", "id"?}}``.
 
     Missing ``args`` means no arguments. When the model sent no ``id`` (the Gemini API
@@ -444,7 +425,7 @@ def parse_gemini_function_call(part: object, *, agent: str | None = None) -> Par
         call_id = sent_id or _gemini_id(name, _frozen_gemini_args(arguments, f"{path}.args"))
     except WireFormatError as error:
         # Minted from the problem instead: still stable, and never an id of a valid call.
-        return _malformed(sent_id or _gemini_id(name, str(error)), name, error, agent)
+        return _unreadable(sent_id or _gemini_id(name, str(error)), name, args, error, agent)
     return ToolExecutionInput(call_id=call_id, name=name, arguments=arguments, agent=agent)
 
 
@@ -463,7 +444,7 @@ def _gemini_id(name: str, identity: object) -> str:
 CALL_FORMATS = ("openai", "openai-responses", "anthropic", "gemini")
 """The ``format`` names :func:`parse_tool_call` accepts."""
 
-_PARSERS: dict[str, Callable[..., ParsedCall]] = {
+_PARSERS: dict[str, Callable[..., ToolExecutionInput]] = {
     "openai": lambda payload, *, agent: _openai_chat_call(payload, "tool_call", agent),
     "openai-responses": parse_openai_responses_function_call,
     "anthropic": parse_anthropic_tool_use,
@@ -471,7 +452,9 @@ _PARSERS: dict[str, Callable[..., ParsedCall]] = {
 }
 
 
-def parse_tool_call(payload: object, format: str, *, agent: str | None = None) -> ParsedCall:
+def parse_tool_call(
+    payload: object, format: str, *, agent: str | None = None
+) -> ToolExecutionInput:
     """One tool call in ``format`` (one of :data:`CALL_FORMATS`).
 
     ``openai`` takes one element of a Chat Completions ``tool_calls`` list,
@@ -485,14 +468,15 @@ def parse_tool_call(payload: object, format: str, *, agent: str | None = None) -
 
 
 async def execute_calls(
-    registry: ToolRegistry | ToolScope, calls: Sequence[ParsedCall]
+    registry: ToolRegistry | ToolScope, calls: Sequence[ToolExecutionInput]
 ) -> list[ToolExecutionResult]:
     """Run one model turn's calls; one result per call, in the calls' order.
 
     Calls whose ``registry.execution_mode(call)`` is ``"parallel"`` run concurrently with
     their parallel neighbours; an ``"exclusive"`` call runs alone, after every call before
     it and before every call after it, so the model's order holds wherever it matters. A
-    :class:`MalformedCall` is answered with its ``result`` and runs nothing.
+    call with :class:`~dsh_tools.UnreadableArguments` passes the pipeline like any other
+    and ends ``INVALID_JSON``.
     """
     results: dict[int, ToolExecutionResult] = {}
     batch: list[tuple[int, ToolExecutionInput]] = []
@@ -510,9 +494,7 @@ async def execute_calls(
         batch.clear()
 
     for index, call in enumerate(calls):
-        if isinstance(call, MalformedCall):
-            results[index] = call.result
-        elif registry.execution_mode(call) == "parallel":
+        if registry.execution_mode(call) == "parallel":
             batch.append((index, call))
         else:
             await run_batch()
@@ -522,13 +504,10 @@ async def execute_calls(
 
 
 def execute_calls_sync(
-    registry: ToolRegistry | ToolScope, calls: Sequence[ParsedCall]
+    registry: ToolRegistry | ToolScope, calls: Sequence[ToolExecutionInput]
 ) -> list[ToolExecutionResult]:
     """:func:`execute_calls` for synchronous hosts: the calls run one after another."""
-    return [
-        call.result if isinstance(call, MalformedCall) else registry.execute_sync(call)
-        for call in calls
-    ]
+    return [registry.execute_sync(call) for call in calls]
 
 
 # --------------------------------------------------------------------------- results
