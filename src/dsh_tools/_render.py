@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ._loops import stops_the_caller
 from ._results import message, success_result
 from .content import ContextMessage, ImageContent, TextContent, content_blocks, text_blocks
 from .errors import JsonValueError, ToolOutputError
@@ -89,7 +90,9 @@ def _call_output(
 ) -> Any:
     try:
         produced = function(arguments, value)
-    except Exception as error:
+    except BaseException as error:
+        if stops_the_caller(error):
+            raise
         raise ToolOutputError(tool, [f"output.{label} failed: {message(error)}"]) from None
     try:
         return snapshot(produced) if as_json else content_blocks(produced)

@@ -8,7 +8,10 @@ is the documented outcome of each cell: the error code (``None`` for a success),
 stages the call went through (from :class:`~dsh_tools.testing.CallRecorder`), how many
 times the body ran, and whether the caller's native cancellation propagates.
 
-Faults: ``raise`` (an exception), ``wrong_type`` (a return value of the wrong kind),
+Faults: ``raise`` (an exception), ``base_exception`` (a ``BaseException`` that is no
+``Exception``, as ``SystemExit`` or a library's own), ``wrong_type`` (a return value of
+the wrong kind), ``hostile`` (an object equal to everything whose hash, repr, str and
+truth value raise, returned in place of the answer),
 ``non_json`` (a value that is not lossless JSON), ``hang_signal`` (never finishes on its
 own; the host cancels its :class:`~dsh_tools.CancelSource` after a short delay),
 ``hang_native`` (never finishes; the host's ``move_on_after`` cancels the task) and
@@ -68,7 +71,16 @@ STAGES = (
     "finalize",
     "observer",
 )
-FAULTS = ("raise", "wrong_type", "non_json", "hang_signal", "hang_native", "slow")
+FAULTS = (
+    "raise",
+    "base_exception",
+    "wrong_type",
+    "hostile",
+    "non_json",
+    "hang_signal",
+    "hang_native",
+    "slow",
+)
 
 # Stages that are plain synchronous callables (no ``async def`` form exists).
 SYNC_STAGES = frozenset({"guard", "render", "presentation_meta", "finalize"})
@@ -110,7 +122,9 @@ OK = Expect(None, FULL, 1)
 EXPECTED: dict[tuple[str, str], Expect] = {
     # pre-execute: a raising or malformed decision fails closed on the final path.
     ("pre_execute", "raise"): Expect("POLICY_ERROR", PRE_ONLY, 0),
+    ("pre_execute", "base_exception"): Expect("POLICY_ERROR", PRE_ONLY, 0),
     ("pre_execute", "wrong_type"): Expect("POLICY_ERROR", PRE_ONLY, 0),
+    ("pre_execute", "hostile"): Expect("POLICY_ERROR", PRE_ONLY, 0),
     ("pre_execute", "non_json"): Expect("POLICY_ERROR", PRE_ONLY, 0),
     # A pending pre-execute is interrupted when the caller's signal fires: no decision,
     # so guards are skipped; aborted before dispatch on the post path.
@@ -121,14 +135,20 @@ EXPECTED: dict[tuple[str, str], Expect] = {
     ("pre_execute", "slow"): OK,
     # approval service: fails closed like pre-execute; interrupted → aborted.
     ("approval", "raise"): Expect("POLICY_ERROR", TO_APPROVAL, 0),
+    ("approval", "base_exception"): Expect("POLICY_ERROR", TO_APPROVAL, 0),
     ("approval", "wrong_type"): Expect("POLICY_ERROR", TO_APPROVAL, 0),
+    ("approval", "hostile"): Expect(
+        "POLICY_ERROR", TO_APPROVAL, 0, note="r09: only an outcome itself allows"
+    ),
     ("approval", "non_json"): Expect("POLICY_ERROR", TO_APPROVAL, 0),
     ("approval", "hang_signal"): Expect("ABORTED_BEFORE_DISPATCH", APPROVAL_POST, 0),
     ("approval", "hang_native"): Expect("ABORTED_BEFORE_DISPATCH", PRE_ONLY, 0, native=True),
     ("approval", "slow"): OK,
     # guards: anything but a string or None denies (fail closed), on the final path.
     ("guard", "raise"): Expect("DENIED", TO_GUARD, 0),
+    ("guard", "base_exception"): Expect("DENIED", TO_GUARD, 0),
     ("guard", "wrong_type"): Expect("DENIED", TO_GUARD, 0),
+    ("guard", "hostile"): Expect("DENIED", TO_GUARD, 0),
     ("guard", "non_json"): Expect("DENIED", TO_GUARD, 0),
     ("guard", "hang_signal"): Expect("ABORTED_BEFORE_DISPATCH", FULL, 0),
     ("guard", "hang_native"): Expect(
@@ -137,14 +157,18 @@ EXPECTED: dict[tuple[str, str], Expect] = {
     ("guard", "slow"): OK,
     # wrapper before calling dispatch: fails closed on the final path, body never runs.
     ("wrapper_before", "raise"): Expect("POLICY_ERROR", TO_GUARD, 0),
+    ("wrapper_before", "base_exception"): Expect("POLICY_ERROR", TO_GUARD, 0),
     ("wrapper_before", "wrong_type"): Expect("POLICY_ERROR", TO_GUARD, 0),
+    ("wrapper_before", "hostile"): Expect("POLICY_ERROR", TO_GUARD, 0),
     ("wrapper_before", "non_json"): Expect("POLICY_ERROR", TO_GUARD, 0),
     ("wrapper_before", "hang_signal"): Expect("ABORTED_BEFORE_DISPATCH", FULL, 0),
     ("wrapper_before", "hang_native"): Expect("ABORTED_BEFORE_DISPATCH", TO_GUARD, 0, True),
     ("wrapper_before", "slow"): OK,
     # wrapper after dispatch: the body ran once; the wrapper's failure wins, final path.
     ("wrapper_after", "raise"): Expect("POLICY_ERROR", TO_GUARD, 1),
+    ("wrapper_after", "base_exception"): Expect("POLICY_ERROR", TO_GUARD, 1),
     ("wrapper_after", "wrong_type"): Expect("POLICY_ERROR", TO_GUARD, 1),
+    ("wrapper_after", "hostile"): Expect("POLICY_ERROR", TO_GUARD, 1),
     ("wrapper_after", "non_json"): Expect(
         "POLICY_ERROR", TO_GUARD, 1, note="authoring a non-JSON success raises JsonValueError"
     ),
@@ -153,14 +177,18 @@ EXPECTED: dict[tuple[str, str], Expect] = {
     ("wrapper_after", "slow"): OK,
     # body: ordinary failures, on the post path.
     ("body", "raise"): Expect("TOOL_ERROR", FULL, 1),
+    ("body", "base_exception"): Expect("TOOL_ERROR", FULL, 1),
     ("body", "wrong_type"): Expect("INVALID_TOOL_OUTPUT", FULL, 1),
+    ("body", "hostile"): Expect("INVALID_TOOL_OUTPUT", FULL, 1),
     ("body", "non_json"): Expect("INVALID_TOOL_OUTPUT", FULL, 1),
     ("body", "hang_signal"): Expect("ABORTED", FULL, 1),
     ("body", "hang_native"): Expect("ABORTED", TO_GUARD, 1, native=True),
     ("body", "slow"): OK,
     # output.render: the value could not be rendered → INVALID_TOOL_OUTPUT, post path.
     ("render", "raise"): Expect("INVALID_TOOL_OUTPUT", FULL, 1),
+    ("render", "base_exception"): Expect("INVALID_TOOL_OUTPUT", FULL, 1),
     ("render", "wrong_type"): Expect("INVALID_TOOL_OUTPUT", FULL, 1),
+    ("render", "hostile"): Expect("INVALID_TOOL_OUTPUT", FULL, 1),
     ("render", "non_json"): Expect("INVALID_TOOL_OUTPUT", FULL, 1),
     ("render", "hang_signal"): Expect("ABORTED", FULL, 1),
     ("render", "hang_native"): Expect(None, FULL, 1, note="sync; the cancel lands after return"),
@@ -168,7 +196,11 @@ EXPECTED: dict[tuple[str, str], Expect] = {
     # output.presentation_meta: like render; ``meta`` may be any JSON value, so a value
     # of an unexpected shape (a bare string) is not a fault at all.
     ("presentation_meta", "raise"): Expect("INVALID_TOOL_OUTPUT", FULL, 1),
+    ("presentation_meta", "base_exception"): Expect("INVALID_TOOL_OUTPUT", FULL, 1),
     ("presentation_meta", "wrong_type"): Expect(None, FULL, 1, note="meta is any JSON value"),
+    ("presentation_meta", "hostile"): Expect(
+        "INVALID_TOOL_OUTPUT", FULL, 1, note="meta must be JSON"
+    ),
     ("presentation_meta", "non_json"): Expect("INVALID_TOOL_OUTPUT", FULL, 1),
     ("presentation_meta", "hang_signal"): Expect("ABORTED", FULL, 1),
     ("presentation_meta", "hang_native"): Expect(None, FULL, 1, note="sync; cancel lands after"),
@@ -176,7 +208,9 @@ EXPECTED: dict[tuple[str, str], Expect] = {
     # post-execute: a raising or malformed listener fails closed on the final path; an
     # interrupted one is a policy stage that never decided: aborted, final path.
     ("post_execute", "raise"): Expect("POLICY_ERROR", FULL, 1),
+    ("post_execute", "base_exception"): Expect("POLICY_ERROR", FULL, 1),
     ("post_execute", "wrong_type"): Expect("POLICY_ERROR", FULL, 1),
+    ("post_execute", "hostile"): Expect("POLICY_ERROR", FULL, 1),
     ("post_execute", "non_json"): Expect(
         "POLICY_ERROR", FULL, 1, note="Accept(value=<non-JSON>) raises JsonValueError"
     ),
@@ -185,7 +219,9 @@ EXPECTED: dict[tuple[str, str], Expect] = {
     ("post_execute", "slow"): OK,
     # finalize_content: its failure replaces the whole result, once.
     ("finalize", "raise"): Expect("TOOL_ERROR", FULL, 1),
+    ("finalize", "base_exception"): Expect("TOOL_ERROR", FULL, 1),
     ("finalize", "wrong_type"): Expect("INVALID_JSON", FULL, 1),
+    ("finalize", "hostile"): Expect("INVALID_JSON", FULL, 1),
     ("finalize", "non_json"): Expect("INVALID_JSON", FULL, 1),
     ("finalize", "hang_signal"): Expect(
         None, FULL, 1, note="the outcome was settled before finalize; cancel changes nothing"
@@ -195,7 +231,9 @@ EXPECTED: dict[tuple[str, str], Expect] = {
     # result observers: contained; the result is unaffected and the other observer
     # still sees it. Return values are ignored, so wrong_type / non_json are no faults.
     ("observer", "raise"): OK,
+    ("observer", "base_exception"): OK,
     ("observer", "wrong_type"): Expect(None, FULL, 1, note="return values are ignored"),
+    ("observer", "hostile"): Expect(None, FULL, 1, note="return values are ignored"),
     ("observer", "non_json"): Expect(None, FULL, 1, note="return values are ignored"),
     ("observer", "hang_signal"): Expect(
         None, FULL, 1, note="the signal does not bound observers; the caller's deadline does"
@@ -207,6 +245,31 @@ EXPECTED: dict[tuple[str, str], Expect] = {
 }
 
 # --------------------------------------------------------------------------- the probe
+
+
+class Escaped(BaseException):
+    """A home-made ``BaseException`` (some libraries raise their own for control flow)."""
+
+
+class AgreesWithEverything:
+    """Hostile equality: equal to anything; its hash, repr, str and truth value raise."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    def __hash__(self) -> int:
+        raise RuntimeError("hash")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr")
+
+    __str__ = __repr__
+
+    def __bool__(self) -> bool:
+        raise RuntimeError("bool")
 
 
 class Sandbox:
@@ -238,8 +301,12 @@ class Sandbox:
         fault = self.fault
         if fault == "raise":
             raise RuntimeError(f"{self.stage} exploded")
+        if fault == "base_exception":
+            raise Escaped(f"{self.stage} escaped")
         if fault == "wrong_type":
             return wrong
+        if fault == "hostile":
+            return AgreesWithEverything()
         if fault == "non_json":
             return non_json
         if fault == "slow":
@@ -254,8 +321,12 @@ class Sandbox:
         await anyio.lowlevel.checkpoint()
         if fault == "raise":
             raise RuntimeError(f"{self.stage} exploded")
+        if fault == "base_exception":
+            raise Escaped(f"{self.stage} escaped")
         if fault == "wrong_type":
             return wrong
+        if fault == "hostile":
+            return AgreesWithEverything()
         if fault == "non_json":
             return non_json
         if fault == "slow":
@@ -377,11 +448,15 @@ class Sandbox:
                     if box.stage == "wrapper_before":
                         if box.fault == "non_json":
                             return {"value": {1, 2}}
+                        if box.fault == "hostile":
+                            return AgreesWithEverything()
                         await box.async_fault(None, None, None)
                         return await dispatch(signal)
                     result = await dispatch(signal)
                     if box.fault == "wrong_type":
                         return "done"
+                    if box.fault == "hostile":
+                        return AgreesWithEverything()
                     if box.fault == "non_json":
                         assert isinstance(result, ToolExecutionSuccess)
                         return attrs.evolve(result, value={"text": {1, 2}})

@@ -8,7 +8,10 @@ Invariants checked on random input:
 * random DSL specs and raw schemas either compile or raise ``JsonSchemaError`` (never
   anything else), and a compiled validator returns a list of strings for any value;
 * random pre/guard/post/wrapper decisions, valid or not, never crash a call, and a denial
-  (pre-execute ``Deny`` or a guard reason) always keeps the body from running;
+  (pre-execute ``Deny`` or a guard reason) always keeps the body from running; the junk
+  includes objects equal to everything whose hash, repr and truth value raise, and the
+  raised errors include ``BaseException``\ s that are no ``Exception`` (``SystemExit``,
+  ``GeneratorExit``, a stray ``CancelledError``, a home-made one); observers run once;
 * random card JSON either structures into a card or raises ``CardError``;
 * 100 000 levels of nesting and 10 MB arguments end cleanly in bounded time and memory;
 * catastrophic regexes and globs (nested quantifiers, ``*a*a*a*b``) given to ``grep`` and
@@ -24,6 +27,7 @@ The suite prints how many examples each property ran when the module finishes.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -223,6 +227,32 @@ class _Hostile:
         return "<hostile>"
 
 
+class _AgreesWithEverything:
+    """Hostile equality (``mock.ANY`` gone wrong): equal to anything, and its hash,
+    repr, str and truth value raise, so no code may ask it for them unguarded."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    def __hash__(self) -> int:
+        raise RuntimeError("hash")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr")
+
+    __str__ = __repr__
+
+    def __bool__(self) -> bool:
+        raise RuntimeError("bool")
+
+
+class _Escaped(BaseException):
+    """A home-made ``BaseException``, as some libraries raise for their own control flow."""
+
+
 class _Unprintable:
     """A decision whose ``repr`` and ``str`` raise."""
 
@@ -277,6 +307,7 @@ EDGE_SCALARS = st.sampled_from(
 which cannot print them in a failure report."""
 HOSTILE = (
     st.builds(_Hostile)
+    | st.builds(_AgreesWithEverything)
     | st.builds(_LyingStr, st.just("x"))
     | st.builds(lambda: _LyingDict(a=1))
     | st.builds(lambda: _LyingList([1]))
@@ -569,7 +600,7 @@ def test_random_specs_and_schemas_compile_or_raise_json_schema_error(spec: Any, 
 class _Raise:
     """Marks "this hook raises" in a drawn decision list."""
 
-    def __init__(self, error: Exception) -> None:
+    def __init__(self, error: BaseException) -> None:
         self.error = error
 
     def __repr__(self) -> str:
@@ -577,9 +608,25 @@ class _Raise:
 
 
 ERRORS = st.sampled_from(
-    [ValueError("v"), RuntimeError(""), KeyError("k"), DshToolsError("coded"), TypeError()]
+    [
+        ValueError("v"),
+        RuntimeError(""),
+        KeyError("k"),
+        DshToolsError("coded"),
+        TypeError(),
+        # Not Exceptions: contained all the same (issue 16).
+        SystemExit(2),
+        GeneratorExit(),
+        asyncio.CancelledError(),  # nobody cancelled the caller
+        _Escaped("escape"),
+    ]
 ).map(_Raise)
-JUNK = any_values(3) | st.sampled_from([Allow, Deny, Accept, object()]) | st.builds(_Hostile)
+JUNK = (
+    any_values(3)
+    | st.sampled_from([Allow, Deny, Accept, object()])
+    | st.builds(_Hostile)
+    | st.builds(_AgreesWithEverything)
+)
 CONTEXTS = st.lists(
     st.builds(
         lambda text: ContextMessage(id="m", content=text, source="fuzz"), st.text(max_size=5)
@@ -620,7 +667,9 @@ def post_decisions(draw: st.DrawFn) -> object:
     return draw(JUNK)
 
 
-WRAPPERS = st.sampled_from(["pass", "twice", "short_success", "short_junk", "raise", "none"])
+WRAPPERS = st.sampled_from(
+    ["pass", "twice", "short_success", "short_junk", "short_hostile", "raise", "exit", "none"]
+)
 
 
 def _act(decision: object) -> object:
@@ -686,13 +735,18 @@ def _decision_plugin(
                     return ToolExecutionSuccess(value="short", content="short")
                 if wrapper == "short_junk":
                     return {"not": "a result"}
+                if wrapper == "short_hostile":
+                    return _AgreesWithEverything()
+                if wrapper == "exit":
+                    raise SystemExit(1)
                 raise RuntimeError("wrapper broke")
 
             return wrapped
 
         @hookimpl
-        def dsh_tools_result(self, execution: ToolExecution, result: ToolExecutionResult) -> None:
+        def dsh_tools_result(self, execution: ToolExecution, result: ToolExecutionResult) -> object:
             seen.append("result")
+            return _act(guard)  # a junk return value, or a raise: contained
 
     return Policy()
 
