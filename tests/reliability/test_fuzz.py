@@ -10,7 +10,7 @@ Invariants checked on random input:
 * random pre/guard/post/wrapper decisions, valid or not, never crash a call, and a denial
   (pre-execute ``Deny`` or a guard reason) always keeps the body from running; the junk
   includes objects equal to everything whose hash, repr and truth value raise, and the
-  raised errors include ``BaseException``\ s that are no ``Exception`` (``SystemExit``,
+  raised errors include exceptions that are no ``Exception`` (``SystemExit``,
   ``GeneratorExit``, a stray ``CancelledError``, a home-made one); observers run once;
 * random card JSON either structures into a card or raises ``CardError``;
 * 100 000 levels of nesting and 10 MB arguments end cleanly in bounded time and memory;
