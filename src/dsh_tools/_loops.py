@@ -5,6 +5,8 @@ it on the host's loop (asyncio or trio, through anyio). ``registry.execute_sync(
 drives the very same coroutine by hand (:func:`drive`) when its plan says nothing in it
 awaits a loop, and on a loop of its own otherwise. The few places that wait ask
 :func:`on_event_loop` which of the two they are in, so no stage branches on it.
+Whether an escaping exception is the caller's own cancellation is a question about the
+running loop too: :func:`stops_the_caller` answers it for every stage.
 """
 
 from __future__ import annotations

@@ -184,6 +184,8 @@ def _run(registry: ToolRegistry, call: ToolExecutionInput, driver: str) -> ToolE
 def test_a_base_exception_from_any_stage_is_contained_and_observed(
     stage: str, raised: str, driver: str
 ) -> None:
+    if raised == "CancelledError" and driver == "asyncio" and sys.version_info < (3, 11):
+        pytest.skip("Python 3.10 takes every CancelledError on a loop as the caller's")
     registry, seen, _ran = _registry(stage, RAISERS[raised])
 
     result = _run(registry, ToolExecutionInput("c1", "t", {}, agent="agent"), driver)
