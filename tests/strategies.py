@@ -45,6 +45,28 @@ class _Opaque:
     """An arbitrary object that is not JSON."""
 
 
+class AgreesWithEverything:
+    """Hostile equality (``mock.ANY`` gone wrong): equal to anything, while its hash,
+    repr, str and truth value raise, so no code may ask it for them unguarded."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    def __hash__(self) -> int:
+        raise RuntimeError("hash")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr")
+
+    __str__ = __repr__
+
+    def __bool__(self) -> bool:
+        raise RuntimeError("bool")
+
+
 NON_JSON_SCALARS = st.sampled_from(
     [
         math.nan,

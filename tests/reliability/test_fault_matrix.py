@@ -57,6 +57,7 @@ from dsh_tools.models import (
 )
 from dsh_tools.registry import ToolRegistry
 from dsh_tools.testing import CallRecorder
+from strategies import AgreesWithEverything
 
 STAGES = (
     "pre_execute",
@@ -249,27 +250,6 @@ EXPECTED: dict[tuple[str, str], Expect] = {
 
 class Escaped(BaseException):
     """A home-made ``BaseException`` (some libraries raise their own for control flow)."""
-
-
-class AgreesWithEverything:
-    """Hostile equality: equal to anything; its hash, repr, str and truth value raise."""
-
-    def __eq__(self, other: object) -> bool:
-        return True
-
-    def __ne__(self, other: object) -> bool:
-        return False
-
-    def __hash__(self) -> int:
-        raise RuntimeError("hash")
-
-    def __repr__(self) -> str:
-        raise RuntimeError("repr")
-
-    __str__ = __repr__
-
-    def __bool__(self) -> bool:
-        raise RuntimeError("bool")
 
 
 class Sandbox:

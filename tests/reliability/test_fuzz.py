@@ -82,7 +82,13 @@ from dsh_tools.schema import schema_spec_to_json_schema, value_spec_to_json_sche
 from dsh_tools_plugins.audit import AuditLog, read_audit_log
 from dsh_tools_plugins.permissions import PermissionRules
 from dsh_tools_plugins.tools import workspace_tools
-from strategies import any_values, dsl_parameter_specs, json_values, raw_schemas
+from strategies import (
+    AgreesWithEverything,
+    any_values,
+    dsl_parameter_specs,
+    json_values,
+    raw_schemas,
+)
 
 settings.register_profile(
     "ci",
@@ -227,28 +233,6 @@ class _Hostile:
         return "<hostile>"
 
 
-class _AgreesWithEverything:
-    """Hostile equality (``mock.ANY`` gone wrong): equal to anything, and its hash,
-    repr, str and truth value raise, so no code may ask it for them unguarded."""
-
-    def __eq__(self, other: object) -> bool:
-        return True
-
-    def __ne__(self, other: object) -> bool:
-        return False
-
-    def __hash__(self) -> int:
-        raise RuntimeError("hash")
-
-    def __repr__(self) -> str:
-        raise RuntimeError("repr")
-
-    __str__ = __repr__
-
-    def __bool__(self) -> bool:
-        raise RuntimeError("bool")
-
-
 class _Escaped(BaseException):
     """A home-made ``BaseException``, as some libraries raise for their own control flow."""
 
@@ -307,7 +291,7 @@ EDGE_SCALARS = st.sampled_from(
 which cannot print them in a failure report."""
 HOSTILE = (
     st.builds(_Hostile)
-    | st.builds(_AgreesWithEverything)
+    | st.builds(AgreesWithEverything)
     | st.builds(_LyingStr, st.just("x"))
     | st.builds(lambda: _LyingDict(a=1))
     | st.builds(lambda: _LyingList([1]))
@@ -626,7 +610,7 @@ JUNK = (
     any_values(3)
     | st.sampled_from([Allow, Deny, Accept, object()])
     | st.builds(_Hostile)
-    | st.builds(_AgreesWithEverything)
+    | st.builds(AgreesWithEverything)
 )
 CONTEXTS = st.lists(
     st.builds(
@@ -737,7 +721,7 @@ def _decision_plugin(
                 if wrapper == "short_junk":
                     return {"not": "a result"}
                 if wrapper == "short_hostile":
-                    return _AgreesWithEverything()
+                    return AgreesWithEverything()
                 if wrapper == "exit":
                     raise SystemExit(1)
                 raise RuntimeError("wrapper broke")
