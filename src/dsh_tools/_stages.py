@@ -209,7 +209,9 @@ def _recalled(
             outcome = exact_outcome(value)
             if value is not None and outcome not in REMEMBERED_OUTCOMES:
                 raise TypeError(f"recall() returned {shown(value)}; expected an always-outcome")
-        except Exception as error:
+        except BaseException as error:
+            if stops_the_caller(error):
+                raise
             call.trace(
                 "approval", "approval store", f"recall raised {message(error)}", error, STORE
             )
@@ -232,7 +234,9 @@ def _remember(call: Call, store: ApprovalStore, key: ApprovalKey, outcome: Appro
     """Keep an ``*-always`` answer; a store that cannot fails the call closed."""
     try:
         store.remember(key, outcome)
-    except Exception as error:
+    except BaseException as error:
+        if stops_the_caller(error):
+            raise
         call.trace("approval", "approval store", f"remember raised {message(error)}", error, STORE)
         prefix = f'approval store failed to remember {outcome.value} for tool "{call.name}": '
         raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
