@@ -37,6 +37,7 @@ from dsh_tools import (
     define_tool,
     hookimpl,
 )
+from dsh_tools.cancel import CancelSource
 
 
 class Escaped(BaseException):
@@ -248,6 +249,74 @@ def test_a_cancelled_sub_task_is_the_tools_failure_not_the_callers_cancellation(
     assert result.error.info.name == "CancelledError"
     assert not still_cancelling
     assert seen.results == [result]
+
+
+@pytest.mark.parametrize("with_signal", [False, True], ids=["no-signal", "signal"])
+@pytest.mark.parametrize("stage", ["pre_execute", "post_execute", "observer"])
+def test_an_async_plugin_awaiting_a_cancelled_sub_task_is_a_plugin_fault(
+    stage: str, with_signal: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Awaited under the pipeline's own cancel scope when the call has a signal.
+    if sys.version_info < (3, 11):
+        pytest.skip("Python 3.10 cannot tell a sub-task's CancelledError from the caller's")
+
+    async def await_a_cancelled_task() -> None:
+        task = asyncio.ensure_future(asyncio.sleep(10))
+        await asyncio.sleep(0)
+        task.cancel()
+        await task
+
+    class Plugin:
+        @hookimpl
+        async def dsh_tools_pre_execute(self) -> None:
+            if stage == "pre_execute":
+                await await_a_cancelled_task()
+
+        @hookimpl
+        async def dsh_tools_post_execute(self) -> None:
+            if stage == "post_execute":
+                await await_a_cancelled_task()
+
+        @hookimpl
+        async def dsh_tools_result(self) -> None:
+            if stage == "observer":
+                await await_a_cancelled_task()
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(name="t", description="d", parameters={}, execute=lambda a, c: "ok")
+    )
+    seen = Seen()
+    registry.add_plugin(seen)
+    registry.add_plugin(Plugin())
+    signal = CancelSource().signal if with_signal else None
+
+    result = anyio.run(registry.execute, ToolExecutionInput("c1", "t", {}, signal=signal))
+
+    if stage == "observer":
+        assert not result.is_error
+        assert "result observer" in caplog.text
+        assert "CancelledError" in caplog.text
+    else:
+        assert isinstance(result, ToolExecutionFailure)
+        assert result.code == "POLICY_ERROR"
+        assert "CancelledError" in result.error.message
+    assert seen.results == [result]
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_body_without_any_plugin_is_contained_too(driver: str) -> None:
+    # No plugin, no signal: the call takes the direct runner, the body step alone.
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(name="cli", description="d", parameters={}, execute=lambda a, c: _exit())
+    )
+
+    result = _run(registry, ToolExecutionInput("c1", "cli", {}), driver)
+
+    assert isinstance(result, ToolExecutionFailure)
+    assert result.code == "TOOL_ERROR"
+    assert result.error.message == "SystemExit: 2"
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
