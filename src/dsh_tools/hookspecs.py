@@ -93,7 +93,8 @@ def dsh_tools_pre_execute(
     skip any side effect. ``Deny``, ``Ask`` and ``Allow`` take an optional ``detail``
     (a JSON object saying what decided) that decision records keep.
 
-    Raising, or returning anything that is not a decision, fails the call closed with
+    Raising anything (a code the error carries is named in the message), or returning
+    anything that is not a decision, fails the call closed with
     ``POLICY_ERROR``; guards, body and post-execute are skipped.
 
     :param execution: the call, with frozen arguments; read-only.
@@ -147,8 +148,9 @@ def dsh_tools_execute(  # type: ignore[empty-body]
 
     Results from the inner dispatch are frozen. A success you author yourself is
     normalized through the tool's output contract (value validated, content re-rendered);
-    a failure you author is kept as is. Raising from your dispatch fails the call with
-    ``POLICY_ERROR`` and skips post-execute.
+    a failure you author is kept as is. Raising anything from your dispatch fails the call
+    with ``POLICY_ERROR`` (a code the error carries is named in the message) and skips
+    post-execute.
 
     Under ``execute_sync`` the chain runs without an event loop when nothing in it needs
     one: a dispatch that only awaits the inner dispatch (and :func:`dsh_tools.cancel.sleep`)
