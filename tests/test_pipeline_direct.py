@@ -26,11 +26,11 @@ from dsh_tools import (
     _drivers,
     define_tool,
     hookimpl,
-    result_to_json,
 )
 from dsh_tools.arguments import ArgumentsModel
 from dsh_tools.errors import ToolError
 from dsh_tools.json import FrozenDict
+from dsh_tools.models import result_to_json
 
 PNG = "iVBORw0KGgo="
 

@@ -64,11 +64,6 @@ if TYPE_CHECKING:
     )
     from .jsonschema import (
         StructuredOutputSchema,
-        assert_supported_json_schema,
-        assert_supported_output_schema,
-        compile_validator,
-        validate_json_schema_value,
-        validate_structured_value,
     )
     from .models import (
         Accept,
@@ -79,7 +74,6 @@ if TYPE_CHECKING:
         Ask,
         Block,
         Deny,
-        ExecutionToken,
         PresentableResult,
         ToolDefinition,
         ToolErrorInfo,
@@ -93,7 +87,6 @@ if TYPE_CHECKING:
         ToolSchema,
         UnreadableArguments,
         failure_result,
-        result_to_json,
     )
     from .paths import (
         PathArgument,
@@ -117,9 +110,6 @@ if TYPE_CHECKING:
         PropertySpec,
         SchemaSpec,
         ValueSpec,
-        schema_spec_to_json_schema,
-        validate_args,
-        value_spec_to_json_schema,
     )
 
 _LOCATIONS: dict[str, str] = {
@@ -142,7 +132,6 @@ _LOCATIONS: dict[str, str] = {
     "Deny": "models",
     "DshToolsError": "errors",
     "ErrorCode": "errors",
-    "ExecutionToken": "models",
     "FrozenDict": "json",
     "FrozenList": "json",
     "GUARDS_GROUP": "plugins",
@@ -187,19 +176,10 @@ _LOCATIONS: dict[str, str] = {
     "UnreadableArguments": "models",
     "ValueSpec": "schema",
     "arguments_model": "arguments",
-    "assert_supported_json_schema": "jsonschema",
-    "assert_supported_output_schema": "jsonschema",
-    "compile_validator": "jsonschema",
     "define_tool": "define",
     "failure_result": "models",
     "hookimpl": "hookspecs",
     "load_plugins": "plugins",
-    "result_to_json": "models",
-    "schema_spec_to_json_schema": "schema",
-    "validate_args": "schema",
-    "validate_json_schema_value": "jsonschema",
-    "validate_structured_value": "jsonschema",
-    "value_spec_to_json_schema": "schema",
 }
 
 __all__ = [
@@ -222,7 +202,6 @@ __all__ = [
     "Deny",
     "DshToolsError",
     "ErrorCode",
-    "ExecutionToken",
     "FrozenDict",
     "FrozenList",
     "GUARDS_GROUP",
@@ -268,19 +247,10 @@ __all__ = [
     "ValueSpec",
     "__version__",
     "arguments_model",
-    "assert_supported_json_schema",
-    "assert_supported_output_schema",
-    "compile_validator",
     "define_tool",
     "failure_result",
     "hookimpl",
     "load_plugins",
-    "result_to_json",
-    "schema_spec_to_json_schema",
-    "validate_args",
-    "validate_json_schema_value",
-    "validate_structured_value",
-    "value_spec_to_json_schema",
 ]
 
 
