@@ -13,7 +13,8 @@ authors, so they are module constants and never change):
     names a pluggy plugin implementing ``dsh_tools_*`` hooks: a module, an object, a
     class (instantiated once with no arguments, so its hookimpls can be ordinary methods),
     or a zero-argument factory function returning the plugin object (for plugins that read
-    their configuration at load time).
+    their configuration at load time), or ``None`` when that configuration leaves the
+    plugin off (nothing is registered; the entry point still counts as loaded).
 
 :func:`load_plugins` is the only place that discovers or imports them; importing
 ``dsh_tools`` never does. We do not use pluggy's ``load_setuptools_entrypoints``: it stops
@@ -479,11 +480,18 @@ def _load_plugin(registry: ToolRegistry, entry_point: EntryPoint) -> _Loaded:
         # A class, or a zero-argument factory function, makes the plugin object.
         with _failing_as(f"instantiating {_callable_name(plugin)}() raised "):
             plugin = plugin()
+        if plugin is None:
+            # The factory's configuration leaves the plugin off: nothing to register.
+            return (), (), _nothing
     with _failing_as("registering the plugin failed: "):
         disposer = registry.add_plugin(plugin, name=entry_point.name)
     registry._pm.set_distribution(entry_point.name, _origin(entry_point)[0])
     callers = registry.plugin_manager.get_hookcallers(plugin) or []
     return (), tuple(sorted(caller.name for caller in callers)), disposer
+
+
+def _nothing() -> None:
+    """The disposer of an entry point that registered nothing."""
 
 
 _LOADERS: Final[Mapping[PluginKind, Callable[[ToolRegistry, EntryPoint], _Loaded]]] = {

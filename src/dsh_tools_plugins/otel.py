@@ -1,0 +1,243 @@
+"""OpenTelemetry spans and a duration histogram for tool calls (GenAI semantic conventions).
+
+:class:`OpenTelemetryPlugin` gives every call through a registry an ``execute_tool {tool}``
+span (kind ``INTERNAL``) with the ``gen_ai.*`` attributes of the GenAI conventions for tool
+execution, ``error.type`` set to the failure's :class:`~dsh_tools.ErrorCode` and status
+``ERROR`` on failures, the policy decisions it can see as span events, and records
+``gen_ai.execute_tool.duration`` (seconds). It only uses ``opentelemetry-api``: what is
+exported, and where, is the host's SDK setup; with none (the API's no-op provider) a call
+pays for one non-recording span and nothing else. Arguments and results are not recorded
+unless the host asks (``record_arguments``, ``record_results``): they may hold secrets.
+
+Where the span lives in a call: the pre-execute hook (``tryfirst``) opens it as a child
+of the caller's current span and makes it current, so whatever the call does (other
+plugins, the body, the MCP client bridge's request) nests under it; the result hook
+(``trylast``), which every call reaches exactly once, closes it and restores the caller's
+context. A call that never reached this plugin's pre-execute (arguments that are not JSON,
+a call cancelled before it started, or one an earlier pre-execute decided) gets its span
+from the result hook instead, so no call goes untraced and none is left open.
+
+Importing this module does not import OpenTelemetry; making the plugin does (the ``otel``
+extra). Hosts enable it explicitly: ``registry.add_plugin(OpenTelemetryPlugin())``, or
+through the ``opentelemetry`` entry point, which stays inert unless :data:`ENV_VAR` says
+``on`` (see :func:`entry_point`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any, Final
+
+from dsh_tools import __version__
+from dsh_tools.errors import PluginConfigError
+from dsh_tools.hookspecs import hookimpl
+from dsh_tools.json import dumps
+from dsh_tools.models import ToolDefinition, ToolExecution, ToolExecutionResult
+
+if TYPE_CHECKING:
+    from contextvars import Token
+
+    from opentelemetry.context import Context
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import Span, TracerProvider
+
+__all__ = ["ENV_VAR", "OpenTelemetryPlugin", "entry_point"]
+
+ENV_VAR: Final = "DSH_TOOLS_OTEL"
+"""Enables the ``opentelemetry`` entry point: ``on``, plus ``arguments`` and/or ``results``
+to record those (comma-separated, e.g. ``on,arguments``); unset, empty or ``off``: inert."""
+
+INSTRUMENTATION: Final = "dsh_tools"
+"""The instrumentation scope name of the tracer and meter."""
+
+DURATION_METRIC: Final = "gen_ai.execute_tool.duration"
+"""The GenAI conventions' tool-execution duration histogram, in seconds."""
+
+_DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+"""Bucket advice for the histogram: tool calls run from milliseconds to about a minute."""
+
+
+class OpenTelemetryPlugin:
+    """One ``execute_tool`` span per call, and the tool-execution duration histogram.
+
+    :param tracer_provider: where spans go (default: the global provider).
+    :param meter_provider: where the histogram goes (default: the global provider).
+    :param record_arguments: add the call's arguments (JSON text) as
+        ``gen_ai.tool.call.arguments``.
+    :param record_results: add the result (a success's value as JSON text, a failure's
+        message) as ``gen_ai.tool.call.result``, and a failure's message as the span's
+        status description.
+
+    Raises :class:`ImportError` naming the ``otel`` extra when ``opentelemetry-api`` is
+    not installed.
+    """
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+        record_arguments: bool = False,
+        record_results: bool = False,
+    ) -> None:
+        try:
+            from opentelemetry import context, metrics, trace
+        except ImportError as error:
+            raise ImportError(
+                "OpenTelemetryPlugin needs opentelemetry-api: install dsh-tools with its "
+                "otel extra (in a clone: pip install '.[otel]')"
+            ) from error
+        self._context = context
+        self._trace = trace
+        self._tracer = trace.get_tracer(
+            INSTRUMENTATION, __version__, tracer_provider=tracer_provider
+        )
+        meter = metrics.get_meter(INSTRUMENTATION, __version__, meter_provider=meter_provider)
+        self._duration = meter.create_histogram(
+            DURATION_METRIC,
+            unit="s",
+            description="Duration of tool execution.",
+            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        )
+        self.record_arguments = record_arguments
+        self.record_results = record_results
+        self._open: dict[object, tuple[Span, Token[Context], float]] = {}
+        """The calls whose span is open: execution token -> (span, context token, start)."""
+
+    def __repr__(self) -> str:
+        return (
+            f"OpenTelemetryPlugin(record_arguments={self.record_arguments}, "
+            f"record_results={self.record_results})"
+        )
+
+    @property
+    def open_spans(self) -> int:
+        """How many calls have a span open right now (0 once every call has ended)."""
+        return len(self._open)
+
+    @hookimpl(tryfirst=True)
+    def dsh_tools_pre_execute(
+        self, execution: ToolExecution, tool: ToolDefinition[Any] | None
+    ) -> None:
+        """Open the call's span under the caller's current span and make it current."""
+        span = self._start(execution, tool)
+        if span is None:
+            return
+        token = self._context.attach(self._trace.set_span_in_context(span))
+        self._open[execution.token] = (span, token, time.perf_counter())
+
+    @hookimpl(trylast=True)
+    def dsh_tools_result(
+        self,
+        execution: ToolExecution,
+        result: ToolExecutionResult,
+        tool: ToolDefinition[Any] | None,
+    ) -> None:
+        """Close the call's span with its outcome (opening it first when the call never
+        reached pre-execute), and record the call's duration."""
+        opened = self._open.pop(execution.token, None)
+        if opened is None:
+            span = self._start(execution, tool)
+            if span is None:
+                return
+            token, started = None, time.perf_counter()
+        else:
+            span, token, started = opened
+        try:
+            self._finish(span, execution, result)
+        finally:
+            span.end()
+            if token is not None:
+                self._context.detach(token)
+        attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": execution.name}
+        if result.is_error:
+            attributes["error.type"] = result.code
+        self._duration.record(time.perf_counter() - started, attributes)
+
+    def _start(self, execution: ToolExecution, tool: ToolDefinition[Any] | None) -> Span | None:
+        """The call's span, a child of the current context's span; ``None`` when nothing
+        would record it (then the call costs nothing more)."""
+        span = self._tracer.start_span(
+            f"execute_tool {execution.name}", kind=self._trace.SpanKind.INTERNAL
+        )
+        if not span.is_recording():
+            return None
+        span.set_attributes(
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": execution.name,
+                "gen_ai.tool.call.id": execution.call_id,
+                "gen_ai.tool.type": "function",
+            }
+        )
+        if tool is not None:
+            span.set_attribute("gen_ai.tool.description", tool.description)
+        if execution.agent is not None:
+            span.set_attribute("dsh_tools.agent", execution.agent)
+        if self.record_arguments and execution.arguments is not None:
+            span.set_attribute("gen_ai.tool.call.arguments", dumps(execution.arguments))
+        return span
+
+    def _finish(self, span: Span, execution: ToolExecution, result: ToolExecutionResult) -> None:
+        """The outcome on the span: attributes, status and the decisions it shows."""
+        if self.record_results:
+            shown = result.text if result.is_error else dumps(result.value)
+            span.set_attribute("gen_ai.tool.call.result", shown)
+        if not result.is_error:
+            return
+        code = result.code
+        span.set_attribute("error.type", code)
+        described = result.error.message if self.record_results else None
+        span.set_status(self._trace.StatusCode.ERROR, described)
+        decision = _DECISIONS.get(code)
+        if decision is not None:
+            stage, word = decision
+            span.add_event(
+                "dsh_tools.decision",
+                {
+                    "dsh_tools.stage": stage,
+                    "dsh_tools.decision": word,
+                    "dsh_tools.reason": result.error.message,
+                },
+            )
+
+
+_DECISIONS: Final = {
+    "DENIED": ("policy", "deny"),
+    "BLOCKED": ("post_execute", "block"),
+    "POLICY_ERROR": ("policy", "raised"),
+}
+"""The policy outcomes a result shows, as (stage, decision) of a ``dsh_tools.decision``
+event; its reason is the policy's own text, not the tool's output."""
+
+
+_WORDS: Final = frozenset({"on", "arguments", "results"})
+
+
+def entry_point() -> OpenTelemetryPlugin | None:
+    """The ``opentelemetry`` entry point: the plugin when :data:`ENV_VAR` enables it (with
+    the global providers), else ``None``: the loader then registers nothing, and calls keep
+    their fastest path.
+
+    Raises :class:`~dsh_tools.errors.PluginConfigError` for a value it does not know, or
+    when it is on and ``opentelemetry-api`` is missing: telemetry someone asked for is not
+    silently dropped.
+    """
+    value = os.environ.get(ENV_VAR, "").strip().lower()
+    if value in ("", "off"):
+        return None
+    words = {word.strip() for word in value.split(",")}
+    unknown = sorted(words - _WORDS)
+    if unknown:
+        raise PluginConfigError(
+            f"{ENV_VAR}={os.environ[ENV_VAR]!r}: unknown word(s) {', '.join(unknown)}; "
+            "expected 'off', or 'on' with optional 'arguments' and 'results' "
+            "(comma-separated)"
+        )
+    try:
+        return OpenTelemetryPlugin(
+            record_arguments="arguments" in words, record_results="results" in words
+        )
+    except ImportError as error:
+        raise PluginConfigError(f"{ENV_VAR} is on, but {error}") from None
