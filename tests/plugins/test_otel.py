@@ -1,0 +1,539 @@
+"""The OpenTelemetry plugin, read back the way a backend sees it: the SDK's in-memory span
+exporter and metric reader. One ``execute_tool`` span per call, whatever ended the call
+(success, tool error, denial, unknown tool, invalid arguments, cancellation, timeout),
+a child of the caller's span, and none left open."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import attrs
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.trace import SpanKind, StatusCode
+
+from dsh_tools import (
+    Block,
+    Deny,
+    ToolExecutionInput,
+    ToolRegistry,
+    ToolRunContext,
+    define_tool,
+    hookimpl,
+)
+from dsh_tools.cancel import CancelSource
+from dsh_tools.errors import PluginConfigError
+from dsh_tools.plugins import load_plugins
+from dsh_tools_plugins.otel import DURATION_METRIC, ENV_VAR, OpenTelemetryPlugin
+
+
+@attrs.define
+class Backend:
+    """What an exporter and a metric reader received."""
+
+    tracer_provider: TracerProvider
+    spans_out: InMemorySpanExporter
+    meter_provider: MeterProvider
+    metrics_out: InMemoryMetricReader
+
+    def spans(self, name_prefix: str = "execute_tool") -> list[ReadableSpan]:
+        return [s for s in self.spans_out.get_finished_spans() if s.name.startswith(name_prefix)]
+
+    def durations(self) -> list[HistogramDataPoint]:
+        data = self.metrics_out.get_metrics_data()
+        if data is None:
+            return []
+        return [
+            point
+            for resource in data.resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            if metric.name == DURATION_METRIC
+            for point in metric.data.data_points  # type: ignore[attr-defined]
+        ]
+
+    def plugin(self, **flags: bool) -> OpenTelemetryPlugin:
+        return OpenTelemetryPlugin(
+            tracer_provider=self.tracer_provider, meter_provider=self.meter_provider, **flags
+        )
+
+
+@pytest.fixture
+def backend() -> Iterator[Backend]:
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+    yield Backend(tracer_provider, spans, meter_provider, reader)
+    tracer_provider.shutdown()
+    meter_provider.shutdown()
+
+
+async def _add(args: Any, ctx: ToolRunContext) -> int:
+    return args["a"] + args["b"]  # type: ignore[no-any-return]
+
+
+def _add_tool() -> Any:
+    return define_tool(
+        name="add",
+        description="Add two integers.",
+        parameters={"a": {"type": "integer"}, "b": {"type": "integer"}},
+        execute=_add,
+    )
+
+
+def _call(name: str = "add", call_id: str = "c1", **arguments: Any) -> ToolExecutionInput:
+    return ToolExecutionInput(call_id, name, arguments or {"a": 1, "b": 2})
+
+
+def _attributes(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+# --------------------------------------------------------------------------- attributes
+
+
+@pytest.mark.anyio
+async def test_a_call_is_one_execute_tool_span_under_the_callers_span(backend: Backend) -> None:
+    registry = ToolRegistry()
+    registry.register(_add_tool())
+    registry.add_plugin(backend.plugin())
+    tracer = backend.tracer_provider.get_tracer("host")
+    with tracer.start_as_current_span("agent turn") as turn:
+        result = await registry.execute(_call(call_id="call-7"))
+        assert trace.get_current_span() is turn  # the caller's context is restored
+    assert not result.is_error
+    (span,) = backend.spans()
+    assert span.name == "execute_tool add"
+    assert span.kind is SpanKind.INTERNAL
+    assert span.parent is not None
+    assert span.parent.span_id == turn.get_span_context().span_id
+    assert _attributes(span) == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "add",
+        "gen_ai.tool.call.id": "call-7",
+        "gen_ai.tool.description": "Add two integers.",
+        "gen_ai.tool.type": "function",
+    }
+    assert span.status.status_code is StatusCode.UNSET
+    assert span.events == ()
+    (point,) = backend.durations()
+    assert point.count == 1
+    assert dict(point.attributes or {}) == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "add",
+    }
+    assert 0 < point.sum < 5
+
+
+def test_execute_sync_gets_the_same_span(backend: Backend) -> None:
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(name="echo", description="Echo.", parameters={}, execute=lambda args, ctx: "hi")
+    )
+    registry.add_plugin(backend.plugin())
+    with backend.tracer_provider.get_tracer("host").start_as_current_span("turn") as turn:
+        assert registry.execute_sync(ToolExecutionInput("s1", "echo")).is_error is False
+        assert trace.get_current_span() is turn
+    (span,) = backend.spans()
+    assert span.name == "execute_tool echo"
+    assert span.parent is not None
+    assert span.parent.span_id == turn.get_span_context().span_id
+    assert _attributes(span)["gen_ai.tool.call.id"] == "s1"
+
+
+@pytest.mark.anyio
+async def test_what_the_call_does_nests_under_its_span(backend: Backend) -> None:
+    """The span is current while the call runs: the body's own spans, and a tool call
+    made from inside a body, are its children."""
+    tracer = backend.tracer_provider.get_tracer("tool code")
+    registry = ToolRegistry()
+    registry.register(_add_tool())
+
+    async def outer(args: Any, ctx: ToolRunContext) -> int:
+        with tracer.start_as_current_span("query database"):
+            pass
+        inner = await registry.execute(_call(call_id="inner"))
+        return inner.value  # type: ignore[union-attr,return-value]
+
+    registry.register(
+        define_tool(name="outer", description="Calls add.", parameters={}, execute=outer)
+    )
+    registry.add_plugin(backend.plugin())
+    assert (await registry.execute(ToolExecutionInput("o1", "outer"))).is_error is False
+    spans = {span.name: span for span in backend.spans_out.get_finished_spans()}
+    outer_id = spans["execute_tool outer"].context.span_id  # type: ignore[union-attr]
+    assert spans["query database"].parent.span_id == outer_id  # type: ignore[union-attr]
+    assert spans["execute_tool add"].parent.span_id == outer_id  # type: ignore[union-attr]
+    assert spans["execute_tool outer"].parent is None  # no caller span: a root
+
+
+# --------------------------------------------------------------------------- failures
+
+
+@pytest.mark.anyio
+async def test_failures_set_error_type_to_the_code_and_status_error(backend: Backend) -> None:
+    def broken(args: Any, ctx: ToolRunContext) -> str:
+        raise RuntimeError("disk on fire")
+
+    registry = ToolRegistry()
+    registry.register(_add_tool())
+    registry.register(
+        define_tool(name="broken", description="Fails.", parameters={}, execute=broken)
+    )
+    registry.add_plugin(backend.plugin())
+    codes = {}
+    for call in (
+        _call("broken", "e1"),
+        _call("missing", "e2"),
+        _call("add", "e3", a="one", b=2),
+        ToolExecutionInput("e4", "add", {"a": object()}),
+    ):
+        codes[call.call_id] = (await registry.execute(call)).code  # type: ignore[union-attr]
+    assert codes == {
+        "e1": "TOOL_ERROR",
+        "e2": "UNKNOWN_TOOL",
+        "e3": "INVALID_ARGS",
+        "e4": "INVALID_JSON",
+    }
+    spans = {_attributes(s)["gen_ai.tool.call.id"]: s for s in backend.spans()}
+    assert sorted(spans) == ["e1", "e2", "e3", "e4"]
+    for call_id, code in codes.items():
+        span = spans[call_id]
+        assert _attributes(span)["error.type"] == code
+        assert span.status.status_code is StatusCode.ERROR
+        # Without record_results the failure's message (it may quote the tool's output
+        # or arguments) stays out of the span.
+        assert span.status.description is None
+    assert spans["e2"].name == "execute_tool missing"
+    assert "gen_ai.tool.description" not in _attributes(spans["e2"])
+    points = {dict(p.attributes or {}).get("error.type"): p.count for p in backend.durations()}
+    assert points == {"TOOL_ERROR": 1, "UNKNOWN_TOOL": 1, "INVALID_ARGS": 1, "INVALID_JSON": 1}
+
+
+@pytest.mark.anyio
+async def test_policy_decisions_are_span_events(backend: Backend) -> None:
+    class Policy:
+        @hookimpl
+        def dsh_tools_pre_execute(self, execution: Any) -> Deny | None:
+            return Deny("no adding on Sundays") if execution.call_id == "pre" else None
+
+        @hookimpl
+        def dsh_tools_post_execute(self, execution: Any, result: Any) -> Block | None:
+            return Block("the sum is secret") if execution.call_id == "post" else None
+
+    registry = ToolRegistry()
+    registry.register(_add_tool())
+    registry.guard(lambda execution: "guarded" if execution.call_id == "guard" else None)
+    registry.add_plugin(Policy())
+    registry.add_plugin(backend.plugin())
+    for call_id in ("pre", "guard", "post", "ok"):
+        await registry.execute(_call(call_id=call_id))
+    events = {
+        _attributes(s)["gen_ai.tool.call.id"]: [
+            (e.name, dict(e.attributes or {})) for e in s.events
+        ]
+        for s in backend.spans()
+    }
+    assert events == {
+        "pre": [
+            (
+                "dsh_tools.decision",
+                {
+                    "dsh_tools.stage": "policy",
+                    "dsh_tools.decision": "deny",
+                    "dsh_tools.reason": "no adding on Sundays",
+                },
+            )
+        ],
+        "guard": [
+            (
+                "dsh_tools.decision",
+                {
+                    "dsh_tools.stage": "policy",
+                    "dsh_tools.decision": "deny",
+                    "dsh_tools.reason": "guarded",
+                },
+            )
+        ],
+        "post": [
+            (
+                "dsh_tools.decision",
+                {
+                    "dsh_tools.stage": "post_execute",
+                    "dsh_tools.decision": "block",
+                    "dsh_tools.reason": "the sum is secret",
+                },
+            )
+        ],
+        "ok": [],
+    }
+    errors = {
+        _attributes(s)["gen_ai.tool.call.id"]: _attributes(s).get("error.type")
+        for s in backend.spans()
+    }
+    assert errors == {"pre": "DENIED", "guard": "DENIED", "post": "BLOCKED", "ok": None}
+
+
+@pytest.mark.anyio
+async def test_a_call_decided_before_the_plugin_still_gets_its_span(backend: Backend) -> None:
+    """A ``tryfirst`` pre-execute registered later runs before the plugin's and may decide
+    alone; the span then comes from the result stage, still under the caller's span."""
+
+    class Early:
+        @hookimpl(tryfirst=True)
+        def dsh_tools_pre_execute(self, execution: Any) -> Deny:
+            return Deny("decided early")
+
+    registry = ToolRegistry()
+    registry.register(_add_tool())
+    plugin = backend.plugin()
+    registry.add_plugin(plugin)
+    registry.add_plugin(Early())
+    with backend.tracer_provider.get_tracer("host").start_as_current_span("turn") as turn:
+        assert (await registry.execute(_call())).code == "DENIED"  # type: ignore[union-attr]
+    (span,) = backend.spans()
+    assert span.parent is not None
+    assert span.parent.span_id == turn.get_span_context().span_id
+    assert _attributes(span)["error.type"] == "DENIED"
+    assert plugin.open_spans == 0
+
+
+# --------------------------------------------------------------------------- cancellation
+
+
+@pytest.mark.anyio
+async def test_cancelled_and_timed_out_calls_end_their_span(backend: Backend) -> None:
+    started = anyio.Event()
+
+    async def slow(args: Any, ctx: ToolRunContext) -> str:
+        started.set()
+        await anyio.sleep(30)
+        return "late"
+
+    registry = ToolRegistry()
+    registry.register(define_tool(name="slow", description="Slow.", parameters={}, execute=slow))
+    registry.register(
+        define_tool(name="bounded", description="Slow.", parameters={}, execute=slow, timeout_ms=20)
+    )
+    plugin = backend.plugin()
+    registry.add_plugin(plugin)
+
+    before = CancelSource()
+    before.cancel()
+    during = CancelSource()
+    with anyio.fail_after(10):
+        pre = await registry.execute(ToolExecutionInput("before", "slow", signal=before.signal))
+        async with anyio.create_task_group() as group:
+            results = {}
+
+            async def run() -> None:
+                call = ToolExecutionInput("during", "slow", signal=during.signal)
+                results["during"] = await registry.execute(call)
+
+            group.start_soon(run)
+            await started.wait()
+            during.cancel()
+        timed_out = await registry.execute(ToolExecutionInput("timeout", "bounded"))
+    codes = {"before": pre.code, "during": results["during"].code, "timeout": timed_out.code}  # type: ignore[union-attr]
+    assert codes == {
+        "before": "ABORTED_BEFORE_DISPATCH",
+        "during": "ABORTED",
+        "timeout": "TOOL_TIMEOUT",
+    }
+    spans = {_attributes(s)["gen_ai.tool.call.id"]: s for s in backend.spans()}
+    assert {k: _attributes(s)["error.type"] for k, s in spans.items()} == codes
+    assert plugin.open_spans == 0
+
+
+@pytest.mark.anyio
+async def test_a_host_cancelled_call_ends_its_span_and_restores_the_context(
+    backend: Backend,
+) -> None:
+    started = anyio.Event()
+
+    async def slow(args: Any, ctx: ToolRunContext) -> str:
+        started.set()
+        await anyio.sleep(30)
+        return "late"
+
+    registry = ToolRegistry()
+    registry.register(define_tool(name="slow", description="Slow.", parameters={}, execute=slow))
+    plugin = backend.plugin()
+    registry.add_plugin(plugin)
+    tracer = backend.tracer_provider.get_tracer("host")
+    with anyio.fail_after(10), tracer.start_as_current_span("turn") as turn:
+        async with anyio.create_task_group() as group:
+
+            async def run() -> None:
+                await registry.execute(ToolExecutionInput("h1", "slow"))
+
+            group.start_soon(run)
+            await started.wait()
+            group.cancel_scope.cancel()
+        assert trace.get_current_span() is turn
+    (span,) = backend.spans()
+    assert _attributes(span)["error.type"] == "ABORTED"
+    assert span.end_time is not None
+    assert plugin.open_spans == 0
+
+
+@pytest.mark.anyio
+async def test_no_span_leaks_under_a_thousand_concurrent_calls(backend: Backend) -> None:
+    async def napping(args: Any, ctx: ToolRunContext) -> int:
+        await anyio.sleep(0.01)
+        return args["n"]  # type: ignore[no-any-return]
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="nap", description="Naps.", parameters={"n": {"type": "integer"}}, execute=napping
+        )
+    )
+    registry.guard(lambda execution: "odd" if execution.arguments["n"] % 7 == 0 else None)
+    plugin = backend.plugin()
+    registry.add_plugin(plugin)
+    tracer = backend.tracer_provider.get_tracer("host")
+    with anyio.fail_after(60), tracer.start_as_current_span("turn") as turn:
+        async with anyio.create_task_group() as group:
+            for n in range(1000):
+                call = ToolExecutionInput(f"n{n}", "nap", {"n": n})
+                group.start_soon(registry.execute, call)
+        assert trace.get_current_span() is turn
+    spans = backend.spans()
+    assert len(spans) == 1000
+    assert {_attributes(s)["gen_ai.tool.call.id"] for s in spans} == {f"n{n}" for n in range(1000)}
+    assert len({s.context.span_id for s in spans}) == 1000  # type: ignore[union-attr]
+    turn_id = turn.get_span_context().span_id
+    assert all(s.parent is not None and s.parent.span_id == turn_id for s in spans)
+    denied = [s for s in spans if _attributes(s).get("error.type") == "DENIED"]
+    assert len(denied) == len(range(0, 1000, 7))
+    assert plugin.open_spans == 0
+    assert sum(point.count for point in backend.durations()) == 1000
+
+
+# --------------------------------------------------------------------------- recording
+
+
+@pytest.mark.anyio
+async def test_arguments_and_results_are_recorded_only_when_asked(backend: Backend) -> None:
+    def broken(args: Any, ctx: ToolRunContext) -> str:
+        raise RuntimeError("token abc123 rejected")
+
+    registry = ToolRegistry()
+    registry.register(_add_tool())
+    registry.register(
+        define_tool(name="broken", description="Fails.", parameters={}, execute=broken)
+    )
+    quiet = registry.add_plugin(backend.plugin())
+    await registry.execute(_call(call_id="quiet", a=40, b=2))
+    quiet()
+    registry.add_plugin(backend.plugin(record_arguments=True, record_results=True))
+    await registry.execute(_call(call_id="loud", a=40, b=2))
+    await registry.execute(_call("broken", "loud-failure"))
+    spans = {_attributes(s)["gen_ai.tool.call.id"]: s for s in backend.spans()}
+    assert "gen_ai.tool.call.arguments" not in _attributes(spans["quiet"])
+    assert "gen_ai.tool.call.result" not in _attributes(spans["quiet"])
+    assert _attributes(spans["loud"])["gen_ai.tool.call.arguments"] == '{"a":40,"b":2}'
+    assert _attributes(spans["loud"])["gen_ai.tool.call.result"] == "42"
+    failure = spans["loud-failure"]
+    assert _attributes(failure)["gen_ai.tool.call.result"] == "Error: token abc123 rejected"
+    assert failure.status.description == "token abc123 rejected"
+
+
+@pytest.mark.anyio
+async def test_nothing_is_done_when_no_span_would_be_recorded() -> None:
+    spans = InMemorySpanExporter()
+    sampled_out = TracerProvider(sampler=ALWAYS_OFF)
+    sampled_out.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    registry = ToolRegistry()
+    registry.register(_add_tool())
+    plugin = OpenTelemetryPlugin(
+        tracer_provider=sampled_out, meter_provider=MeterProvider(metric_readers=[reader])
+    )
+    registry.add_plugin(plugin)
+    assert (await registry.execute(_call())).is_error is False
+    assert (await registry.execute(_call("missing"))).is_error is True
+    assert spans.get_finished_spans() == ()
+    assert plugin.open_spans == 0
+    data = reader.get_metrics_data()
+    assert data is None or not data.resource_metrics
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def test_the_entry_point_is_off_until_the_environment_turns_it_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def loaded_hooks() -> tuple[str, ...]:
+        registry = ToolRegistry()
+        report = load_plugins(registry, only=["opentelemetry"])
+        (record,) = report.loaded
+        return record.hooks
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    assert loaded_hooks() == ()
+    monkeypatch.setenv(ENV_VAR, "off")
+    assert loaded_hooks() == ()
+    monkeypatch.setenv(ENV_VAR, "on,arguments")
+    assert loaded_hooks() == ("dsh_tools_pre_execute", "dsh_tools_result")
+    monkeypatch.setenv(ENV_VAR, "on,secrets")
+    with pytest.raises(PluginConfigError, match=r"DSH_TOOLS_OTEL='on,secrets'.*secrets"):
+        load_plugins(ToolRegistry(), only=["opentelemetry"])
+
+
+def test_importing_dsh_tools_and_its_plugins_does_not_import_opentelemetry() -> None:
+    code = (
+        "import sys, dsh_tools, dsh_tools_plugins, dsh_tools_plugins.otel\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, ENV_VAR: "on"},
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_without_opentelemetry_the_plugin_names_the_extra() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['opentelemetry'] = None\n"
+        "from dsh_tools_plugins.otel import OpenTelemetryPlugin\n"
+        "try:\n"
+        "    OpenTelemetryPlugin()\n"
+        "except ImportError as error:\n"
+        "    print(error)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "otel extra" in out.stdout
+
+
+def test_execute_sync_in_asyncio_run_keeps_one_span(backend: Backend) -> None:
+    """``execute_sync`` of an ``async def`` tool runs on a loop of its own; the span still
+    opens and closes in that one run."""
+    registry = ToolRegistry()
+    registry.register(_add_tool())
+    plugin = backend.plugin()
+    registry.add_plugin(plugin)
+    assert registry.execute_sync(_call()).is_error is False
+    assert asyncio.run(registry.execute(_call(call_id="c2"))).is_error is False  # type: ignore[arg-type]
+    assert len(backend.spans()) == 2
+    assert plugin.open_spans == 0
