@@ -6,10 +6,12 @@ a child of the caller's span, and none left open."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -537,3 +539,100 @@ def test_execute_sync_in_asyncio_run_keeps_one_span(backend: Backend) -> None:
     assert asyncio.run(registry.execute(_call(call_id="c2"))).is_error is False  # type: ignore[arg-type]
     assert len(backend.spans()) == 2
     assert plugin.open_spans == 0
+
+
+# --------------------------------------------------------------------------- MCP
+
+
+@pytest.fixture(scope="module")
+def global_backend() -> Iterator[InMemorySpanExporter]:
+    """The global tracer provider, which the MCP SDK's own spans use: set once per
+    process (OpenTelemetry refuses to replace it), so this module's exporter joins it."""
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        trace.set_tracer_provider(TracerProvider())
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider)
+    spans = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    yield spans
+    spans.shutdown()
+
+
+@pytest.mark.anyio
+async def test_an_in_process_mcp_call_is_one_trace(global_backend: InMemorySpanExporter) -> None:
+    """Served in process, the SDK's ``tools/call`` server span sits between the two dsh
+    spans: the served registry's span is a child of the SDK's, not a second root."""
+    from dsh_tools.bridges.mcp import McpToolSource, build_mcp_server
+
+    global_backend.clear()
+    remote = ToolRegistry()
+    remote.register(_add_tool())
+    remote.add_plugin(OpenTelemetryPlugin())
+    local = ToolRegistry()
+    local.add_plugin(OpenTelemetryPlugin())
+    with anyio.fail_after(10):
+        async with McpToolSource(build_mcp_server(remote), prefix="r_") as source:
+            source.register(local)
+            with trace.get_tracer("host").start_as_current_span("agent turn") as turn:
+                result = await local.execute(_call("r_add", "m1", a=2, b=3))
+    assert result.text == "5"
+    spans = [s for s in global_backend.get_finished_spans() if s.name.endswith("add")]
+    assert [s.name for s in spans] == ["execute_tool add", "tools/call add", "execute_tool r_add"]
+    chain = [turn.get_span_context(), *(s.context for s in reversed(spans))]
+    for parent, span in zip(chain, reversed(spans), strict=False):
+        assert span.parent is not None
+        assert (span.context.trace_id, span.parent.span_id) == (  # type: ignore[union-attr]
+            parent.trace_id,  # type: ignore[union-attr]
+            parent.span_id,  # type: ignore[union-attr]
+        )
+    assert spans[1].kind is SpanKind.SERVER
+    served = _attributes(spans[0])
+    assert served["gen_ai.tool.call.id"].startswith("mcp-")
+    assert served["gen_ai.tool.description"] == "Add two integers."
+
+
+SERVE_MCP = Path(__file__).parents[1] / "fixtures" / "mcp_servers" / "otel_serve_mcp.py"
+
+
+@pytest.mark.anyio
+async def test_serve_mcp_continues_the_trace_its_client_sends(
+    global_backend: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    """Over stdio the trace crosses processes: the bridge's request carries
+    ``traceparent`` (the SDK injects the current span, which is the dsh span), and
+    ``serve-mcp`` (with ``DSH_TOOLS_OTEL=on``) continues it under the SDK's server span."""
+    from mcp import StdioServerParameters
+
+    from dsh_tools.bridges.mcp import McpToolSource
+
+    (tmp_path / "notes.txt").write_text("hello")
+    exported = tmp_path / "server-spans.jsonl"
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=[str(SERVE_MCP), str(exported), "--workspace", str(tmp_path), "serve-mcp"],
+        env={**os.environ, ENV_VAR: "on"},
+    )
+    global_backend.clear()
+    local = ToolRegistry()
+    local.add_plugin(OpenTelemetryPlugin())
+    with anyio.fail_after(30):
+        async with McpToolSource(server, prefix="r_") as source:
+            source.register(local)
+            with trace.get_tracer("host").start_as_current_span("agent turn"):
+                call = ToolExecutionInput("m2", "r_read_file", {"path": "notes.txt"})
+                result = await local.execute(call)
+    assert result.text.endswith("hello")
+    ours = {s.name: s for s in global_backend.get_finished_spans()}
+    host_tool = ours["execute_tool r_read_file"]
+    request = ours["MCP send tools/call read_file"]
+    assert request.parent.span_id == host_tool.context.span_id  # type: ignore[union-attr]
+    served = [json.loads(line) for line in exported.read_text().splitlines()]
+    theirs = {span["name"]: span for span in served if span["name"].endswith("read_file")}
+    assert sorted(theirs) == ["execute_tool read_file", "tools/call read_file"]
+    server_span, tool_span = theirs["tools/call read_file"], theirs["execute_tool read_file"]
+    trace_id = host_tool.context.trace_id  # type: ignore[union-attr]
+    assert server_span["trace_id"] == tool_span["trace_id"] == trace_id
+    assert server_span["parent_id"] == request.context.span_id  # type: ignore[union-attr]
+    assert tool_span["parent_id"] == server_span["span_id"]
+    assert tool_span["kind"] == "INTERNAL"
+    assert tool_span["attributes"]["gen_ai.tool.name"] == "read_file"
