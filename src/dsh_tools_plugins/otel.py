@@ -54,6 +54,9 @@ INSTRUMENTATION: Final = "dsh_tools"
 DURATION_METRIC: Final = "gen_ai.execute_tool.duration"
 """The GenAI conventions' tool-execution duration histogram, in seconds."""
 
+_UNSEEN: Final = ()
+"""What the result stage finds for a call whose pre-execute this plugin never saw."""
+
 _DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 """Bucket advice for the histogram: tool calls run from milliseconds to about a minute."""
 
@@ -102,8 +105,9 @@ class OpenTelemetryPlugin:
         )
         self.record_arguments = record_arguments
         self.record_results = record_results
-        self._open: dict[object, tuple[Span, Token[Context], float]] = {}
-        """The calls whose span is open: execution token -> (span, context token, start)."""
+        self._open: dict[object, tuple[Span, Token[Context], float] | None] = {}
+        """The calls in flight: execution token -> (span, context token, start), or
+        ``None`` when nothing records the call's span."""
 
     def __repr__(self) -> str:
         return (
@@ -113,7 +117,7 @@ class OpenTelemetryPlugin:
 
     @property
     def open_spans(self) -> int:
-        """How many calls have a span open right now (0 once every call has ended)."""
+        """How many calls are in flight with this plugin (0 once every call has ended)."""
         return len(self._open)
 
     @hookimpl(tryfirst=True)
@@ -123,6 +127,8 @@ class OpenTelemetryPlugin:
         """Open the call's span under the caller's current span and make it current."""
         span = self._start(execution, tool)
         if span is None:
+            # Remembered, so the result stage does not ask the tracer a second time.
+            self._open[execution.token] = None
             return
         token = self._context.attach(self._trace.set_span_in_context(span))
         self._open[execution.token] = (span, token, time.perf_counter())
@@ -136,8 +142,10 @@ class OpenTelemetryPlugin:
     ) -> None:
         """Close the call's span with its outcome (opening it first when the call never
         reached pre-execute), and record the call's duration."""
-        opened = self._open.pop(execution.token, None)
+        opened = self._open.pop(execution.token, _UNSEEN)
         if opened is None:
+            return
+        if not opened:  # _UNSEEN: opened here, at the end
             span = self._start(execution, tool)
             if span is None:
                 return
