@@ -25,6 +25,7 @@ through the ``opentelemetry`` entry point, which stays inert unless :data:`ENV_V
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import TYPE_CHECKING, Any, Final
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, TracerProvider
 
 __all__ = ["ENV_VAR", "OpenTelemetryPlugin", "entry_point"]
+
+logger = logging.getLogger("dsh_tools")
 
 ENV_VAR: Final = "DSH_TOOLS_OTEL"
 """Enables the ``opentelemetry`` entry point: ``on``, plus ``arguments`` and/or ``results``
@@ -124,8 +127,15 @@ class OpenTelemetryPlugin:
     def dsh_tools_pre_execute(
         self, execution: ToolExecution, tool: ToolDefinition[Any] | None
     ) -> None:
-        """Open the call's span under the caller's current span and make it current."""
-        span = self._start(execution, tool)
+        """Open the call's span under the caller's current span and make it current.
+
+        Never decides, and never fails the call: telemetry is not policy, so a tracer that
+        raises is logged and the call runs untraced."""
+        try:
+            span = self._start(execution, tool)
+        except Exception as error:
+            logger.warning("OpenTelemetry span for %r not started: %r", execution.name, error)
+            span = None
         if span is None:
             # Remembered, so the result stage does not ask the tracer a second time.
             self._open[execution.token] = None

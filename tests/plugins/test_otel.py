@@ -476,6 +476,29 @@ async def test_nothing_is_done_when_no_span_would_be_recorded() -> None:
     assert data is None or not data.resource_metrics
 
 
+@pytest.mark.anyio
+async def test_a_failing_tracer_never_fails_the_call(caplog: pytest.LogCaptureFixture) -> None:
+    """Telemetry is not policy: a tracer that raises is logged, and the call still runs."""
+
+    class BrokenTracer(trace.NoOpTracer):
+        def start_span(self, *args: Any, **kwargs: Any) -> trace.Span:
+            raise RuntimeError("exporter misconfigured")
+
+    class BrokenProvider(trace.NoOpTracerProvider):
+        def get_tracer(self, *args: Any, **kwargs: Any) -> trace.Tracer:
+            return BrokenTracer()
+
+    registry = ToolRegistry()
+    registry.register(_add_tool())
+    plugin = OpenTelemetryPlugin(tracer_provider=BrokenProvider())
+    registry.add_plugin(plugin)
+    result = await registry.execute(_call())
+    assert result.value == 3  # type: ignore[union-attr]
+    assert "OpenTelemetry span for 'add' not started" in caplog.text
+    assert "exporter misconfigured" in caplog.text
+    assert plugin.open_spans == 0
+
+
 # --------------------------------------------------------------------------- loading
 
 
