@@ -72,8 +72,8 @@ class OpenTelemetryPlugin:
     :param record_arguments: add the call's arguments (JSON text) as
         ``gen_ai.tool.call.arguments``.
     :param record_results: add the result (a success's value as JSON text, a failure's
-        message) as ``gen_ai.tool.call.result``, and a failure's message as the span's
-        status description.
+        model-facing text) as ``gen_ai.tool.call.result``, and a failure's message as the
+        span's status description.
 
     Raises :class:`ImportError` naming the ``otel`` extra when ``opentelemetry-api`` is
     not installed.
