@@ -183,6 +183,17 @@ async def test_what_the_call_does_nests_under_its_span(backend: Backend) -> None
     assert spans["execute_tool outer"].parent is None  # no caller span: a root
 
 
+def test_a_plugin_on_a_scope_traces_that_agents_calls_only(backend: Backend) -> None:
+    registry = ToolRegistry()
+    registry.register(_add_tool())
+    registry.scope("team").scope("bot").add_plugin(backend.plugin())
+    registry.execute_sync(ToolExecutionInput("host", "add", {"a": 1, "b": 2}))
+    registry.execute_sync(ToolExecutionInput("bot", "add", {"a": 1, "b": 2}, agent="team/bot"))
+    (span,) = backend.spans()
+    assert _attributes(span)["gen_ai.tool.call.id"] == "bot"
+    assert _attributes(span)["dsh_tools.agent"] == "team/bot"
+
+
 # --------------------------------------------------------------------------- failures
 
 
