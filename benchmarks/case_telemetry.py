@@ -4,8 +4,9 @@ Per the issue notes, a no-op span alone costs about as much as a whole bare call
 target compares the plugin with a no-op tracer and meter provider against the same call
 with one no-op plugin (a result observer: the call takes the staged path either way),
 in the same run: <= 1.5x. For information: the plugin under the API's default global
-providers (what a host gets before it installs an SDK), and with the SDK recording every
-span to a processor that drops it.
+providers (what a host gets before it installs an SDK), the decisions plugin (its calls
+collect decision records) with no-op providers, and the plugin with the SDK recording
+every span to a processor that drops it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from _harness import Row, Settings, compare_async, ratio_row, us
 from case_execute import ResultObserver, _check, dsh_call, registry
 
 from dsh_tools import ToolExecutionInput, ToolRegistry
-from dsh_tools_plugins.otel import OpenTelemetryPlugin
+from dsh_tools_plugins.otel import OpenTelemetryDecisionsPlugin, OpenTelemetryPlugin
 
 
 def _with(plugin: object) -> ToolRegistry:
@@ -49,16 +50,17 @@ def run(settings: Settings) -> list[Row]:
         return [Row("9", "OpenTelemetry plugin", unit="", note="skipped: needs the otel extra")]
     baseline = "execute + 1 no-op plugin"
     noop = "OpenTelemetry plugin, no-op providers"
-    default = "OpenTelemetry plugin, default global providers"
+    no_ops = {
+        "tracer_provider": trace.NoOpTracerProvider(),
+        "meter_provider": metrics.NoOpMeterProvider(),
+    }
     regs = {
         baseline: _with(ResultObserver()),
-        noop: _with(
-            OpenTelemetryPlugin(
-                tracer_provider=trace.NoOpTracerProvider(),
-                meter_provider=metrics.NoOpMeterProvider(),
-            )
+        noop: _with(OpenTelemetryPlugin(**no_ops)),
+        "OpenTelemetry plugin, default global providers": _with(OpenTelemetryPlugin()),
+        "OpenTelemetryDecisionsPlugin, no-op providers": _with(
+            OpenTelemetryDecisionsPlugin(**no_ops)
         ),
-        default: _with(OpenTelemetryPlugin()),
     }
     sdk = _sdk_plugin()
     if sdk is not None:

@@ -3,8 +3,9 @@
 :class:`OpenTelemetryPlugin` gives every call through a registry an ``execute_tool {tool}``
 span (kind ``INTERNAL``) with the ``gen_ai.*`` attributes of the GenAI conventions for tool
 execution, ``error.type`` set to the failure's :class:`~dsh_tools.ErrorCode` and status
-``ERROR`` on failures, the policy decisions it can see as span events, and records
-``gen_ai.execute_tool.duration`` (seconds). It only uses ``opentelemetry-api``: what is
+``ERROR`` on failures, the policy outcomes as span events, and records
+``gen_ai.execute_tool.duration`` (seconds); :class:`OpenTelemetryDecisionsPlugin` also
+adds one event per step of each call's decision record. It only uses ``opentelemetry-api``: what is
 exported, and where, is the host's SDK setup; with none (the API's no-op provider) a call
 pays for one non-recording span and nothing else. Arguments and results are not recorded
 unless the host asks (``record_arguments``, ``record_results``): they may hold secrets.
@@ -15,7 +16,8 @@ plugins, the body, the MCP client bridge's request) nests under it; the result h
 (``trylast``), which every call reaches exactly once, closes it and restores the caller's
 context. A call that never reached this plugin's pre-execute (arguments that are not JSON,
 a call cancelled before it started, or one an earlier pre-execute decided) gets its span
-from the result hook instead, so no call goes untraced and none is left open.
+from the result hook instead (starting when the call entered, when its record says so),
+so no call goes untraced and none is left open.
 
 Importing this module does not import OpenTelemetry; making the plugin does (the ``otel``
 extra). Hosts enable it explicitly: ``registry.add_plugin(OpenTelemetryPlugin())``, or
@@ -43,13 +45,16 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import Span, TracerProvider
 
-__all__ = ["ENV_VAR", "OpenTelemetryPlugin", "entry_point"]
+    from dsh_tools.records import DecisionRecord, DecisionStep
+
+__all__ = ["ENV_VAR", "OpenTelemetryDecisionsPlugin", "OpenTelemetryPlugin", "entry_point"]
 
 logger = logging.getLogger("dsh_tools")
 
 ENV_VAR: Final = "DSH_TOOLS_OTEL"
-"""Enables the ``opentelemetry`` entry point: ``on``, plus ``arguments`` and/or ``results``
-to record those (comma-separated, e.g. ``on,arguments``); unset, empty or ``off``: inert."""
+"""Enables the ``opentelemetry`` entry point: ``on``, plus ``decisions`` for an event per
+decision step, and ``arguments`` and/or ``results`` to record those (comma-separated, e.g.
+``on,arguments``); unset, empty or ``off``: inert."""
 
 INSTRUMENTATION: Final = "dsh_tools"
 """The instrumentation scope name of the tracer and meter."""
@@ -64,20 +69,8 @@ _DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
 """Bucket advice for the histogram: tool calls run from milliseconds to about a minute."""
 
 
-class OpenTelemetryPlugin:
-    """One ``execute_tool`` span per call, and the tool-execution duration histogram.
-
-    :param tracer_provider: where spans go (default: the global provider).
-    :param meter_provider: where the histogram goes (default: the global provider).
-    :param record_arguments: add the call's arguments (JSON text) as
-        ``gen_ai.tool.call.arguments``.
-    :param record_results: add the result (a success's value as JSON text, a failure's
-        model-facing text) as ``gen_ai.tool.call.result``, and a failure's message as the
-        span's status description.
-
-    Raises :class:`ImportError` naming the ``otel`` extra when ``opentelemetry-api`` is
-    not installed.
-    """
+class _ToolSpans:
+    """What both plugins share: the span's life from pre-execute to the result stage."""
 
     def __init__(
         self,
@@ -91,7 +84,7 @@ class OpenTelemetryPlugin:
             from opentelemetry import context, metrics, trace
         except ImportError as error:
             raise ImportError(
-                "OpenTelemetryPlugin needs opentelemetry-api: install dsh-tools with its "
+                f"{type(self).__name__} needs opentelemetry-api: install dsh-tools with its "
                 "otel extra (in a clone: pip install '.[otel]')"
             ) from error
         self._context = context
@@ -114,7 +107,7 @@ class OpenTelemetryPlugin:
 
     def __repr__(self) -> str:
         return (
-            f"OpenTelemetryPlugin(record_arguments={self.record_arguments}, "
+            f"{type(self).__name__}(record_arguments={self.record_arguments}, "
             f"record_results={self.record_results})"
         )
 
@@ -143,27 +136,26 @@ class OpenTelemetryPlugin:
         token = self._context.attach(self._trace.set_span_in_context(span))
         self._open[execution.token] = (span, token, time.perf_counter())
 
-    @hookimpl(trylast=True)
-    def dsh_tools_result(
+    def _close(
         self,
         execution: ToolExecution,
         result: ToolExecutionResult,
         tool: ToolDefinition[Any] | None,
+        record: DecisionRecord | None,
     ) -> None:
-        """Close the call's span with its outcome (opening it first when the call never
-        reached pre-execute), and record the call's duration."""
         opened = self._open.pop(execution.token, _UNSEEN)
         if opened is None:
             return
-        if not opened:  # _UNSEEN: opened here, at the end
-            span = self._start(execution, tool)
+        if not opened:  # _UNSEEN: opened here, at the end (at the call's start, if known)
+            span = self._start(execution, tool, None if record is None else record.started_unix_ns)
             if span is None:
                 return
-            token, started = None, time.perf_counter()
+            token = None
+            started = time.perf_counter() - (0.0 if record is None else record.elapsed_ms / 1e3)
         else:
             span, token, started = opened
         try:
-            self._finish(span, execution, result)
+            self._finish(span, result, record)
         finally:
             span.end()
             if token is not None:
@@ -173,11 +165,19 @@ class OpenTelemetryPlugin:
             attributes["error.type"] = result.code
         self._duration.record(time.perf_counter() - started, attributes)
 
-    def _start(self, execution: ToolExecution, tool: ToolDefinition[Any] | None) -> Span | None:
-        """The call's span, a child of the current context's span; ``None`` when nothing
-        would record it (then the call costs nothing more)."""
+    def _start(
+        self,
+        execution: ToolExecution,
+        tool: ToolDefinition[Any] | None,
+        started_ns: int | None = None,
+    ) -> Span | None:
+        """The call's span, a child of the current context's span, starting now or at
+        ``started_ns``; ``None`` when nothing would record it (then the call costs
+        nothing more)."""
         span = self._tracer.start_span(
-            f"execute_tool {execution.name}", kind=self._trace.SpanKind.INTERNAL
+            f"execute_tool {execution.name}",
+            kind=self._trace.SpanKind.INTERNAL,
+            start_time=started_ns or None,
         )
         if not span.is_recording():
             return None
@@ -197,31 +197,90 @@ class OpenTelemetryPlugin:
             span.set_attribute("gen_ai.tool.call.arguments", dumps(execution.arguments))
         return span
 
-    def _finish(self, span: Span, execution: ToolExecution, result: ToolExecutionResult) -> None:
-        """The outcome on the span: attributes, status and the decisions it shows."""
+    def _finish(
+        self, span: Span, result: ToolExecutionResult, record: DecisionRecord | None
+    ) -> None:
+        """The outcome on the span: attributes, status, and the decisions as events (each
+        step of the record, or the policy outcome the result shows)."""
         if self.record_results:
             shown = result.text if result.is_error else dumps(result.value)
             span.set_attribute("gen_ai.tool.call.result", shown)
-        if not result.is_error:
-            return
-        code = result.code
-        span.set_attribute("error.type", code)
-        described = result.error.message if self.record_results else None
-        span.set_status(self._trace.StatusCode.ERROR, described)
-        decision = _DECISIONS.get(code)
-        if decision is not None:
-            stage, word = decision
+        if result.is_error:
+            span.set_attribute("error.type", result.code)
+            described = result.error.message if self.record_results else None
+            span.set_status(self._trace.StatusCode.ERROR, described)
+        if record is not None:
+            for step in record.steps:
+                if step.decision == "entered":
+                    continue  # bookkeeping, not a decision (and before the span started)
+                at = record.started_unix_ns + int(step.at_ms * 1e6)
+                span.add_event("dsh_tools.decision", _step_attributes(step), at)
+        elif result.is_error and result.code in _OUTCOMES:
+            stage, decision = _OUTCOMES[result.code]
             span.add_event(
                 "dsh_tools.decision",
                 {
                     "dsh_tools.stage": stage,
-                    "dsh_tools.decision": word,
+                    "dsh_tools.decision": decision,
                     "dsh_tools.reason": result.error.message,
                 },
             )
 
 
-_DECISIONS: Final = {
+class OpenTelemetryPlugin(_ToolSpans):
+    """One ``execute_tool`` span per call, and the tool-execution duration histogram.
+
+    Span events show the policy outcomes the result reveals (a denial, a blocked result,
+    a failing policy); :class:`OpenTelemetryDecisionsPlugin` shows every step instead.
+
+    :param tracer_provider: where spans go (default: the global provider).
+    :param meter_provider: where the histogram goes (default: the global provider).
+    :param record_arguments: add the call's arguments (JSON text) as
+        ``gen_ai.tool.call.arguments``.
+    :param record_results: add the result (a success's value as JSON text, a failure's
+        model-facing text) as ``gen_ai.tool.call.result``, and a failure's message as the
+        span's status description.
+
+    Raises :class:`ImportError` naming the ``otel`` extra when ``opentelemetry-api`` is
+    not installed.
+    """
+
+    @hookimpl(trylast=True)
+    def dsh_tools_result(
+        self,
+        execution: ToolExecution,
+        result: ToolExecutionResult,
+        tool: ToolDefinition[Any] | None,
+    ) -> None:
+        """Close the call's span with its outcome (opening it first when the call never
+        reached pre-execute), and record the call's duration."""
+        self._close(execution, result, tool, None)
+
+
+class OpenTelemetryDecisionsPlugin(_ToolSpans):
+    """:class:`OpenTelemetryPlugin` with one span event per step of each call's decision
+    record (:class:`~dsh_tools.records.DecisionRecord`): every plugin that abstained,
+    allowed, denied or asked, the approval answer, each guard, each dispatch of the body,
+    post-execute and the result, at the time it happened. It takes the same parameters.
+
+    Asking for records makes every call of the scope collect them, whether or not its
+    span is recorded: that costs a call more than the span does, so it is a separate
+    plugin rather than the default.
+    """
+
+    @hookimpl(trylast=True)
+    def dsh_tools_result(
+        self,
+        execution: ToolExecution,
+        result: ToolExecutionResult,
+        tool: ToolDefinition[Any] | None,
+        record: DecisionRecord | None,
+    ) -> None:
+        """Close the call's span with its outcome and one event per decision step."""
+        self._close(execution, result, tool, record)
+
+
+_OUTCOMES: Final = {
     "DENIED": ("policy", "deny"),
     "BLOCKED": ("post_execute", "block"),
     "POLICY_ERROR": ("policy", "raised"),
@@ -230,13 +289,27 @@ _DECISIONS: Final = {
 event; its reason is the policy's own text, not the tool's output."""
 
 
-_WORDS: Final = frozenset({"on", "arguments", "results"})
+def _step_attributes(step: DecisionStep) -> dict[str, str]:
+    """One step of a decision record as a span event's attributes."""
+    attributes = {"dsh_tools.stage": step.stage, "dsh_tools.decision": step.decision}
+    if step.source is not None:
+        attributes["dsh_tools.source"] = step.source
+    if step.distribution is not None:
+        attributes["dsh_tools.distribution"] = step.distribution
+    if step.reason is not None:
+        attributes["dsh_tools.reason"] = step.reason
+    if step.detail is not None:
+        attributes["dsh_tools.detail"] = dumps(step.detail)
+    return attributes
 
 
-def entry_point() -> OpenTelemetryPlugin | None:
+_WORDS: Final = frozenset({"on", "decisions", "arguments", "results"})
+
+
+def entry_point() -> OpenTelemetryPlugin | OpenTelemetryDecisionsPlugin | None:
     """The ``opentelemetry`` entry point: the plugin when :data:`ENV_VAR` enables it (with
-    the global providers), else ``None``: the loader then registers nothing, and calls keep
-    their fastest path.
+    the global providers; :class:`OpenTelemetryDecisionsPlugin` with ``decisions``), else
+    ``None``: the loader then registers nothing, and calls keep their fastest path.
 
     Raises :class:`~dsh_tools.errors.PluginConfigError` for a value it does not know, or
     when it is on and ``opentelemetry-api`` is missing: telemetry someone asked for is not
@@ -250,12 +323,11 @@ def entry_point() -> OpenTelemetryPlugin | None:
     if unknown:
         raise PluginConfigError(
             f"{ENV_VAR}={os.environ[ENV_VAR]!r}: unknown word(s) {', '.join(unknown)}; "
-            "expected 'off', or 'on' with optional 'arguments' and 'results' "
+            "expected 'off', or 'on' with optional 'decisions', 'arguments' and 'results' "
             "(comma-separated)"
         )
+    plugin = OpenTelemetryDecisionsPlugin if "decisions" in words else OpenTelemetryPlugin
     try:
-        return OpenTelemetryPlugin(
-            record_arguments="arguments" in words, record_results="results" in words
-        )
+        return plugin(record_arguments="arguments" in words, record_results="results" in words)
     except ImportError as error:
         raise PluginConfigError(f"{ENV_VAR} is on, but {error}") from None

@@ -38,7 +38,12 @@ from dsh_tools import (
 from dsh_tools.cancel import CancelSource
 from dsh_tools.errors import PluginConfigError
 from dsh_tools.plugins import load_plugins
-from dsh_tools_plugins.otel import DURATION_METRIC, ENV_VAR, OpenTelemetryPlugin
+from dsh_tools_plugins.otel import (
+    DURATION_METRIC,
+    ENV_VAR,
+    OpenTelemetryDecisionsPlugin,
+    OpenTelemetryPlugin,
+)
 
 
 @attrs.define
@@ -528,6 +533,12 @@ def test_the_entry_point_is_off_until_the_environment_turns_it_on(
     assert loaded_hooks() == ()
     monkeypatch.setenv(ENV_VAR, "on,arguments")
     assert loaded_hooks() == ("dsh_tools_pre_execute", "dsh_tools_result")
+    monkeypatch.setenv(ENV_VAR, "ON, decisions")
+    registry = ToolRegistry()
+    load_plugins(registry, only=["opentelemetry"])
+    assert isinstance(
+        registry.plugin_manager.get_plugin("opentelemetry"), OpenTelemetryDecisionsPlugin
+    )
     monkeypatch.setenv(ENV_VAR, "on,secrets")
     with pytest.raises(PluginConfigError, match=r"DSH_TOOLS_OTEL='on,secrets'.*secrets"):
         load_plugins(ToolRegistry(), only=["opentelemetry"])
@@ -670,3 +681,101 @@ async def test_serve_mcp_continues_the_trace_its_client_sends(
     assert tool_span["parent_id"] == server_span["span_id"]
     assert tool_span["kind"] == "INTERNAL"
     assert tool_span["attributes"]["gen_ai.tool.name"] == "read_file"
+
+
+# --------------------------------------------------------------------------- decision records
+
+
+@pytest.mark.anyio
+async def test_the_decisions_plugin_adds_one_event_per_step_of_the_record(
+    backend: Backend,
+) -> None:
+    class Policy:
+        @hookimpl
+        def dsh_tools_pre_execute(self, execution: Any) -> Deny | None:
+            if execution.call_id == "denied":
+                return Deny("no adding on Sundays", detail={"rule": {"file": "r.toml", "line": 4}})
+            return None
+
+    registry = ToolRegistry()
+    registry.register(_add_tool())
+
+    def no_secrets(execution: Any) -> None:
+        return None
+
+    registry.guard(no_secrets)
+    registry.add_plugin(Policy(), name="sunday-policy")
+    registry.add_plugin(
+        OpenTelemetryDecisionsPlugin(
+            tracer_provider=backend.tracer_provider, meter_provider=backend.meter_provider
+        ),
+        name="otel",
+    )
+    await registry.execute(_call(call_id="ok"))
+    await registry.execute(_call(call_id="denied"))
+    spans = {_attributes(s)["gen_ai.tool.call.id"]: s for s in backend.spans()}
+
+    def steps(call_id: str) -> list[tuple[Any, ...]]:
+        return [
+            (
+                e.name,
+                e.attributes["dsh_tools.stage"],  # type: ignore[index]
+                (e.attributes or {}).get("dsh_tools.source"),
+                e.attributes["dsh_tools.decision"],  # type: ignore[index]
+            )
+            for e in spans[call_id].events
+        ]
+
+    assert steps("ok") == [
+        ("dsh_tools.decision", "pre_execute", "otel", "abstained"),
+        ("dsh_tools.decision", "pre_execute", "sunday-policy", "abstained"),
+        ("dsh_tools.decision", "guard", no_secrets.__qualname__, "abstained"),
+        ("dsh_tools.decision", "body", None, "ok"),
+        ("dsh_tools.decision", "execute", None, "ok"),
+        ("dsh_tools.decision", "result", None, "ok"),
+    ]
+    assert steps("denied") == [
+        ("dsh_tools.decision", "pre_execute", "otel", "abstained"),
+        ("dsh_tools.decision", "pre_execute", "sunday-policy", "deny"),
+        ("dsh_tools.decision", "result", None, "DENIED"),
+    ]
+    denial = dict(spans["denied"].events[1].attributes or {})
+    assert denial["dsh_tools.reason"] == "no adding on Sundays"
+    assert json.loads(denial["dsh_tools.detail"]) == {"rule": {"file": "r.toml", "line": 4}}
+    for span in spans.values():
+        times = [event.timestamp for event in span.events]
+        assert times == sorted(times)
+        assert span.start_time <= times[0]  # type: ignore[operator]
+        assert times[-1] <= span.end_time  # type: ignore[operator]
+
+
+@pytest.mark.anyio
+async def test_a_span_made_at_the_end_starts_when_the_call_entered(backend: Backend) -> None:
+    """With a record, a call that never reached the plugin's pre-execute (decided by an
+    earlier ``tryfirst`` policy) still gets a span covering the whole call."""
+    started = anyio.Event()
+
+    class Early:
+        @hookimpl(tryfirst=True)
+        async def dsh_tools_pre_execute(self, execution: Any) -> Deny:
+            started.set()
+            await anyio.sleep(0.05)
+            return Deny("decided early, slowly")
+
+    registry = ToolRegistry()
+    registry.register(_add_tool())
+    registry.add_plugin(
+        OpenTelemetryDecisionsPlugin(
+            tracer_provider=backend.tracer_provider, meter_provider=backend.meter_provider
+        )
+    )
+    registry.add_plugin(Early())
+    await registry.execute(_call())
+    (span,) = backend.spans()
+    assert span.end_time - span.start_time >= 50_000_000  # type: ignore[operator]
+    assert [dict(e.attributes or {})["dsh_tools.decision"] for e in span.events] == [
+        "deny",
+        "DENIED",
+    ]
+    (point,) = backend.durations()
+    assert point.sum >= 0.05
