@@ -5,10 +5,11 @@ span (kind ``INTERNAL``) with the ``gen_ai.*`` attributes of the GenAI conventio
 execution, ``error.type`` set to the failure's :class:`~dsh_tools.ErrorCode` and status
 ``ERROR`` on failures, the policy outcomes as span events, and records
 ``gen_ai.execute_tool.duration`` (seconds); :class:`OpenTelemetryDecisionsPlugin` also
-adds one event per step of each call's decision record. It only uses ``opentelemetry-api``: what is
-exported, and where, is the host's SDK setup; with none (the API's no-op provider) a call
-pays for one non-recording span and nothing else. Arguments and results are not recorded
-unless the host asks (``record_arguments``, ``record_results``): they may hold secrets.
+adds one event per step of each call's decision record. Only ``opentelemetry-api`` is
+used: what is exported, and where, is the host's SDK setup; with none (the API's no-op
+provider) a call pays for one non-recording span and nothing else. Arguments and results
+are not recorded unless the host asks (``record_arguments``, ``record_results``): they
+may hold secrets.
 
 Where the span lives in a call: the pre-execute hook (``tryfirst``) opens it as a child
 of the caller's current span and makes it current, so whatever the call does (other
