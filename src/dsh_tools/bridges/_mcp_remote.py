@@ -219,7 +219,7 @@ async def load_mcp_tools(
     return [_remote_tool(client, tool, prefix, timeout_ms) for tool in await _list_all(client)]
 
 
-def _register_all(view: View, tools: Sequence[McpRemoteTool]) -> Disposer:
+def register_all(view: View, tools: Sequence[McpRemoteTool]) -> Disposer:
     disposers: list[Disposer] = []
     try:
         for tool in tools:
@@ -245,4 +245,4 @@ async def register_mcp_server(
     stays yours to close; calls after it closed fail with :class:`McpConnectionError`.
     See :func:`load_mcp_tools` for how each tool is defined.
     """
-    return _register_all(view, await load_mcp_tools(client, prefix=prefix, timeout_ms=timeout_ms))
+    return register_all(view, await load_mcp_tools(client, prefix=prefix, timeout_ms=timeout_ms))

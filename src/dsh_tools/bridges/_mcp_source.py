@@ -12,7 +12,7 @@ from mcp import Client, ClientSession, MCPError, StdioServerParameters
 from mcp.server.lowlevel import Server
 
 from ..registry import Disposer
-from ._mcp_remote import McpClient, McpConnectionError, McpRemoteTool, _register_all, load_mcp_tools
+from ._mcp_remote import McpClient, McpConnectionError, McpRemoteTool, load_mcp_tools, register_all
 from ._mcp_serve import View
 
 McpTarget: TypeAlias = "Client | ClientSession | StdioServerParameters | str | Server[Any]"
@@ -110,7 +110,7 @@ class McpToolSource:
         The registrations are also undone when the source closes.
         """
         self.client  # noqa: B018 - raises when not connected
-        dispose = _register_all(view, self.tools)
+        dispose = register_all(view, self.tools)
         self._disposers.append(dispose)
         return dispose
 
