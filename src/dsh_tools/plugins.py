@@ -254,75 +254,99 @@ def load_plugins(
     import importlib_metadata
 
     explicit_block = list(block)
-    blocked_selectors = _Selectors.parse(
-        [*explicit_block, *os.environ.get(BLOCK_ENV_VAR, "").split(",")]
+    found = _Pass(
+        registry,
+        _Selectors.parse([*explicit_block, *os.environ.get(BLOCK_ENV_VAR, "").split(",")]),
+        None if only is None else _Selectors.parse(only),
+        _LOADED.setdefault(registry, {}),
     )
-    wanted = None if only is None else _Selectors.parse(only)
-    known = _LOADED.setdefault(registry, {})
     discovered = importlib_metadata.entry_points()
-
-    loaded: list[PluginRecord] = []
-    failed: list[PluginFailure] = []
-    causes: list[BaseException | None] = []
-    blocked: list[str] = []
-    fresh: dict[_Key, PluginRecord] = {}
-    disposers: list[Disposer] = []
-    seen: list[tuple[str, str]] = []  # (entry point name, distribution) of every candidate
     for kind, group in GROUPS.items():
         first_of_name: dict[str, EntryPoint] = {}
         for entry_point in discovered.select(group=group):
-            distribution, version = _origin(entry_point)
-            seen.append((entry_point.name, distribution))
-            key = (group, entry_point.name, entry_point.value, _normalize(distribution))
-            if wanted is not None and not wanted.match(entry_point.name, distribution):
-                continue
-            if key in known:
-                loaded.append(known[key])
-                first_of_name.setdefault(entry_point.name, entry_point)
-                continue
-            if blocked_selectors.match(entry_point.name, distribution):
-                if entry_point.name not in blocked:
-                    blocked.append(entry_point.name)
-                continue
-            winner = first_of_name.setdefault(entry_point.name, entry_point)
-            try:
-                if winner is not entry_point:
-                    raise _LoadFailure(_shadowed(winner))
-                tools, hooks, disposer = _LOADERS[kind](registry, entry_point)
-            except _LoadFailure as exc:
-                failed.append(
-                    PluginFailure(
-                        entry_point.name, kind, distribution, version, entry_point.value, str(exc)
-                    )
-                )
-                causes.append(exc.__cause__)
-                continue
-            except PluginConfigError:
-                _dispose_all(disposers)
-                raise
-            record = PluginRecord(
-                entry_point.name, kind, distribution, version, entry_point.value, tools, hooks
-            )
-            loaded.append(record)
-            fresh[key] = record
-            disposers.append(disposer)
-
-    if strict and failed:
-        _dispose_all(disposers)
-        lines = "\n".join(f"  - {failure.message}" for failure in failed)
-        raise PluginError(
-            f"{len(failed)} plugin entry point(s) failed to load "
-            f"(strict mode: every registration of this call was undone):\n{lines}"
-        )
-    known.update(fresh)
-    for failure, cause in zip(failed, causes, strict=True):
-        logger.warning("plugin not loaded: %s", failure.message)
-        if cause is not None:
-            logger.debug("why %s failed to load:", failure.name, exc_info=cause)
-    unmatched = _unmatched(explicit_block, only, seen)
+            found.consider(kind, group, entry_point, first_of_name)
+    found.settle(strict)
+    unmatched = _unmatched(explicit_block, only, found.seen)
     for selector in unmatched:
         logger.warning("no installed plugin entry point matches %r", selector)
-    return LoadReport(tuple(loaded), tuple(failed), tuple(blocked), unmatched)
+    return LoadReport(tuple(found.loaded), tuple(found.failed), tuple(found.blocked), unmatched)
+
+
+@attrs.define
+class _Pass:
+    """What one :func:`load_plugins` call found, loaded and failed, in discovery order."""
+
+    registry: ToolRegistry
+    blocked_selectors: _Selectors
+    wanted: _Selectors | None
+    known: dict[_Key, PluginRecord]
+    loaded: list[PluginRecord] = attrs.Factory(list)
+    failed: list[PluginFailure] = attrs.Factory(list)
+    causes: list[BaseException | None] = attrs.Factory(list)
+    blocked: list[str] = attrs.Factory(list)
+    fresh: dict[_Key, PluginRecord] = attrs.Factory(dict)
+    disposers: list[Disposer] = attrs.Factory(list)
+    seen: list[tuple[str, str]] = attrs.Factory(list)  # (entry point name, distribution)
+
+    def consider(
+        self,
+        kind: PluginKind,
+        group: str,
+        entry_point: EntryPoint,
+        first_of_name: dict[str, EntryPoint],
+    ) -> None:
+        """Load ``entry_point`` unless it is left out, already loaded, blocked or shadowed."""
+        distribution, version = _origin(entry_point)
+        self.seen.append((entry_point.name, distribution))
+        key = (group, entry_point.name, entry_point.value, _normalize(distribution))
+        if self.wanted is not None and not self.wanted.match(entry_point.name, distribution):
+            return
+        if key in self.known:
+            self.loaded.append(self.known[key])
+            first_of_name.setdefault(entry_point.name, entry_point)
+            return
+        if self.blocked_selectors.match(entry_point.name, distribution):
+            if entry_point.name not in self.blocked:
+                self.blocked.append(entry_point.name)
+            return
+        winner = first_of_name.setdefault(entry_point.name, entry_point)
+        try:
+            if winner is not entry_point:
+                raise _LoadFailure(_shadowed(winner))
+            tools, hooks, disposer = _LOADERS[kind](self.registry, entry_point)
+        except _LoadFailure as exc:
+            self.failed.append(
+                PluginFailure(
+                    entry_point.name, kind, distribution, version, entry_point.value, str(exc)
+                )
+            )
+            self.causes.append(exc.__cause__)
+            return
+        except PluginConfigError:
+            _dispose_all(self.disposers)
+            raise
+        record = PluginRecord(
+            entry_point.name, kind, distribution, version, entry_point.value, tools, hooks
+        )
+        self.loaded.append(record)
+        self.fresh[key] = record
+        self.disposers.append(disposer)
+
+    def settle(self, strict: bool) -> None:
+        """Under ``strict``, undo everything and raise if anything failed; otherwise keep
+        what loaded and log each failure."""
+        if strict and self.failed:
+            _dispose_all(self.disposers)
+            lines = "\n".join(f"  - {failure.message}" for failure in self.failed)
+            raise PluginError(
+                f"{len(self.failed)} plugin entry point(s) failed to load "
+                f"(strict mode: every registration of this call was undone):\n{lines}"
+            )
+        self.known.update(self.fresh)
+        for failure, cause in zip(self.failed, self.causes, strict=True):
+            logger.warning("plugin not loaded: %s", failure.message)
+            if cause is not None:
+                logger.debug("why %s failed to load:", failure.name, exc_info=cause)
 
 
 def _shadowed(winner: EntryPoint) -> str:

@@ -1,0 +1,129 @@
+"""The ``dsh-tools`` command line's grammar: global options and one parser per command.
+
+:mod:`dsh_tools.cli` is the public entry point.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
+
+from ._version import __version__
+
+__all__ = ["ArgumentsRejected", "build_parser"]
+
+
+class ArgumentsRejected(Exception):
+    """argparse refused the command line; ``parser`` is the (sub)command that did."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+        self.message = message
+
+
+class _Parser(argparse.ArgumentParser):
+    """Raises instead of printing and exiting, so ``call --json`` can answer in JSON."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ArgumentsRejected(self, message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: the global options, then one subcommand."""
+    parser = _Parser(
+        prog="dsh-tools",
+        description="List, inspect, call and serve the tools of installed dsh-tools plugins.",
+    )
+    parser.add_argument("--version", action="version", version=f"dsh-tools {__version__}")
+    _plugin_options(parser)
+    _policy_options(parser)
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _commands(commands)
+    return parser
+
+
+def _plugin_options(parser: argparse.ArgumentParser) -> None:
+    """Which installed plugins load, and what a failure to load means."""
+    parser.add_argument("--no-plugins", action="store_true", help="load no installed plugin")
+    parser.add_argument(
+        "--block", action="append", default=[], metavar="NAME", help="never load this plugin"
+    )
+    parser.add_argument(
+        "--only", action="append", default=None, metavar="NAME", help="load only these plugins"
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail (exit 3) if any plugin fails to load or a --block/--only name matches none",
+    )
+    parser.add_argument(
+        "--allow-broken-plugins",
+        action="store_true",
+        help="let call and serve-mcp run tools although a policy plugin failed to load",
+    )
+
+
+def _policy_options(parser: argparse.ArgumentParser) -> None:
+    """The workspace, rules, sandbox and audit log the tools run under."""
+    parser.add_argument(
+        "--workspace", metavar="DIR", help="root the workspace tools are confined to (default: .)"
+    )
+    parser.add_argument("--rules", metavar="FILE", help="permission rules (TOML) to enforce")
+    parser.add_argument(
+        "--sandbox",
+        choices=("auto", "required", "off"),
+        help="how run_command sandboxes commands (default: the rules file's [sandbox], or auto)",
+    )
+    parser.add_argument(
+        "--network",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="let sandboxed commands use the network (default: the rules file's, or off)",
+    )
+    parser.add_argument("--audit-log", metavar="FILE", help="append every call to this JSONL log")
+
+
+def _commands(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """One parser per command, in the order ``--help`` lists them."""
+    commands.add_parser("list", help="the visible tools, one line each")
+    commands.add_parser("plugins", help="what loaded, with versions, and what failed and why")
+    schemas = commands.add_parser("schemas", help="the model-facing schemas as JSON")
+    schemas.add_argument(
+        "--format",
+        default="raw",
+        choices=("raw", "openai", "openai-responses", "anthropic", "gemini", "mcp"),
+    )
+    call = commands.add_parser("call", help="run one call through the full pipeline")
+    _call_arguments(call)
+    call.add_argument(
+        "--json", action="store_true", help="print the frozen result (or the error) as JSON"
+    )
+    call.add_argument(
+        "--explain", action="store_true", help="print the call's decision record after the result"
+    )
+    explain = commands.add_parser(
+        "explain",
+        help="say what a call would do (run, deny, ask) without running it; exit 0, 1 or 10",
+    )
+    _call_arguments(explain)
+    explain.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    commands.add_parser("check", help="validate every installed plugin; exit 1 on problems")
+    replay = commands.add_parser("replay", help="render an audit log's calls as cards")
+    replay.add_argument("log", help="the JSON Lines audit log (from --audit-log)")
+    replay.add_argument("--rotated", action="store_true", help="include rotated files (LOG.N)")
+    replay.add_argument("--explain", action="store_true", help="print each call's decision record")
+    serve = commands.add_parser("serve-mcp", help="serve the tools over MCP (extra: mcp)")
+    serve.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")
+    serve.add_argument("--host", default="127.0.0.1", help="HTTP host (loopback by default)")
+    serve.add_argument("--port", type=int, default=8000, help="HTTP port")
+    serve.add_argument("--allow-remote", action="store_true", help="allow a non-loopback HTTP host")
+
+
+def _call_arguments(command: argparse.ArgumentParser) -> None:
+    """The call ``call`` and ``explain`` take: a tool name and its JSON arguments."""
+    command.add_argument("name", help="the tool to call")
+    command.add_argument(
+        "arguments", nargs="?", default="{}", help="arguments as a JSON object, or - for stdin"
+    )

@@ -1,0 +1,215 @@
+"""The commands that run, explain, replay or serve calls: ``call``, ``explain``,
+``replay``, ``serve-mcp``.
+
+:mod:`dsh_tools.cli` is the public entry point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import TYPE_CHECKING, Any, TextIO
+
+from ._cli_exits import EXIT_CALL_FAILED, EXIT_OK, EXIT_WOULD_ASK, UsageError
+
+if TYPE_CHECKING:
+    from .models import ToolExecutionResult
+    from .records import DecisionRecord
+    from .registry import ToolRegistry
+
+__all__ = ["CLI_AGENT", "cmd_call", "cmd_explain", "cmd_replay", "cmd_serve_mcp"]
+
+CLI_AGENT = "cli"
+"""The agent id of calls made from the command line (so ``Ask`` can reach a person)."""
+
+
+def _read_arguments(text: str, stdin: TextIO) -> object:
+    """The call's arguments, as the pipeline takes them.
+
+    Whatever the text holds goes to the pipeline, which fails the call with
+    ``INVALID_JSON`` (and the audit log records the attempt) when it is not a lossless
+    JSON object. Text the standard parser reads but ours refuses (a lone surrogate, NaN,
+    too deep) is passed parsed, so that the pipeline names the exact problem; text that
+    does not parse at all is passed as :class:`~dsh_tools.UnreadableArguments`, with the
+    parser's reason.
+    """
+    from .errors import JsonValueError
+    from .json import loads
+    from .models import UnreadableArguments
+
+    if text == "-":
+        buffer = getattr(stdin, "buffer", None)
+        # Bytes that are not UTF-8 become lone surrogates, as in command-line arguments.
+        text = stdin.read() if buffer is None else buffer.read().decode("utf-8", "surrogateescape")
+    try:
+        return loads(text, "arguments")
+    except JsonValueError as error:
+        try:
+            return json.loads(text)
+        except (ValueError, RecursionError):
+            return UnreadableArguments(text, str(error))
+
+
+def cmd_call(
+    registry: ToolRegistry, options: argparse.Namespace, out: TextIO, stdin: TextIO, err: TextIO
+) -> int:
+    import anyio
+
+    from .errors import ErrorCode
+    from .models import ToolExecutionFailure, result_to_json
+    from .presenting import present_call, present_result
+    from .terminal import emit_card, render_call_view, render_result
+
+    # Every attempt runs through the pipeline, an unknown tool or bad JSON included, so
+    # that the audit log and every other observer see it.
+    call = _cli_call(options, stdin)
+    records = _Records()
+    if options.explain:
+        registry.add_plugin(records, name="cli-explain")
+    if not options.json:
+        emit_card(render_call_view(present_call(registry, call)), out)
+        out.flush()
+    result: ToolExecutionResult = anyio.run(_run_with_progress, registry, call, err)
+    if options.json:
+        data = result_to_json(result)
+        if options.explain:
+            data["decisionRecord"] = records.last.to_json()
+        out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    else:
+        emit_card(render_result(present_result(registry, call, result), result), out)
+        if options.explain:
+            out.write("\n".join(records.last.lines()) + "\n")
+    if isinstance(result, ToolExecutionFailure) and result.code == ErrorCode.UNKNOWN_TOOL:
+        err.write(f"dsh-tools: note: known tools: {', '.join(registry.names()) or 'none'}\n")
+    return EXIT_CALL_FAILED if result.is_error else EXIT_OK
+
+
+def _cli_call(options: argparse.Namespace, stdin: TextIO) -> Any:
+    """The call the command line describes."""
+    from .models import ToolExecutionInput
+
+    return ToolExecutionInput(
+        call_id=f"cli-{int(time.time() * 1000)}",
+        name=options.name,
+        arguments=_read_arguments(options.arguments, stdin),
+        agent=CLI_AGENT,
+    )
+
+
+class _Records:
+    """A result observer that keeps the decision record of the last call (``--explain``)."""
+
+    def __init__(self) -> None:
+        self.records: list[DecisionRecord] = []
+
+    @property
+    def last(self) -> DecisionRecord:
+        return self.records[-1]
+
+    def dsh_tools_result(self, record: DecisionRecord) -> None:
+        self.records.append(record)
+
+
+def cmd_explain(
+    registry: ToolRegistry, options: argparse.Namespace, out: TextIO, stdin: TextIO, err: TextIO
+) -> int:
+    call = _cli_call(options, stdin)
+    explained = registry.explain(call)
+    if options.json:
+        out.write(json.dumps(explained.to_json(), indent=2, ensure_ascii=False) + "\n")
+    else:
+        out.write("\n".join(explained.lines()) + "\n")
+    if explained.outcome == "run":
+        return EXIT_OK
+    return EXIT_WOULD_ASK if explained.outcome == "ask" else EXIT_CALL_FAILED
+
+
+async def _run_with_progress(registry: ToolRegistry, call: Any, err: TextIO) -> ToolExecutionResult:
+    """Run the call; on a terminal, show elapsed time every second while it runs."""
+    import anyio
+
+    if not err.isatty():
+        return await registry.execute(call)
+    started = time.monotonic()
+
+    async def ticker() -> None:
+        while True:
+            await anyio.sleep(1)
+            err.write(f"\r… {call.name} running for {time.monotonic() - started:.0f}s")
+            err.flush()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(ticker)
+        try:
+            result = await registry.execute(call)
+        finally:
+            group.cancel_scope.cancel()
+            err.write("\r\x1b[K")
+    return result
+
+
+def cmd_replay(registry: ToolRegistry, options: argparse.Namespace, out: TextIO) -> int:
+    from dsh_tools_plugins.audit import replay
+
+    from .models import PresentableResult, ToolExecutionFailure
+    from .terminal import emit_card, render_call_view, render_result
+
+    if os.path.isdir(options.log):
+        raise UsageError(f"audit log {options.log!r} is a directory")
+    if not os.path.isfile(options.log):
+        raise UsageError(f"audit log {options.log!r} does not exist")
+    count = 0
+    for replayed in replay(options.log, registry, rotated=options.rotated):
+        count += 1
+        out.write(f"call {replayed.call.call_id}\n")
+        emit_card(render_call_view(replayed.call_card), out)
+        recorded = replayed.result
+        if recorded is None:
+            out.write("… no result recorded (the call may still have been running)\n")
+            continue
+        result: PresentableResult | ToolExecutionFailure = recorded
+        if recorded.is_error and replayed.error is not None and replayed.error.info.code:
+            # The recorded failure, so that its card shows the code, as `call` does.
+            result = ToolExecutionFailure(replayed.error, recorded.content, meta=recorded.meta)
+        emit_card(render_result(replayed.result_card, result), out)
+        if options.explain:
+            record = replayed.record
+            lines = ["no decision record (written before records were kept)"]
+            out.write("\n".join(lines if record is None else record.lines()) + "\n")
+    if count == 0:
+        raise UsageError(f"{options.log!r} holds no audit event")
+    out.write(f"{count} call(s)\n")
+    return EXIT_OK
+
+
+def cmd_serve_mcp(registry: ToolRegistry, options: argparse.Namespace) -> int:
+    import functools
+
+    import anyio
+
+    try:
+        from .bridges.mcp import is_loopback_host, serve_http, serve_stdio
+    except ImportError as error:
+        raise UsageError(
+            "serve-mcp needs the mcp extra: install dsh-tools with it (in a clone: "
+            f"pip install '.[mcp]') ({error})"
+        ) from None
+    if options.http:
+        if not options.allow_remote and not is_loopback_host(options.host):
+            raise UsageError(
+                f"--host {options.host!r} is not a loopback address; the server has no "
+                "authentication of its own, so serving other machines needs --allow-remote"
+            )
+        serve = functools.partial(
+            serve_http,
+            registry,
+            host=options.host,
+            port=options.port,
+            allow_remote=options.allow_remote,
+        )
+        anyio.run(serve)
+    else:
+        anyio.run(functools.partial(serve_stdio, registry))
+    return EXIT_OK

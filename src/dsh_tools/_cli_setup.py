@@ -1,0 +1,120 @@
+"""Before a command runs: the environment its options set, the plugins it loads, and the
+checks that stop it when the policy asked for is not what loaded.
+
+:mod:`dsh_tools.cli` is the public entry point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import TYPE_CHECKING, Any, TextIO
+
+from ._cli_exits import PluginsFailed, UsageError
+
+if TYPE_CHECKING:
+    from .models import ApprovalOutcome, ApprovalRequest
+    from .plugins import LoadReport
+    from .registry import ToolRegistry
+
+__all__ = ["TerminalApproval", "build"]
+
+_RUNS_TOOLS = frozenset({"call", "explain", "serve-mcp"})
+"""Commands whose answer depends on every policy plugin having loaded."""
+_RULES_ENTRY_POINT = "dsh_tools_plugins.permissions:default_permissions"
+
+
+class TerminalApproval:
+    """Answers ``Ask`` with a y/n prompt on a terminal; without one, nobody can answer."""
+
+    def __init__(self, stdin: TextIO, stderr: TextIO) -> None:
+        self.stdin = stdin
+        self.stderr = stderr
+
+    def request(self, request: ApprovalRequest) -> ApprovalOutcome:
+        from .models import ApprovalOutcome
+
+        if not self.stdin.isatty():
+            return ApprovalOutcome.UNAVAILABLE
+        reason = f" ({request.reason})" if request.reason else ""
+        arguments = json.dumps(_thaw(request.arguments), ensure_ascii=False)
+        self.stderr.write(f"Allow {request.tool_name} {arguments}{reason}? [y/N] ")
+        self.stderr.flush()
+        answer = self.stdin.readline().strip().lower()
+        return ApprovalOutcome.ALLOWED_ONCE if answer in {"y", "yes"} else ApprovalOutcome.REJECTED
+
+
+def _thaw(value: object) -> Any:
+    from .json import thaw
+
+    return thaw(value)
+
+
+def build(
+    options: argparse.Namespace, stdin: TextIO, stderr: TextIO
+) -> tuple[ToolRegistry, LoadReport]:
+    """The registry the command works on, with the plugins the options ask for."""
+    from .plugins import LoadReport, load_plugins
+    from .registry import ToolRegistry
+
+    _export_options(options)
+    registry = ToolRegistry(approval=TerminalApproval(stdin, stderr))
+    report = LoadReport()
+    if not options.no_plugins:
+        # A broken rules file raises PluginConfigError here: exit 2, nothing runs.
+        report = load_plugins(registry, block=options.block, only=options.only)
+    _check_report(options, report)
+    if options.audit_log is not None:
+        from dsh_tools_plugins.audit import AuditLog
+
+        registry.add_plugin(AuditLog(options.audit_log), name="cli-audit-log")
+    return registry, report
+
+
+def _export_options(options: argparse.Namespace) -> None:
+    """Hand the policy options to the entry points, which read them from the environment."""
+    if options.workspace is not None:
+        if not os.path.isdir(options.workspace):
+            raise UsageError(f"--workspace {options.workspace!r} is not a directory")
+        os.environ["DSH_TOOLS_WORKSPACE"] = os.path.abspath(options.workspace)
+    if options.rules is not None:
+        if not os.path.isfile(options.rules):
+            raise UsageError(f"--rules {options.rules!r} is not a file")
+        os.environ["DSH_TOOLS_RULES"] = os.path.abspath(options.rules)
+    # The workspace and permissions entry points both read these (configured_sandbox).
+    if options.sandbox is not None:
+        os.environ["DSH_TOOLS_SANDBOX"] = options.sandbox
+    if options.network is not None:
+        os.environ["DSH_TOOLS_NETWORK"] = "on" if options.network else "off"
+
+
+def _check_report(options: argparse.Namespace, report: LoadReport) -> None:
+    """Stop before anything runs when the plugins that loaded are not what was asked for."""
+    if options.strict and not report.ok:
+        raise PluginsFailed(
+            "some plugins failed to load (run `dsh-tools plugins` for details)", report
+        )
+    if options.strict and report.unmatched:
+        raise PluginsFailed(
+            f"--block/--only name(s) match no installed entry point: "
+            f"{', '.join(report.unmatched)} (--strict)"
+        )
+    if options.rules is not None and not any(
+        record.entry_point == _RULES_ENTRY_POINT for record in report.loaded
+    ):
+        raise UsageError(
+            "--rules needs the default_permissions plugin, which was not loaded "
+            "(--no-plugins, --block or --only left it out)"
+        )
+    broken = report.policy_failures
+    if broken and options.command in _RUNS_TOOLS and not options.allow_broken_plugins:
+        names = "; ".join(
+            f"[{failure.group}] {failure.name} ({failure.distribution} {failure.version})"
+            for failure in broken
+        )
+        raise PluginsFailed(
+            f"refusing to run tools while a plugin that may hold policy failed to load: "
+            f"{names}. Fix it, block it (--block NAME), or pass --allow-broken-plugins to "
+            "run without it"
+        )

@@ -1,0 +1,148 @@
+"""The serving side of the MCP bridge: a view's tools as an MCP SDK ``Server``.
+
+Every ``tools/call`` runs through the view's full pipeline, so an MCP client gets exactly
+what an in-process host gets. :mod:`dsh_tools.bridges.mcp` is the public import path.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, TypeAlias
+
+from mcp import types as mcp_types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from pydantic import TypeAdapter, ValidationError
+
+from .._version import __version__
+from ..content import content_text
+from ..errors import RegistrationError
+from ..json import FrozenDict, thaw
+from ..models import ToolDefinition, ToolExecutionInput, ToolExecutionResult
+from ..registry import ToolRegistry, ToolScope
+from .wire import to_mcp_call_result, to_mcp_tools
+
+View: TypeAlias = "ToolRegistry | ToolScope"
+
+
+def _serving_view(view: View, agent: str | None) -> View:
+    """The view whose tools are listed and whose pipeline runs the calls."""
+    if not isinstance(view, (ToolRegistry, ToolScope)):
+        raise TypeError(
+            f"expected a ToolRegistry or ToolScope to serve, got {type(view).__qualname__}"
+        )
+    if agent is None or agent == view.agent:
+        return view
+    if isinstance(view, ToolScope):
+        raise RegistrationError(
+            f"agent={agent!r} conflicts with the served scope {view.agent!r}; "
+            "pass the registry with agent=..., or the scope without it"
+        )
+    target: View = view
+    for key in agent.split("/"):
+        target = target.scope(key)
+    return target
+
+
+def _object_output_schema(definition: ToolDefinition[Any] | None) -> FrozenDict | None:
+    """The declared output schema when MCP can advertise it (root ``type: object``)."""
+    if definition is None or definition.output is None:
+        return None
+    schema = definition.output.schema
+    return schema if schema.get("type") == "object" else None
+
+
+def mcp_tools(view: View) -> list[mcp_types.Tool]:
+    """The MCP ``Tool`` list of every tool visible to ``view``.
+
+    ``inputSchema`` is the tool's parameters; ``outputSchema`` is added for tools that
+    declare an output whose schema root is ``type: object`` (MCP's structured-content
+    contract); other output declarations are not advertised and their values travel as
+    content only.
+    """
+    tools = []
+    for declaration in to_mcp_tools(view.schemas()):
+        schema = _object_output_schema(view.get(declaration["name"]))
+        if schema is not None:
+            declaration["outputSchema"] = thaw(schema)
+        tools.append(mcp_types.Tool.model_validate(declaration))
+    return tools
+
+
+_CONTENT_BLOCK: TypeAdapter[mcp_types.ContentBlock] = TypeAdapter(mcp_types.ContentBlock)
+
+
+def _content_block(block: object) -> mcp_types.ContentBlock:
+    """An MCP content block; a block MCP has no type for is sent as its text."""
+    try:
+        return _CONTENT_BLOCK.validate_python(block)
+    except ValidationError:
+        return mcp_types.TextContent(text=content_text([block]))
+
+
+def _call_tool_result(result: ToolExecutionResult, structured: bool) -> mcp_types.CallToolResult:
+    """The MCP answer; ``structured``: the tool advertises an ``outputSchema``.
+
+    Such a tool's success must carry ``structuredContent`` matching it (clients reject one
+    without). When a post-execute policy or ``finalize_content`` replaced the content, the
+    value is withheld and nothing else may stand in for it, so the answer is sent as an
+    error showing the replaced content: never the value the policy kept from the model.
+    """
+    data = to_mcp_call_result(result)
+    structured_content = data.get("structuredContent") if structured else None
+    withheld = structured and not data["isError"] and structured_content is None
+    return mcp_types.CallToolResult(
+        content=[_content_block(block) for block in data["content"]],
+        structured_content=structured_content,
+        is_error=data["isError"] or withheld,
+    )
+
+
+def build_mcp_server(
+    view: View, *, name: str = "dsh-tools", agent: str | None = None
+) -> Server[Any]:
+    """An MCP SDK low-level ``Server`` exposing the tools visible to ``view``.
+
+    ``tools/list`` is read from ``view`` on every request, so tools registered later
+    appear. ``tools/call`` runs ``await view.execute(...)`` with a fresh call id
+    (``mcp-<hex>``), so every call passes the view's policies, guards and timeouts;
+    every outcome, unknown tools and invalid arguments included, is a ``CallToolResult``
+    with ``isError`` set on failure. ``structuredContent`` carries the tool's value when
+    the tool declares an object-rooted output schema and no post-execute policy or
+    ``finalize_content`` replaced the content (then it is withheld).
+
+    ``agent`` serves a registry as that agent (``"parent/child"`` for nested scopes):
+    tools, guards and plugins are that scope's. A ``ToolScope`` serves as its own agent.
+    """
+    target = _serving_view(view, agent)
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListToolsResult:
+        return mcp_types.ListToolsResult(tools=mcp_tools(target))
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
+    ) -> mcp_types.CallToolResult:
+        structured = _object_output_schema(target.get(params.name)) is not None
+        call = ToolExecutionInput(
+            call_id=f"mcp-{uuid.uuid4().hex}",
+            name=params.name,
+            arguments={} if params.arguments is None else params.arguments,
+        )
+        return _call_tool_result(await target.execute(call), structured)
+
+    return Server(name, version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def serve_stdio(view: View, *, name: str = "dsh-tools", agent: str | None = None) -> None:
+    """Serve ``view`` over this process's stdin/stdout until the client disconnects.
+
+    Nothing else may write to stdout meanwhile (log to stderr). Synchronous callers:
+    ``anyio.run(functools.partial(serve_stdio, registry))``.
+    """
+    from mcp.server.stdio import stdio_server
+
+    server = build_mcp_server(view, name=name, agent=agent)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
