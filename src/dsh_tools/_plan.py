@@ -207,27 +207,28 @@ def build_plan(
     return Plan(path, tools, stages, approval, default_timeout_ms, tracer, approval_store)
 
 
-_OPTIONAL = {"dsh_tools_result": 2}
-"""How many trailing arguments of a hook an implementation may leave out and still be
-called as it is (``tool`` always; a result observer also ``record``)."""
+_BY_KEYWORD = "record"
+"""A result observer's ``record`` is passed by keyword to the observers that name it, so
+that ``(execution, result, record)`` is called as it is, without an adapter."""
 
 
 def stage_impls(manager: PluginManager, hook: str, path: tuple[str, ...]) -> tuple[Impl, ...]:
-    """The implementations of ``hook`` that apply to ``path``, bound for positional calls."""
-    passed = manager.argnames(hook)
-    optional = _OPTIONAL.get(hook, 1)
+    """The implementations of ``hook`` that apply to ``path``, bound for positional calls
+    (plus ``record`` by keyword, for the result observers that name it)."""
+    passed = tuple(name for name in manager.argnames(hook) if name != _BY_KEYWORD)
     impls = []
     for impl in manager.impls(hook, path):
         named = impl.plugin_name
         name = _name(impl.plugin) if named.isdigit() else named
+        takes = tuple(name for name in impl.argnames if name != _BY_KEYWORD)
         impls.append(
             Impl(
-                *bind(impl.function, impl.argnames, passed, optional),
+                *bind(impl.function, takes, passed),
                 "plugin " + repr(name),
                 inspect.iscoroutinefunction(impl.function),
                 _codes(impl.function),
                 Origin(name, manager.distribution(named)),
-                "record" in impl.argnames,
+                _BY_KEYWORD in impl.argnames,
             )
         )
     return tuple(impls)
@@ -243,15 +244,17 @@ def bind(
     function: Callable[..., Any],
     argnames: tuple[str, ...],
     passed: tuple[str, ...],
-    optional: int = 1,
 ) -> tuple[Callable[..., Any], int]:
     """A hookimpl taking any subset of its hook's arguments ``passed`` (in order), and how
-    many of them to pass positionally: all, or all but up to ``optional`` trailing ones
-    (used as it is), else an adapter taking all of them that passes on the ones it takes."""
-    if len(argnames) >= len(passed) - optional and argnames == passed[: len(argnames)]:
+    many of them to pass positionally: all, or all but the trailing ``tool`` (used as it
+    is), else an adapter taking all of them that passes on the ones it takes (and any
+    keyword arguments)."""
+    if len(argnames) >= len(passed) - 1 and argnames == passed[: len(argnames)]:
         return function, len(argnames)
     picks = tuple(passed.index(name) for name in argnames)
-    return (lambda *values: function(*[values[index] for index in picks])), len(passed)
+    return (lambda *values, **named: function(*[values[index] for index in picks], **named)), len(
+        passed
+    )
 
 
 def label(thing: object, name: str | None = None) -> str:

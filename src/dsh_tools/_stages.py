@@ -425,8 +425,9 @@ async def _observers(call: Call, result: ToolExecutionResult, limit: float) -> N
     record = call.decision_record() if call.plan.recording else None
     for impl in call.plan.result:
         try:
-            if impl.arity == 4:
-                observed = impl.function(execution, result, tool, record)
+            if impl.takes_record:
+                arguments = (execution, result, tool)[: impl.arity]
+                observed = impl.function(*arguments, record=record)
             elif impl.arity == 3:
                 observed = impl.function(execution, result, tool)
             else:
