@@ -228,6 +228,10 @@ _COMMON_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789 \t\r_.,:;=()[]{
 """Bytes most lines of source code and prose hold (lower case, digits, spaces, the usual
 punctuation); any other byte (upper case, rarer punctuation, non-ASCII) is taken as rare."""
 
+_RARE_PIECE_BYTES = 32
+"""The most of a literal RE2 looks for from its rare byte: enough to pass over few false
+hits, small enough that RE2's automaton stays tiny however long the literal."""
+
 
 def _first_match(regex: Any) -> Callable[[bytes, int, int], int]:
     """Where ``regex``'s first match in ``data[start:end]`` begins, -1 for none.
@@ -252,14 +256,15 @@ def _first_match(regex: Any) -> Callable[[bytes, int, int], int]:
 
 
 def literal_finder(literal: bytes) -> Callable[[bytes, int, int], int]:
-    """Where, in ``data[start:end]``, a tail of ``literal`` of 3 or more bytes first
+    """Where, in ``data[start:end]``, a piece of ``literal`` (3 bytes or more) first
     occurs (-1 for none): so any occurrence of ``literal`` lies on a line it finds.
 
     ``bytes.find`` reads about 2 GB/s whatever the text. RE2 finds a literal by
     ``memchr`` of its first byte, several times faster when that byte is rare in the text
     and slower when it is common. So a literal holding a rare byte (not in
     :data:`_COMMON_BYTES`) at least 3 bytes from its end is looked for from that byte on
-    by RE2 (as bytes: Latin-1, a plain literal); any other literal by ``bytes.find``.
+    (at most :data:`_RARE_PIECE_BYTES` of it) by RE2, as bytes (Latin-1, a plain
+    literal); any other literal by ``bytes.find``.
     """
     import re2
 
@@ -268,11 +273,11 @@ def literal_finder(literal: bytes) -> Callable[[bytes, int, int], int]:
     )
     if rare is None:
         return lambda data, start, end: data.find(literal, start, end)
-    options = re2.Options()
+    options = _options()
     options.literal = True
     options.never_capture = True
     options.encoding = re2.Options.Encoding.LATIN1
-    return _first_match(re2.compile(literal[rare:], options))
+    return _first_match(re2.compile(literal[rare : rare + _RARE_PIECE_BYTES], options))
 
 
 class LineRegex:
