@@ -52,10 +52,11 @@ class _Rules:
 
     Most paths match no line; one RE2 set of every line's regex answers that in about a
     microsecond, against several for pathspec's full verdict, which is asked only when
-    some line matches.
+    some line matches. A second set, the same regexes in multi-line mode, answers it for
+    all of a directory's files at once (:meth:`match_none`).
     """
 
-    __slots__ = ("_any", "_specs")
+    __slots__ = ("_any", "_any_line", "_specs")
 
     def __init__(self, specs: list[GitIgnoreSpec]) -> None:
         import re2  # type: ignore[import-untyped]
@@ -63,6 +64,7 @@ class _Rules:
 
         self._specs = specs
         self._any: Any = None
+        self._any_line: Any = None
         regexes = [
             pattern.regex.pattern
             for spec in specs
@@ -75,6 +77,19 @@ class _Rules:
                 any_line.Add(regex)
             any_line.Compile()
             self._any = any_line
+        with contextlib.suppress(re2.error):
+            in_lines = re2.Set.SearchSet(re2.Options())
+            for regex in regexes:
+                in_lines.Add(f"(?m){regex}")
+            in_lines.Compile()
+            self._any_line = in_lines
+
+    def match_none(self, paths: list[str]) -> bool:
+        """True when no line matches any of ``paths`` (no newline in them); false when
+        some might. ``^`` and ``$`` match at each line's ends in the joined text, so a
+        path a line matches alone is matched there too; the reverse may not hold (a
+        class such as ``[^/]`` spans newlines), which only costs the per-path check."""
+        return self._any_line is not None and not self._any_line.Match("\n".join(paths))
 
     def verdict(self, path: str) -> bool | None:
         """True: ignored; False: re-included by a negated line; None: no line matches."""
@@ -150,13 +165,16 @@ class IgnoreFilter:
     directory's path relative to that one (``""`` for this directory itself).
     """
 
-    __slots__ = ("_chain",)
+    __slots__ = ("_chain", "_clear")
 
-    def __init__(self, chain: tuple[tuple[_Rules, str], ...]) -> None:
+    def __init__(
+        self, chain: tuple[tuple[_Rules, str], ...], clear: AbstractSet[str] = frozenset()
+    ) -> None:
         self._chain = chain
+        self._clear = clear
 
     def admits(self, name: str, is_dir: bool) -> bool:
-        if not self._chain:
+        if not self._chain or (not is_dir and name in self._clear):
             return True
         if not is_unicode(name):
             name = unicode_text(name)  # RE2 matches UTF-8 text
@@ -168,7 +186,19 @@ class IgnoreFilter:
         return True
 
     def enter(self, name: str, dir_fd: int, files: AbstractSet[str]) -> IgnoreFilter:
-        return self.below(name).with_rules_of(dir_fd, files)
+        return self.below(name).with_rules_of(dir_fd, files).clearing(files)
+
+    def clearing(self, files: AbstractSet[str]) -> IgnoreFilter:
+        """This filter, told that no rule matches any of ``files`` when one look per
+        ignore file's rules shows it, so :meth:`admits` then skips their per-name check:
+        a directory's files are usually all admitted."""
+        names = [name if is_unicode(name) else unicode_text(name) for name in files]
+        if not self._chain or any("\n" in name for name in names):
+            return self
+        for rules, prefix in self._chain:
+            if not rules.match_none([prefix + name for name in names]):
+                return self
+        return IgnoreFilter(self._chain, files)
 
     def below(self, name: str) -> IgnoreFilter:
         """The rules above the subdirectory ``name``, seen from it (none of its own)."""

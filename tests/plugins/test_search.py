@@ -9,6 +9,7 @@ import itertools
 import json
 import os
 import random
+import re
 import shutil
 import stat
 import time
@@ -475,6 +476,53 @@ def test_the_literal_shortcut_finds_the_lines_re2_finds(
     assert shortcut.may_match(data) or expected == ([], 0)
 
 
+_RARE_TEXT = st.text(alphabet="aH(é\n_d", max_size=300).map(lambda text: text.encode())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    literal=st.text(alphabet="aH(é_d", min_size=3, max_size=6).map(lambda text: text.encode()),
+    data=_RARE_TEXT,
+)
+def test_the_literal_finder_lands_on_the_first_line_holding_the_literal(
+    literal: bytes, data: bytes
+) -> None:
+    """Upper case and non-ASCII bytes are rare: RE2 looks for the literal from there on
+    (even from inside a UTF-8 sequence); its hit lies on or before the literal's line."""
+    found = _regex.literal_finder(literal)(data, 0, len(data))
+    first = data.find(literal)
+    if first >= 0:
+        assert 0 <= found <= first + len(literal) - 3
+    if found >= 0:
+        assert any(
+            literal[start:] == data[found : found + len(literal) - start]
+            for start in range(len(literal) - 2)
+        )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    literal=st.text(alphabet="aH(é_d", min_size=3, max_size=6),
+    tail=st.sampled_from(["", r"\w*", "$", r"\(?d"]),
+    data=_RARE_TEXT,
+)
+def test_patterns_with_a_rare_literal_find_the_lines_python_finds(
+    literal: str, tail: str, data: bytes
+) -> None:
+    pattern = re.escape(literal) + tail
+    compiled = _regex.compile_line_pattern(pattern, case_insensitive=False)
+    lines, count = _regex.matching_lines(compiled, data, 10_000, lambda: False)
+    text_lines = data.decode().split("\n")
+    if data.endswith(b"\n") or not data:
+        text_lines.pop()  # a final newline does not start a line
+    expected = [
+        (number, line.encode())
+        for number, line in enumerate(text_lines, 1)
+        if re.search(pattern, line)
+    ]
+    assert (lines, count) == (expected, len(expected))
+
+
 # --------------------------------------------------------------------------- ignore files
 
 
@@ -578,6 +626,30 @@ def test_ignore_files_of_many_lines_still_apply(tmp_path: Path) -> None:
         ".gitignore",
         "generated-4999/a.txt",
         "keep.py",
+    ]
+
+
+def test_a_directory_whose_names_only_match_a_rule_together_keeps_them_all(
+    tmp_path: Path,
+) -> None:
+    """A directory's files are checked against the rules in one look, joined by
+    newlines, where ``a*b`` matches across ``ax`` and ``xb``: each name is then checked
+    on its own, and neither is ignored."""
+    from dsh_tools_plugins._ignore import _compile, _Rules
+
+    rules = _Rules(_compile(["a*b"]))
+    assert not rules.match_none(["ax", "xb"])
+    assert rules.match_none(["xb"])
+    assert rules.match_none(["ax"])
+    _write(tmp_path, {"sub/.gitignore": "a*b\n", "sub/ax": "needle\n", "sub/xb": "needle\n"})
+    _write(tmp_path, {"sub/ab": "needle\n", "other/ax": "needle\n", "other/ab": "needle\n"})
+    registry = _registry(tmp_path)
+    assert _ok(registry, "grep", pattern="needle").value["total"] == 4
+    assert [entry["path"] for entry in _ok(registry, "grep", pattern="needle").value["files"]] == [
+        "other/ab",
+        "other/ax",
+        "sub/ax",
+        "sub/xb",
     ]
 
 
