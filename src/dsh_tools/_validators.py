@@ -177,15 +177,22 @@ def array_check(items: Check | None, depth: int) -> Check:
         for index, item in enumerate(value):
             bad = items(item)
             if bad is not None:
-                for violation in bad:
-                    violation.append(index)
-                if found is None:
-                    found = bad
-                else:
-                    found += bad
+                found = _located(found, bad, index)
         return found
 
     return check
+
+
+def _located(
+    found: list[Violation] | None, bad: list[Violation], where: str | int
+) -> list[Violation]:
+    """``bad`` (a member's violations) placed under ``where`` and added to ``found``."""
+    for violation in bad:
+        violation.append(where)
+    if found is None:
+        return bad
+    found += bad
+    return found
 
 
 def map_check(values: Check) -> Check:
@@ -200,12 +207,7 @@ def map_check(values: Check) -> Check:
                 return [[_LOSSY_OBJECT]]
             bad = values(item)
             if bad is not None:
-                for violation in bad:
-                    violation.append(key)
-                if found is None:
-                    found = bad
-                else:
-                    found += bad
+                found = _located(found, bad, key)
         return found
 
     return check
@@ -255,12 +257,7 @@ def object_check(
                 seen += 1
                 bad = sub(item)
                 if bad is not None:
-                    for violation in bad:
-                        violation.append(name)
-                    if found is None:
-                        found = bad
-                    else:
-                        found += bad
+                    found = _located(found, bad, name)
         if seen != size(value):
             return extras(value, found)
         return found
