@@ -16,10 +16,9 @@ import attrs
 
 from .cancel import CancelSignal
 from .content import ContentLike, ContextMessage, content_blocks, content_text
-from .errors import DefinitionError, ErrorCode
+from .errors import DefinitionError, ErrorCode, JsonValueError
 from .json import FrozenDict, FrozenList, JsonValue, snapshot, thaw, unicode_text
 from .paths import ToolPaths
-from .records import detail_object
 
 if TYPE_CHECKING:
     from .approvals import ApprovalAnswer
@@ -247,6 +246,20 @@ def result_to_json(result: ToolExecutionResult) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- decisions
+
+
+def detail_object(value: object) -> FrozenDict | None:
+    """A decision's structured detail, frozen: ``None`` or a JSON object (raises
+    ``TypeError`` naming what is wrong otherwise). A converter for decision classes."""
+    if value is None:
+        return None
+    try:
+        frozen = snapshot(value, "detail")
+    except JsonValueError as error:
+        raise TypeError(f"a decision's detail must be a JSON object: {error.message}") from None
+    if type(frozen) is not FrozenDict:
+        raise TypeError(f"a decision's detail must be a JSON object, got {type(value).__name__}")
+    return frozen
 
 
 @attrs.frozen

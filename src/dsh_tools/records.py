@@ -23,11 +23,23 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import attrs
 
-from .errors import JsonValueError
-from .json import FrozenDict, snapshot, thaw
+from ._results import message
+from .content import content_text
+from .json import FrozenDict, thaw
+from .models import (
+    Accept,
+    Allow,
+    ApprovalOutcome,
+    Ask,
+    Block,
+    Deny,
+    ToolExecution,
+    ToolExecutionFailure,
+    ToolExecutionSuccess,
+    detail_object,
+)
 
 if TYPE_CHECKING:
-    from .models import ToolExecution
     from .tracing import TraceEvent
 
 __all__ = ["DecisionRecord", "DecisionStep", "Explanation", "Origin", "detail_object"]
@@ -40,20 +52,6 @@ class Origin:
 
     name: str
     distribution: str | None = None
-
-
-def detail_object(value: object) -> FrozenDict | None:
-    """A decision's structured detail, frozen: ``None`` or a JSON object (raises
-    ``TypeError`` naming what is wrong otherwise). A converter for decision classes."""
-    if value is None:
-        return None
-    try:
-        frozen = snapshot(value, "detail")
-    except JsonValueError as error:
-        raise TypeError(f"a decision's detail must be a JSON object: {error.message}") from None
-    if type(frozen) is not FrozenDict:
-        raise TypeError(f"a decision's detail must be a JSON object, got {type(value).__name__}")
-    return frozen
 
 
 @attrs.frozen
@@ -441,19 +439,6 @@ def _approval_step(outcome: str) -> tuple[str, str | None, None] | None:
 
 def _decision(event: TracedStep) -> tuple[str, str | None, FrozenDict | None]:
     """A trace event's decision as (word, reason, detail)."""
-    from ._results import message
-    from .content import content_text
-    from .models import (
-        Accept,
-        Allow,
-        ApprovalOutcome,
-        Ask,
-        Block,
-        Deny,
-        ToolExecutionFailure,
-        ToolExecutionSuccess,
-    )
-
     value, outcome = event.detail, event.outcome
     if outcome == "interrupted":
         return "interrupted", None, None
