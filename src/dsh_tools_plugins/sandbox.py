@@ -1,13 +1,17 @@
 """How ``run_command`` starts and ends a process: in a bubblewrap sandbox, or plainly.
 
-On Linux with bubblewrap (``bwrap``) a command sees only what this module mounts:
+On Linux with bubblewrap (``bwrap``, found once in a system directory, never on the
+host's ``PATH``) a command sees only what this module mounts:
 
 * the workspace, read-write, bound from the workspace's *verified descriptor*
-  (``--bind-fd``), so swapping the workspace path for a symlink cannot redirect it;
+  (``--bind-fd``), so swapping the workspace path for a symlink cannot redirect it; the
+  host's extra paths the same way, each opened without following a link;
 * ``/usr``, ``/bin``, ``/sbin``, ``/lib*`` and ``/etc`` read-only, minus every entry of
   ``/etc`` that other users may not read (``shadow``, ssh host keys, ``ssl/private``...);
-* a private, empty ``/tmp`` (``HOME`` is ``/tmp/home`` in it), a fresh ``/proc`` and
-  ``/dev``, nothing of the host's home directories, and a read-only root;
+* a private, empty ``/tmp`` (``HOME`` is ``/tmp/home`` in it) and ``/dev/shm``, sized
+  within the memory limit; a fresh ``/proc`` whose host-wide entries (``/proc/sys``...)
+  are read-only; a read-only ``/dev``; nothing of the host's home directories, and a
+  read-only root;
 * its own user, PID, IPC, UTS, cgroup and (unless the network is allowed) network
   namespaces, no capabilities, and no way to make new user namespaces.
 
@@ -53,6 +57,7 @@ import attrs
 
 from dsh_tools.errors import ErrorCode, ToolError
 
+from ._host_programs import inside, system_program
 from .workspace import Opened
 
 __all__ = [
@@ -113,7 +118,8 @@ class SandboxLimits:
     runtimes that reserve large regions still start). ``file_bytes`` caps the size of a
     file a process writes (``RLIMIT_FSIZE``). ``cpu_seconds`` caps each process's CPU
     time (``RLIMIT_CPU``); the call's timeout bounds wall time separately. Core dumps
-    are off.
+    are off. The private ``/tmp`` and ``/dev/shm`` are memory too: together they hold at
+    most ``memory_bytes`` (``/tmp`` three quarters of it).
     """
 
     processes: int = attrs.field(default=1024, validator=_positive)
@@ -166,9 +172,10 @@ class SandboxSettings:
     (``DENIED``) to run a command it cannot sandbox; ``"off"`` never sandboxes.
     ``network`` lets sandboxed commands use the host's network. ``read_only_paths`` and
     ``read_write_paths`` are absolute host paths mounted at the same place (missing ones
-    are skipped), on top of the workspace. ``pass_env`` names host environment variables
-    commands get besides :data:`DEFAULT_ENV_NAMES` (``NAME`` or ``PREFIX*``), with or
-    without the sandbox.
+    are skipped), on top of the workspace; each is opened at every call without
+    following links, and a call whose path is or passes through a link is refused.
+    ``pass_env`` names host environment variables commands get besides
+    :data:`DEFAULT_ENV_NAMES` (``NAME`` or ``PREFIX*``), with or without the sandbox.
     """
 
     mode: SandboxMode = attrs.field(default="auto", validator=_mode)
@@ -238,8 +245,10 @@ class _Bubblewrap:
 
     path: str
     disable_userns: bool
+    sized_tmpfs: bool  # takes --size (0.7 or later, and not setuid)
     system: tuple[str, ...]  # bwrap arguments for /usr, /bin, /lib* and /etc
     private_etc: tuple[str, ...]  # bwrap arguments that hide /etc's private entries
+    kernel_state: tuple[str, ...]  # bwrap arguments that make /proc's host-wide entries read-only
 
 
 _probed: dict[str, _Bubblewrap | str] = {}
@@ -294,11 +303,44 @@ def _private_etc(top: str = "/etc") -> tuple[str, ...]:
     return tuple(arguments)
 
 
+def _kernel_state(top: str = "/proc") -> tuple[str, ...]:
+    """Bind every host-wide entry of ``/proc`` that is a directory or writable (``sys``,
+    ``sysrq-trigger``, ``irq``, ``bus``, ``fs``...) read-only over itself, after the
+    sandbox's own ``/proc``. A command running as root (mapped to the host's root when the
+    host is root) could otherwise change kernel settings: the kernel checks only the
+    writer's user id there, not its capabilities."""
+    arguments: list[str] = []
+    for entry in sorted(os.scandir(top), key=lambda entry: entry.name):
+        try:
+            mode = entry.stat(follow_symlinks=False).st_mode
+        except OSError:
+            continue
+        if entry.name.isdigit() or stat.S_ISLNK(mode):
+            continue  # the sandbox's own processes, and self/thread-self/net/mounts
+        if stat.S_ISDIR(mode) or mode & 0o222:
+            arguments += ["--ro-bind-try", entry.path, entry.path]
+    return tuple(arguments)
+
+
 def _probe(path: str) -> _Bubblewrap | str:
     """Start one real sandbox with every option a call uses; a reason string if it fails."""
     try:
         version = _version(path)
-        candidate = _Bubblewrap(path, version >= (0, 8), _system_mounts(), _private_etc())
+        setuid = bool(os.stat(path).st_mode & stat.S_ISUID)  # refuses --size
+        candidate = _Bubblewrap(
+            path,
+            disable_userns=version >= (0, 8),
+            sized_tmpfs=version >= (0, 7) and not setuid,
+            system=_system_mounts(),
+            private_etc=_private_etc(),
+            kernel_state=_kernel_state(),
+        )
+        if not candidate.sized_tmpfs:
+            logger.warning(
+                "run_command: bubblewrap at %s cannot size the sandbox's /tmp (it needs "
+                "version 0.7 or later, not setuid); /tmp and /dev/shm are not bounded",
+                path,
+            )
         with tempfile.TemporaryDirectory(prefix="dsh-tools-probe-") as scratch:
             root = os.open(scratch, os.O_RDONLY | os.O_DIRECTORY)
             status_r, status_w = os.pipe()
@@ -308,8 +350,8 @@ def _probe(path: str) -> _Bubblewrap | str:
                 jail = _jail_arguments(
                     candidate,
                     SandboxSettings(),
-                    root_fd=root,
-                    root=scratch,
+                    root=_Mount(root, scratch, writable=True),
+                    extra=(),
                     cwd=scratch,
                     status_fd=status_w,
                     block_fd=block_r,
@@ -342,11 +384,13 @@ _NOT_INSTALLED = "bubblewrap (bwrap) is not installed"
 
 
 def _find_bubblewrap(*, probe: bool = True) -> _Bubblewrap | str | None:
-    """The working bwrap on the host's PATH, or why there is none. The first sight of a
-    bwrap is probed (cached per path); with ``probe=False`` that case returns ``None``."""
+    """The working bwrap in a system directory (never the host's ``PATH``, which may lead
+    into the workspace; see :mod:`dsh_tools_plugins._host_programs`), or why there is
+    none. Its first sight is probed (cached per path); with ``probe=False`` that case
+    returns ``None``."""
     if not sys.platform.startswith("linux"):
         return f"the bubblewrap sandbox needs Linux; this is {sys.platform}"
-    path = shutil.which("bwrap")
+    path = system_program("bwrap")
     if path is None:
         return _NOT_INSTALLED
     found = _probed.get(path)
@@ -371,22 +415,78 @@ def _resolver_mount() -> list[str]:
     return ["--ro-bind-try", target, target]
 
 
+@attrs.frozen
+class _Mount:
+    """A host directory or file opened by the host (``O_PATH``), to bind at ``path``."""
+
+    fd: int
+    path: str
+    writable: bool
+
+
+def _open_unlinked(path: str) -> int | None:
+    """An ``O_PATH`` descriptor of the absolute ``path``, walked from ``/`` one component
+    at a time without following a link; ``None`` when it does not exist. A component
+    that is a symbolic link is refused: a command may have planted it."""
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        walked = ""
+        for name in [part for part in path.split("/") if part]:
+            walked += "/" + name
+            try:
+                child = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except (FileNotFoundError, NotADirectoryError):
+                os.close(fd)
+                return None
+            os.close(fd)
+            fd = child
+            if stat.S_ISLNK(os.fstat(fd).st_mode):
+                where = "is" if walked == path else f"passes through {walked}, which is"
+                raise ToolError(
+                    f"the sandbox path {path} {where} a symbolic link; refusing to mount it "
+                    "(give the real path in read_only_paths / read_write_paths)"
+                )
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@contextlib.contextmanager
+def _extra_mounts(settings: SandboxSettings) -> typing.Iterator[tuple[_Mount, ...]]:
+    """The settings' existing extra paths, opened for one call (closed after it)."""
+    mounts: list[_Mount] = []
+    try:
+        wanted = [(path, True) for path in settings.read_write_paths]
+        wanted += [(path, False) for path in settings.read_only_paths]
+        for path, writable in wanted:
+            fd = _open_unlinked(path)
+            if fd is not None:
+                mounts.append(_Mount(fd, path, writable))
+        yield tuple(mounts)
+    finally:
+        for mount in mounts:
+            os.close(mount.fd)
+
+
 def _jail_arguments(
     bwrap: _Bubblewrap,
     settings: SandboxSettings,
     *,
-    root_fd: int,
-    root: str,
+    root: _Mount,
+    extra: tuple[_Mount, ...],
     cwd: str,
     status_fd: int,
     block_fd: int,
 ) -> list[str]:
     """The bwrap command line up to ``--``; the command's own argv follows it.
 
-    Mount order matters: the private ``/tmp`` first, then the workspace (which may live
-    under ``/tmp``) from its descriptor, then the host's extra paths (which may lie
-    inside the workspace), and the root made read-only last. The workspace's ancestors
-    are created read-only, so ``cd ..`` finds nothing to write to.
+    Mount order matters: ``/proc``'s host-wide entries read-only over the fresh
+    ``/proc``; ``/dev`` read-only but for its own sized ``/dev/shm``; the private
+    ``/tmp`` before the workspace (which may live under ``/tmp``), bound from its
+    descriptor; then the host's extra paths, from descriptors too (they may lie inside
+    the workspace); and the root made read-only last. The workspace's ancestors are
+    created read-only, so ``cd ..`` finds nothing to write to.
     """
     arguments = [bwrap.path, "--die-with-parent", "--new-session", "--unshare-all"]
     arguments += ["--unshare-user", "--cap-drop", "ALL"]
@@ -394,20 +494,27 @@ def _jail_arguments(
         arguments.append("--disable-userns")
     if settings.network:
         arguments.append("--share-net")
-    arguments += [*bwrap.system, *bwrap.private_etc]
-    arguments += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", SANDBOX_HOME]
-    for ancestor in _ancestors(root):
+    arguments += [*bwrap.system, *bwrap.private_etc, "--proc", "/proc", *bwrap.kernel_state]
+    tmp, shm = _tmpfs_sizes(settings.limits) if bwrap.sized_tmpfs else ([], [])
+    arguments += ["--dev", "/dev", *shm, "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    arguments += [*tmp, "--tmpfs", "/tmp", "--dir", SANDBOX_HOME]
+    for ancestor in _ancestors(root.path):
         arguments += ["--perms", "0555", "--dir", ancestor]
-    arguments += ["--bind-fd", str(root_fd), root]
-    for path in settings.read_write_paths:
-        arguments += ["--bind-try", path, path]
-    for path in settings.read_only_paths:
-        arguments += ["--ro-bind-try", path, path]
+    for mount in (root, *extra):
+        option = "--bind-fd" if mount.writable else "--ro-bind-fd"
+        arguments += [option, str(mount.fd), mount.path]
     if settings.network:
         arguments += _resolver_mount()
     arguments += ["--remount-ro", "/", "--chdir", cwd]
     arguments += ["--json-status-fd", str(status_fd), "--block-fd", str(block_fd), "--"]
     return arguments
+
+
+def _tmpfs_sizes(limits: SandboxLimits) -> tuple[list[str], list[str]]:
+    """``--size`` for ``/tmp`` and ``/dev/shm``: memory, so together they hold at most
+    ``memory_bytes`` (three quarters for ``/tmp``, the rest for ``/dev/shm``)."""
+    shm = max(limits.memory_bytes // 4, 1)
+    return ["--size", str(max(limits.memory_bytes - shm, 1))], ["--size", str(shm)]
 
 
 def _drain(fd: int) -> bytes:
@@ -624,10 +731,14 @@ def _kill_by_pidfd(pidfd: int) -> None:
 
 @attrs.define
 class Launch:
-    """A started command. ``setup_failed`` is set after the ``start`` block when bwrap
-    could not build the sandbox (its own message is then the command's output)."""
+    """A started command, and what it runs in: ``sandboxed`` only once bubblewrap has
+    reported the sandbox's first process (so the command runs inside it); ``network``
+    whether it can reach the network. ``setup_failed`` is set after the ``start`` block
+    when bwrap could not build the sandbox (its own message is then the output)."""
 
     process: anyio.abc.Process
+    sandboxed: bool = False
+    network: bool = True
     setup_failed: bool = False
 
 
@@ -720,8 +831,9 @@ class Sandbox:
         self, argv: list[str], *, root: Opened, directory: Opened, bubblewrap: _Bubblewrap | None
     ) -> AsyncIterator[Launch]:
         """Start ``argv`` in ``directory`` (both opened through the workspace), in the
-        sandbox when ``bubblewrap`` is given. Leaving the block stops the process group
-        (``SIGTERM``, the grace period, ``SIGKILL``) and cleans up after it."""
+        sandbox when ``bubblewrap`` is given (refused when that bwrap lies where commands
+        write). Leaving the block stops the process group (``SIGTERM``, the grace
+        period, ``SIGKILL``) and cleans up after it."""
         if bubblewrap is None:
             with tempfile.TemporaryDirectory(
                 prefix="dsh-tools-home-", ignore_cleanup_errors=True
@@ -729,8 +841,16 @@ class Sandbox:
                 async with self._plain(argv, directory, home) as launch:
                     yield launch
         else:
-            async with self._jailed(argv, root, directory, bubblewrap) as launch:
-                yield launch
+            writable = inside(bubblewrap.path, (str(root.path), *self.settings.read_write_paths))
+            if writable is not None:
+                raise ToolError(
+                    f"bubblewrap at {bubblewrap.path} lies in {writable}, which commands can "
+                    "write: refusing to run it",
+                    code=ErrorCode.DENIED,
+                )
+            with _extra_mounts(self.settings) as extra:
+                async with self._jailed(argv, root, directory, bubblewrap, extra) as launch:
+                    yield launch
 
     @contextlib.asynccontextmanager
     async def _plain(self, argv: list[str], directory: Opened, home: str) -> AsyncIterator[Launch]:
@@ -753,7 +873,12 @@ class Sandbox:
 
     @contextlib.asynccontextmanager
     async def _jailed(
-        self, argv: list[str], root: Opened, directory: Opened, bubblewrap: _Bubblewrap
+        self,
+        argv: list[str],
+        root: Opened,
+        directory: Opened,
+        bubblewrap: _Bubblewrap,
+        extra: tuple[_Mount, ...],
     ) -> AsyncIterator[Launch]:
         """bwrap holds the sandbox's first process on ``--block-fd`` until it is limited;
         it reports that process's pid, then (only if the command started) its exit code,
@@ -773,16 +898,15 @@ class Sandbox:
             jail = _jail_arguments(
                 bubblewrap,
                 self.settings,
-                root_fd=root.fd,
-                root=str(root.path),
+                root=_Mount(root.fd, str(root.path), writable=True),
+                extra=extra,
                 cwd=str(directory.path),
                 status_fd=status_w,
                 block_fd=block_r,
             )
+            descriptors = (root.fd, *(mount.fd for mount in extra), status_w, block_r)
             try:
-                process = await _open_process(
-                    [*jail, *argv], pass_fds=(root.fd, status_w, block_r), env=environment
-                )
+                process = await _open_process([*jail, *argv], pass_fds=descriptors, env=environment)
             except OSError as error:
                 raise _cannot_start(bubblewrap.path, error) from None
             finally:
@@ -798,7 +922,7 @@ class Sandbox:
                     pass  # bwrap died while setting up; its message is the output
                 except OSError as error:
                     raise ToolError(f"cannot limit the sandbox: {error}") from None
-            launch = Launch(process)
+            launch = Launch(process, sandboxed=child is not None, network=self.settings.network)
             yield launch
             launch.setup_failed = (
                 process.returncode is not None
