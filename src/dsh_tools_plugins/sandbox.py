@@ -438,6 +438,10 @@ def _open_unlinked(path: str) -> int | None:
             except (FileNotFoundError, NotADirectoryError):
                 os.close(fd)
                 return None
+            except OSError as error:
+                raise ToolError(
+                    f"cannot open the sandbox path {path} at {walked}: {error.strerror or error}"
+                ) from None
             os.close(fd)
             fd = child
             if stat.S_ISLNK(os.fstat(fd).st_mode):

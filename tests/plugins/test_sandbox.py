@@ -336,6 +336,29 @@ def test_a_bwrap_planted_in_the_activated_workspace_virtualenv_never_runs(
     assert not marker.exists()
 
 
+@needs_sandbox
+def test_a_bwrap_inside_the_workspace_is_never_run(
+    root: Path, tmp_path: Path, system_directories: Callable[..., None]
+) -> None:
+    """Even when the host's system directory is where commands write."""
+    tools = root / "bin"
+    tools.mkdir()
+    marker = tmp_path / "workspace-bwrap-ran"
+    wrapper = tools / "bwrap"
+    wrapper.write_text(f'#!/bin/sh\ntouch {marker}\nexec /usr/bin/bwrap "$@"\n')
+    wrapper.chmod(0o755)
+    system_directories(tools)
+    assert Sandbox("required").state().sandboxed  # its probe ran: it is a working bwrap
+    marker.unlink()
+    for settings in ({}, {"read_write_paths": [tools]}):
+        registry = _registry(root if not settings else tmp_path / "outside", **settings)
+        refused = run(registry, command="true")
+        assert refused.code == "DENIED"
+        assert f"bubblewrap at {wrapper} lies in" in refused.text
+        assert "which commands can write: refusing to run it" in refused.text
+    assert not marker.exists()
+
+
 def test_host_programs_others_can_write_are_not_run(
     root: Path,
     tmp_path: Path,
