@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ._cli_exits import EXIT_CALL_FAILED, EXIT_OK, EXIT_WOULD_ASK, UsageError
+from .safetext import safe_text
 
 if TYPE_CHECKING:
     from .models import ToolExecutionResult
@@ -80,10 +81,17 @@ def cmd_call(
     else:
         emit_card(render_result(present_result(registry, call, result), result), out)
         if options.explain:
-            out.write("\n".join(records.last.lines()) + "\n")
+            _write_lines(records.last.lines(), out)
     if isinstance(result, ToolExecutionFailure) and result.code == ErrorCode.UNKNOWN_TOOL:
         err.write(f"dsh-tools: note: known tools: {', '.join(registry.names()) or 'none'}\n")
     return EXIT_CALL_FAILED if result.is_error else EXIT_OK
+
+
+def _write_lines(lines: list[str], out: TextIO) -> None:
+    """Write text lines a person reads (a decision record, an explanation), each shown on
+    one line: a reason or a call id holding a newline or an escape sequence cannot forge
+    a line or act on the terminal."""
+    out.write("".join(f"{safe_text(line)}\n" for line in lines))
 
 
 def _cli_call(options: argparse.Namespace, stdin: TextIO) -> Any:
@@ -120,7 +128,7 @@ def cmd_explain(
     if options.json:
         out.write(json.dumps(explained.to_json(), indent=2, ensure_ascii=False) + "\n")
     else:
-        out.write("\n".join(explained.lines()) + "\n")
+        _write_lines(explained.lines(), out)
     if explained.outcome == "run":
         return EXIT_OK
     return EXIT_WOULD_ASK if explained.outcome == "ask" else EXIT_CALL_FAILED
@@ -163,7 +171,7 @@ def cmd_replay(registry: ToolRegistry, options: argparse.Namespace, out: TextIO)
     count = 0
     for replayed in replay(options.log, registry, rotated=options.rotated):
         count += 1
-        out.write(f"call {replayed.call.call_id}\n")
+        out.write(f"call {safe_text(replayed.call.call_id)}\n")
         emit_card(render_call_view(replayed.call_card), out)
         recorded = replayed.result
         if recorded is None:
@@ -177,7 +185,7 @@ def cmd_replay(registry: ToolRegistry, options: argparse.Namespace, out: TextIO)
         if options.explain:
             record = replayed.record
             lines = ["no decision record (written before records were kept)"]
-            out.write("\n".join(lines if record is None else record.lines()) + "\n")
+            _write_lines(lines if record is None else record.lines(), out)
     if count == 0:
         raise UsageError(f"{options.log!r} holds no audit event")
     out.write(f"{count} call(s)\n")

@@ -37,9 +37,12 @@ class TerminalApproval:
 
         if not self.stdin.isatty():
             return ApprovalOutcome.UNAVAILABLE
+        from .safetext import safe_text
+
         reason = f" ({request.reason})" if request.reason else ""
         arguments = json.dumps(_thaw(request.arguments), ensure_ascii=False)
-        self.stderr.write(f"Allow {request.tool_name} {arguments}{reason}? [y/N] ")
+        # One line, shown as written: the arguments and the reason come from the model.
+        self.stderr.write(safe_text(f"Allow {request.tool_name} {arguments}{reason}? [y/N] "))
         self.stderr.flush()
         answer = self.stdin.readline().strip().lower()
         return ApprovalOutcome.ALLOWED_ONCE if answer in {"y", "yes"} else ApprovalOutcome.REJECTED
