@@ -60,7 +60,9 @@ def test_replay_shows_the_recorded_calls_inert(tmp_path: Path, text: str) -> Non
 
 @pytest.mark.parametrize("text", HOSTILE_TEXTS)
 def test_explain_shows_a_reason_on_one_line_inert(text: str) -> None:
-    options = argparse.Namespace(name="echo", arguments='{"text": "x"}', json=False, explain=False)
+    options = argparse.Namespace(
+        name="echo", arguments='{"text": "x"}', json=False, unmatched_rules=False
+    )
     out = io.StringIO()
     cmd_explain(_echo_registry(reason=text), options, out, io.StringIO(), io.StringIO())
     shown = out.getvalue()

@@ -123,12 +123,26 @@ class _Records:
 def cmd_explain(
     registry: ToolRegistry, options: argparse.Namespace, out: TextIO, stdin: TextIO, err: TextIO
 ) -> int:
+    from ._cli_setup import unmatched_rule_problems
+
     call = _cli_call(options, stdin)
     explained = registry.explain(call)
+    unmatched = unmatched_rule_problems(registry) if options.unmatched_rules else None
     if options.json:
-        out.write(json.dumps(explained.to_json(), indent=2, ensure_ascii=False) + "\n")
+        data = explained.to_json()
+        if unmatched is not None:
+            data["unmatchedRules"] = unmatched
+        out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     else:
-        _write_lines(explained.lines(), out)
+        lines = explained.lines()
+        if unmatched is not None:
+            lines.append(
+                "permission rules that match no loaded tool:"
+                if unmatched
+                else "every permission rule matches a loaded tool"
+            )
+            lines.extend(f"  {problem}" for problem in unmatched)
+        _write_lines(lines, out)
     if explained.outcome == "run":
         return EXIT_OK
     return EXIT_WOULD_ASK if explained.outcome == "ask" else EXIT_CALL_FAILED
