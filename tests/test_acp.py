@@ -910,3 +910,17 @@ def test_a_permission_request_shows_the_command_and_reason_inert(text: str) -> N
         assert is_inert(sent["toolCall"]["title"])
         assert is_inert(sent["_meta"]["dsh_tools"]["reason"])
         assert sent["toolCall"]["rawInput"] == {"command": text}  # data, exactly as sent
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXTS)
+def test_a_search_summary_shows_one_line_per_path_or_match(text: str) -> None:
+    matches = SearchMatchesView(
+        [SearchFileMatches(text, [SearchMatch(1, text)])], truncated=False, total=1
+    )
+    paths = SearchPathsView([text, "b.py"], truncated=False, total=2)
+    for view, lines in ((matches, 1), (paths, 2)):
+        update = result_view_to_acp("c", view, _raw())
+        [item] = update["content"]
+        shown = item["content"]["text"]
+        assert is_inert(shown, multiline=True)
+        assert len(shown.splitlines()) == lines, shown

@@ -334,10 +334,11 @@ def _summary(view: SearchMatchesView | SearchPathsView | WebSearchView | WebFetc
     lines: list[str] = []
     if isinstance(view, SearchMatchesView):
         for entry in view.files:
-            lines.extend(f"{entry.path}:{m.line_number}: {m.line}" for m in entry.matches)
+            path = safe_text(entry.path)
+            lines.extend(f"{path}:{m.line_number}: {safe_text(m.line)}" for m in entry.matches)
         shown = sum(len(entry.matches) for entry in view.files)
     elif isinstance(view, SearchPathsView):
-        lines.extend(view.paths)
+        lines.extend(safe_text(path) for path in view.paths)
         shown = len(view.paths)
     elif isinstance(view, WebSearchView):
         if view.answer:
