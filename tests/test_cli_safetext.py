@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import logging
 from pathlib import Path
 
@@ -121,3 +122,27 @@ def test_call_shows_a_file_of_escape_sequences_without_running_them(
     shown = out.getvalue()
     assert is_inert(shown, multiline=True), shown
     assert "\\x1b]52;c;cm0gLXJmIH4=\\x1b\\" in shown
+
+
+def test_call_json_is_inert_and_holds_the_same_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DSH_TOOLS_WORKSPACE", str(tmp_path))
+    monkeypatch.setenv("DSH_TOOLS_RULES", "")
+    monkeypatch.delenv("DSH_TOOLS_BLOCK_PLUGINS", raising=False)
+    content = "".join(f"{text}\n" for text in HOSTILE_TEXTS) + "café\n"
+    (tmp_path / "evil.txt").write_text(content)
+    for argv in (
+        ["call", "read_file", '{"path": "evil.txt"}', "--json", "--explain"],
+        ["explain", "read_file", '{"path": "evil.txt"}', "--json"],
+    ):
+        out, err = io.StringIO(), io.StringIO()
+        assert main(argv, stdout=out, stderr=err) == 0, err.getvalue()
+        assert is_inert(out.getvalue(), multiline=True), out.getvalue()
+    out = io.StringIO()
+    main(["call", "read_file", '{"path": "evil.txt"}', "--json"], stdout=out)
+    assert "evil\u202etxt.exe" in json.loads(out.getvalue())["content"][0]["text"]
+    plain = io.StringIO()
+    (tmp_path / "plain.txt").write_text("café\n")
+    main(["call", "read_file", '{"path": "plain.txt"}', "--json"], stdout=plain)
+    assert "café" in plain.getvalue()  # ordinary text stays readable

@@ -77,7 +77,7 @@ def cmd_call(
         data = result_to_json(result)
         if options.explain:
             data["decisionRecord"] = records.last.to_json()
-        out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        out.write(_json_text(data))
     else:
         emit_card(render_result(present_result(registry, call, result), result), out)
         if options.explain:
@@ -85,6 +85,17 @@ def cmd_call(
     if isinstance(result, ToolExecutionFailure) and result.code == ErrorCode.UNKNOWN_TOOL:
         err.write(f"dsh-tools: note: known tools: {', '.join(registry.names()) or 'none'}\n")
     return EXIT_CALL_FAILED if result.is_error else EXIT_OK
+
+
+def _json_text(data: object) -> str:
+    """``data`` as indented JSON text, non-ASCII characters as they are; when a string in
+    it holds a character that would act on a terminal (which JSON does not escape: DEL,
+    C1 controls, bidi controls), every non-ASCII character is written as a ``\\u``
+    escape instead. Either way the JSON holds the same data."""
+    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    if safe_text(text, multiline=True) == text:
+        return text
+    return json.dumps(data, indent=2) + "\n"
 
 
 def _write_lines(lines: list[str], out: TextIO) -> None:
@@ -132,7 +143,7 @@ def cmd_explain(
         data = explained.to_json()
         if unmatched is not None:
             data["unmatchedRules"] = unmatched
-        out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        out.write(_json_text(data))
     else:
         lines = explained.lines()
         if unmatched is not None:
