@@ -176,3 +176,46 @@ def raw_schemas() -> st.SearchStrategy[dict[str, Any]]:
     from dsh_tools.schema import value_spec_to_json_schema
 
     return dsl_value_specs().map(lambda spec: thaw(value_spec_to_json_schema(spec)))
+
+
+# --------------------------------------------------------------------------- hostile text
+
+HOSTILE_TEXTS = (
+    "\x1b]0;pwned\x07",  # window title, ended by BEL
+    "\x1b]52;c;cm0gLXJmIH4=\x1b\\",  # OSC 52: write the clipboard, ended by ST
+    "rm -rf ~\x1b[1A\x1b[2K\r$ ls",  # CSI: up a line, erase it, write another command
+    "rm -rf ~\rls -la   ",  # carriage return: the tail overwrites the head
+    "a.txt\nsecret.txt:1: forged",  # newline: a second line nobody wrote
+    "evil\u202etxt.exe",  # bidi override: read in another order than it runs
+    "\x9b2J\x9dtitle\x9c",  # C1 controls: one-byte CSI, OSC and ST
+    "ls\x08\x08rm\x7f",  # backspace and DEL
+    "x\u2028y\u2066z\U000e0041",  # line separator, isolate, tag character
+)
+"""One spelling each of the control sequences the safe-text rule makes inert."""
+
+
+def hostile_texts() -> st.SearchStrategy[str]:
+    """Printable text with control characters, bidi controls and separators mixed in."""
+    alphabet = st.characters(codec="utf-8") | st.sampled_from(
+        ["\x1b", "\x07", "\r", "\n", "\t", "\x9b", "\u202e", "\u2069", "\u2028", "\U000e0020"]
+    )
+    return st.text(alphabet, max_size=40) | st.sampled_from(HOSTILE_TEXTS)
+
+
+def is_inert(text: str, *, multiline: bool = False) -> bool:
+    """Whether ``text`` holds nothing a terminal or a reader acts on: no control character
+    (newline, tab and a line-ending carriage return allowed when ``multiline``), no bidi
+    control, no line separator, no tag character, no lone surrogate. Written apart from
+    :func:`dsh_tools.safetext.safe_text` (by Unicode category), to check it."""
+    import unicodedata
+
+    bidi = {"LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI", "FSI", "PDI"}
+    for index, char in enumerate(text):
+        if multiline and (char in "\n\t" or text[index : index + 2] == "\r\n"):
+            continue
+        category = unicodedata.category(char)
+        if category in {"Cc", "Cs", "Zl", "Zp"} or unicodedata.bidirectional(char) in bidi:
+            return False
+        if char in "\u061c\u200e\u200f" or 0xE0000 <= ord(char) <= 0xE007F:
+            return False
+    return True

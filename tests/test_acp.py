@@ -61,6 +61,7 @@ from dsh_tools.presentation import (
     WebSearchView,
     WebSource,
 )
+from strategies import HOSTILE_TEXTS, is_inert
 
 acp = pytest.importorskip("acp")
 schema = pytest.importorskip("acp.schema")
@@ -827,3 +828,99 @@ def test_importing_dsh_tools_imports_neither_the_bridge_nor_the_acp_package() ->
         "assert 'acp' not in sys.modules"  # the mapping needs no ACP package
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ------------------------------------------------------------- text an editor shows
+
+
+def _shown(update: dict[str, Any]) -> list[tuple[str, bool]]:
+    """Every text of an update an editor shows, with whether it may hold lines."""
+    shown = [(update["title"], False)] if "title" in update else []
+    for item in update.get("content", []):
+        block = item.get("content", {})
+        shown.extend(
+            (block[key], key == "text") for key in ("text", "name", "title") if key in block
+        )
+        if "text" in block.get("resource", {}):
+            shown.append((block["resource"]["text"], True))
+    output = update.get("_meta", {}).get("terminal_output")
+    if output is not None:
+        shown.append((output["data"], True))
+    return shown
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXTS)
+def test_every_text_an_editor_shows_is_inert(text: str) -> None:
+    calls = [
+        TerminalCallView(text, description=text),
+        GenericCallView(text, locations=[FileLocation("a.txt")]),
+        DiffCallView(text, [FileDiff("a.txt", None, "x\n")]),
+    ]
+    blocks = [
+        {"type": "text", "text": text},
+        {"type": "resource_link", "name": text, "uri": "file:///a", "title": text},
+        {"type": "resource", "resource": {"uri": "file:///a", "text": text}},
+    ]
+    results = [
+        TerminalResultView(title=text, output=text, exit_code=0),
+        GenericResultView(title=text, content=blocks),
+        SearchPathsView([text], truncated=False, total=1),
+        None,
+    ]
+    updates = [
+        call_view_to_acp("c", view, cwd=CWD, terminal_output=terminal)
+        for view in calls
+        for terminal in (False, True)
+    ] + [
+        result_view_to_acp("c", view, _raw(text), cwd=CWD, terminal_output=terminal)
+        for view in results
+        for terminal in (False, True)
+    ]
+    for update in updates:
+        _valid_update(update)
+        for shown, lines in _shown(update):
+            assert is_inert(shown, multiline=lines), update
+    assert updates[0]["title"].count("\\") > text.count("\\")  # shown as escapes
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXTS)
+def test_a_permission_request_shows_the_command_and_reason_inert(text: str) -> None:
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="run",
+            description="Run a command.",
+            parameters={"command": {"type": "string", "required": True}},
+            execute=lambda args, ctx: "",
+            present_call=lambda args: TerminalCallView(args["command"]),
+        )
+    )
+    request = ApprovalRequest(
+        agent="s1",
+        tool_name="run",
+        call_id="r1",
+        arguments=FrozenDict({"command": text}),
+        reason=text,
+        signal=None,
+    )
+    for view in (registry, None):
+        client = _FakeClient({"outcome": {"outcome": "cancelled"}})
+        asyncio.run(AcpApprovalService(client, "s1", view=view).request(request))
+        [sent] = client.requests
+        assert is_inert(sent["toolCall"]["title"])
+        assert is_inert(sent["_meta"]["dsh_tools"]["reason"])
+        assert sent["toolCall"]["rawInput"] == {"command": text}  # data, exactly as sent
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXTS)
+def test_a_search_summary_shows_one_line_per_path_or_match(text: str) -> None:
+    matches = SearchMatchesView(
+        [SearchFileMatches(text, [SearchMatch(1, text)])], truncated=False, total=1
+    )
+    paths = SearchPathsView([text, "b.py"], truncated=False, total=2)
+    for view, lines in ((matches, 1), (paths, 2)):
+        update = result_view_to_acp("c", view, _raw())
+        [item] = update["content"]
+        shown = item["content"]["text"]
+        assert is_inert(shown, multiline=True)
+        assert len(shown.splitlines()) == lines, shown

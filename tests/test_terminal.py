@@ -11,6 +11,7 @@ from dsh_tools.presentation import (
     DiffCallView,
     DiffResultView,
     FileDiff,
+    FileLocation,
     GenericCallView,
     ReadFileLine,
     ReadResultView,
@@ -26,6 +27,7 @@ from dsh_tools.presentation import (
     WebSource,
 )
 from dsh_tools.terminal import emit_card, render_call_view, render_result
+from strategies import HOSTILE_TEXTS, is_inert
 
 DONE = PresentableResult(content=["raw output"], is_error=False)
 
@@ -96,3 +98,81 @@ def test_emit_card_frames_the_card_on_a_terminal() -> None:
     assert "failed (DENIED)" in text
     assert "Error: nope" in text
     assert "\x1b[" in text  # coloured
+
+
+def _one_line_cards(text: str) -> list[tuple[object, object]]:
+    """(call card, result card) pairs whose fields holding ``text`` show on one line."""
+    return [
+        (TerminalCallView(text, cwd=text, description=text), None),
+        (GenericCallView(text, locations=[FileLocation(text, 3)]), None),
+        (
+            None,
+            SearchMatchesView(
+                [SearchFileMatches(text, [SearchMatch(3, text)])],
+                title=text,
+                truncated=False,
+                total=1,
+            ),
+        ),
+        (None, SearchPathsView([text, "b.py"], title=text, truncated=False, total=2)),
+        (None, ReadResultView(text, offset=1, lines=[ReadFileLine(1, text)], total_lines=1)),
+        (None, WebSearchView([WebSource(text, title=text)], truncated=False, title=text)),
+        (None, WebFetchView(text, status_code=200, truncated=False, title=text)),
+    ]
+
+
+def _body_cards(text: str) -> list[tuple[object, object]]:
+    """Cards that show ``text`` laid out in lines (output, content, diffs)."""
+    return [
+        (GenericCallView("Run", raw_input=text), None),
+        (GenericCallView("Write", raw_input={"content": text}), None),
+        (DiffCallView(text, [FileDiff(text, text, text + "\n")]), None),
+        (None, TerminalResultView(title=text, output=text, exit_code=1)),
+        (None, WebSearchView([], answer=text, truncated=False)),
+        (None, DiffResultView(diffs=[FileDiff(text, text, "new\n")], title=text)),
+        (None, None),
+    ]
+
+
+def _render(call: object, result: object, text: str) -> str:
+    if call is not None:
+        return render_call_view(call)  # type: ignore[arg-type]
+    return render_result(result, PresentableResult(content=[text], is_error=False))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXTS)
+def test_every_card_is_inert(text: str) -> None:
+    for call, result in _one_line_cards(text) + _body_cards(text):
+        card = _render(call, result, text)
+        assert is_inert(card, multiline=True), card
+    assert is_inert(render_result(None, failure_result(text, "DENIED")), multiline=True)
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXTS)
+def test_a_one_line_field_forges_no_line_of_a_card(text: str) -> None:
+    pairs = zip(_one_line_cards(text), _one_line_cards("X"), strict=True)
+    for (call, result), (plain_call, plain_result) in pairs:
+        card = _render(call, result, "X")
+        assert card.count("\n") == _render(plain_call, plain_result, "X").count("\n"), card
+
+
+def test_a_command_card_shows_the_escape_instead_of_rewriting_itself() -> None:
+    card = render_call_view(TerminalCallView("rm -rf ~\x1b[1A\x1b[2K\r$ ls"))
+    assert card == "$ rm -rf ~\\x1b[1A\\x1b[2K\\r$ ls\n"
+
+
+def test_command_output_keeps_its_lines_and_shows_what_would_act() -> None:
+    view = TerminalResultView(output="ok\r\n\x1b]52;c;Zm9v\x07\nbar\rbaz\n", exit_code=0)
+    card = render_result(view, DONE)
+    assert "  ok\n  \\x1b]52;c;Zm9v\\x07\n  bar\\rbaz\n" in card
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXTS)
+def test_a_framed_card_on_a_terminal_writes_no_hostile_sequence(text: str) -> None:
+    pytest.importorskip("rich")
+    out = Terminal()
+    view = TerminalResultView(title=text, output=text, exit_code=0)
+    emit_card(render_result(view, DONE), out)
+    written = out.getvalue()
+    for sequence in ("\x1b]", "\x07", "\x1b[1A", "\x1b[2K", "\r", "\u202e", "\x9b", "\x08"):
+        assert sequence not in written

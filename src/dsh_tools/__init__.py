@@ -106,6 +106,9 @@ if TYPE_CHECKING:
         ToolRegistry,
         ToolScope,
     )
+    from .safetext import (
+        safe_text,
+    )
     from .schema import (
         PropertySpec,
         SchemaSpec,
@@ -180,6 +183,7 @@ _LOCATIONS: dict[str, str] = {
     "failure_result": "models",
     "hookimpl": "hookspecs",
     "load_plugins": "plugins",
+    "safe_text": "safetext",
 }
 
 __all__ = [
@@ -251,6 +255,7 @@ __all__ = [
     "failure_result",
     "hookimpl",
     "load_plugins",
+    "safe_text",
 ]
 
 

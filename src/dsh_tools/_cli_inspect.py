@@ -72,10 +72,12 @@ def cmd_plugins(report: LoadReport, out: TextIO) -> int:
 
 
 def cmd_check(registry: ToolRegistry, report: LoadReport, out: TextIO) -> int:
+    from ._cli_setup import unmatched_rule_problems
     from .checks import check_registry
 
     problems = [failure.message for failure in report.failed]
     problems += check_registry(registry)
+    problems += unmatched_rule_problems(registry)
     tools = len(registry.names())
     if problems:
         for problem in problems:

@@ -56,7 +56,10 @@ def _plugin_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--strict",
         action="store_true",
-        help="fail (exit 3) if any plugin fails to load or a --block/--only name matches none",
+        help=(
+            "fail (exit 3) if any plugin fails to load, a --block/--only name matches none, "
+            "or a permission rule names no loaded tool"
+        ),
     )
     parser.add_argument(
         "--allow-broken-plugins",
@@ -109,6 +112,11 @@ def _commands(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     _call_arguments(explain)
     explain.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    explain.add_argument(
+        "--unmatched-rules",
+        action="store_true",
+        help="also list the permission rules that match no loaded tool (typos in tool names)",
+    )
     commands.add_parser("check", help="validate every installed plugin; exit 1 on problems")
     replay = commands.add_parser("replay", help="render an audit log's calls as cards")
     replay.add_argument("log", help="the JSON Lines audit log (from --audit-log)")

@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ._cli_exits import EXIT_CALL_FAILED, EXIT_OK, EXIT_WOULD_ASK, UsageError
+from .safetext import safe_text
 
 if TYPE_CHECKING:
     from .models import ToolExecutionResult
@@ -76,14 +77,32 @@ def cmd_call(
         data = result_to_json(result)
         if options.explain:
             data["decisionRecord"] = records.last.to_json()
-        out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        out.write(_json_text(data))
     else:
         emit_card(render_result(present_result(registry, call, result), result), out)
         if options.explain:
-            out.write("\n".join(records.last.lines()) + "\n")
+            _write_lines(records.last.lines(), out)
     if isinstance(result, ToolExecutionFailure) and result.code == ErrorCode.UNKNOWN_TOOL:
         err.write(f"dsh-tools: note: known tools: {', '.join(registry.names()) or 'none'}\n")
     return EXIT_CALL_FAILED if result.is_error else EXIT_OK
+
+
+def _json_text(data: object) -> str:
+    """``data`` as indented JSON text, non-ASCII characters as they are; when a string in
+    it holds a character that would act on a terminal (which JSON does not escape: DEL,
+    C1 controls, bidi controls), every non-ASCII character is written as a ``\\u``
+    escape instead. Either way the JSON holds the same data."""
+    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    if safe_text(text, multiline=True) == text:
+        return text
+    return json.dumps(data, indent=2) + "\n"
+
+
+def _write_lines(lines: list[str], out: TextIO) -> None:
+    """Write text lines a person reads (a decision record, an explanation), each shown on
+    one line: a reason or a call id holding a newline or an escape sequence cannot forge
+    a line or act on the terminal."""
+    out.write("".join(f"{safe_text(line)}\n" for line in lines))
 
 
 def _cli_call(options: argparse.Namespace, stdin: TextIO) -> Any:
@@ -115,12 +134,26 @@ class _Records:
 def cmd_explain(
     registry: ToolRegistry, options: argparse.Namespace, out: TextIO, stdin: TextIO, err: TextIO
 ) -> int:
+    from ._cli_setup import unmatched_rule_problems
+
     call = _cli_call(options, stdin)
     explained = registry.explain(call)
+    unmatched = unmatched_rule_problems(registry) if options.unmatched_rules else None
     if options.json:
-        out.write(json.dumps(explained.to_json(), indent=2, ensure_ascii=False) + "\n")
+        data = explained.to_json()
+        if unmatched is not None:
+            data["unmatchedRules"] = unmatched
+        out.write(_json_text(data))
     else:
-        out.write("\n".join(explained.lines()) + "\n")
+        lines = explained.lines()
+        if unmatched is not None:
+            lines.append(
+                "permission rules that match no loaded tool:"
+                if unmatched
+                else "every permission rule matches a loaded tool"
+            )
+            lines.extend(f"  {problem}" for problem in unmatched)
+        _write_lines(lines, out)
     if explained.outcome == "run":
         return EXIT_OK
     return EXIT_WOULD_ASK if explained.outcome == "ask" else EXIT_CALL_FAILED
@@ -163,7 +196,7 @@ def cmd_replay(registry: ToolRegistry, options: argparse.Namespace, out: TextIO)
     count = 0
     for replayed in replay(options.log, registry, rotated=options.rotated):
         count += 1
-        out.write(f"call {replayed.call.call_id}\n")
+        out.write(f"call {safe_text(replayed.call.call_id)}\n")
         emit_card(render_call_view(replayed.call_card), out)
         recorded = replayed.result
         if recorded is None:
@@ -177,7 +210,7 @@ def cmd_replay(registry: ToolRegistry, options: argparse.Namespace, out: TextIO)
         if options.explain:
             record = replayed.record
             lines = ["no decision record (written before records were kept)"]
-            out.write("\n".join(lines if record is None else record.lines()) + "\n")
+            _write_lines(lines if record is None else record.lines(), out)
     if count == 0:
         raise UsageError(f"{options.log!r} holds no audit event")
     out.write(f"{count} call(s)\n")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -18,7 +19,9 @@ if TYPE_CHECKING:
     from .plugins import LoadReport
     from .registry import ToolRegistry
 
-__all__ = ["TerminalApproval", "build"]
+__all__ = ["TerminalApproval", "build", "unmatched_rule_problems"]
+
+logger = logging.getLogger("dsh_tools")
 
 _RUNS_TOOLS = frozenset({"call", "explain", "serve-mcp"})
 """Commands whose answer depends on every policy plugin having loaded."""
@@ -37,9 +40,12 @@ class TerminalApproval:
 
         if not self.stdin.isatty():
             return ApprovalOutcome.UNAVAILABLE
+        from .safetext import safe_text
+
         reason = f" ({request.reason})" if request.reason else ""
         arguments = json.dumps(_thaw(request.arguments), ensure_ascii=False)
-        self.stderr.write(f"Allow {request.tool_name} {arguments}{reason}? [y/N] ")
+        # One line, shown as written: the arguments and the reason come from the model.
+        self.stderr.write(safe_text(f"Allow {request.tool_name} {arguments}{reason}? [y/N] "))
         self.stderr.flush()
         answer = self.stdin.readline().strip().lower()
         return ApprovalOutcome.ALLOWED_ONCE if answer in {"y", "yes"} else ApprovalOutcome.REJECTED
@@ -65,6 +71,7 @@ def build(
         # A broken rules file raises PluginConfigError here: exit 2, nothing runs.
         report = load_plugins(registry, block=options.block, only=options.only)
     _check_report(options, report)
+    _check_rules(options, registry)
     if options.audit_log is not None:
         from dsh_tools_plugins.audit import AuditLog
 
@@ -87,6 +94,29 @@ def _export_options(options: argparse.Namespace) -> None:
         os.environ["DSH_TOOLS_SANDBOX"] = options.sandbox
     if options.network is not None:
         os.environ["DSH_TOOLS_NETWORK"] = "on" if options.network else "off"
+
+
+def unmatched_rule_problems(registry: ToolRegistry) -> list[str]:
+    """The permission rules loaded into ``registry`` that name no tool it has, one line
+    each (see :func:`dsh_tools_plugins.permissions.unmatched_rules`)."""
+    from dsh_tools_plugins.permissions import unmatched_rules
+
+    return [str(problem) for problem in unmatched_rules(registry)]
+
+
+def _check_rules(options: argparse.Namespace, registry: ToolRegistry) -> None:
+    """Every tool has loaded by now, so a rule whose tool globs match none of them is a
+    mistake (a typo in a tool name): a warning, or under ``--strict`` an error. ``check``
+    reports such rules as problems itself."""
+    if options.no_plugins or options.command == "check":
+        return
+    problems = unmatched_rule_problems(registry)
+    if problems and options.strict:
+        raise PluginsFailed(
+            f"permission rules name tools that are not loaded (--strict): {'; '.join(problems)}"
+        )
+    for problem in problems:
+        logger.warning("%s", problem)
 
 
 def _check_report(options: argparse.Namespace, report: LoadReport) -> None:

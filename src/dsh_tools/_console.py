@@ -5,7 +5,9 @@
   the project's one rule for such text, instead of ending the program with
   ``UnicodeEncodeError``.
 * The library's log records (logger ``dsh_tools``) become ``dsh-tools: warning: ...``
-  lines; their tracebacks are shown only with ``--debug``.
+  lines, each message on one line and made safe to show
+  (:func:`~dsh_tools.safetext.safe_text`); their tracebacks are shown only with
+  ``--debug``.
 * When the reader of standard output goes away (``dsh-tools list | head -1``) the
   program stops quietly, as one stopped by ``SIGPIPE`` would.
 """
@@ -22,6 +24,7 @@ from collections.abc import Iterator
 from typing import Final, TextIO
 
 from .json import unicode_text
+from .safetext import safe_text
 
 __all__ = ["EXIT_OUTPUT_CLOSED", "library_log", "output_closed", "show_unicode_safely"]
 
@@ -70,9 +73,11 @@ class _OneLine(logging.Formatter):
         self.debug = debug
 
     def format(self, record: logging.LogRecord) -> str:
-        line = f"dsh-tools: {record.levelname.lower()}: {record.getMessage()}"
+        # Messages quote tool names, reasons and answers a model or a client chose.
+        line = f"dsh-tools: {record.levelname.lower()}: {safe_text(record.getMessage())}"
         if self.debug and record.exc_info:
-            line += "\n" + self.formatException(record.exc_info).rstrip("\n")
+            trace = self.formatException(record.exc_info).rstrip("\n")
+            line += "\n" + safe_text(trace, multiline=True)
         return line
 
 

@@ -2,12 +2,18 @@
 
 Plain text works everywhere (pipes, CI logs, dumb terminals); every card type has a
 rendering, and a missing result card falls back to the result's own content.
+
+Cards show text from the model and the workspace, so every card passes
+:func:`~dsh_tools.safetext.safe_text`: a field shown on one line (a title, a command, a
+path, a matched line) has its newlines escaped too, so it cannot forge a line of the
+card, and the whole card is made inert before it is written.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Iterable
 from typing import TextIO
 
@@ -31,41 +37,52 @@ from .presentation import (
     WebSearchView,
     command_reach,
 )
+from .safetext import safe_text
 
 __all__ = ["emit_card", "render_call_view", "render_result"]
 
 _MAX_INPUT = 2000
+_LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
+"""A line of a file, its newline included: only a newline ends one (a carriage return is
+shown as an escape, not taken for a line break)."""
 
 
 def _lines(text: str, indent: str = "  ") -> str:
-    return "".join(f"{indent}{line}\n" for line in text.splitlines())
+    """``text`` made safe, each of its lines indented (only newlines end a line)."""
+    return "".join(f"{indent}{line}\n" for line in safe_text(text, multiline=True).splitlines())
 
 
 def _diff_text(diffs: Iterable[FileDiff]) -> str:
     parts = []
     for diff in diffs:
-        before = (diff.old_text or "").splitlines(keepends=True)
-        after = diff.new_text.splitlines(keepends=True)
-        label_from = "/dev/null" if diff.old_text is None else f"a/{diff.path}"
-        unified = difflib.unified_diff(before, after, label_from, f"b/{diff.path}")
+        before = _LINE.findall(diff.old_text or "")
+        after = _LINE.findall(diff.new_text)
+        path = safe_text(diff.path)
+        label_from = "/dev/null" if diff.old_text is None else f"a/{path}"
+        unified = difflib.unified_diff(before, after, label_from, f"b/{path}")
         parts.append("".join(line if line.endswith("\n") else line + "\n" for line in unified))
     return _lines("".join(parts))
 
 
 def render_call_view(view: ToolCallView) -> str:
-    """The pending card of a call, ending with a newline."""
+    """The pending card of a call, ending with a newline, safe to write to a terminal."""
+    return safe_text(_call_card(view), multiline=True)
+
+
+def _call_card(view: ToolCallView) -> str:
+    title = safe_text(view.title)
     if isinstance(view, TerminalCallView):
-        head = f"$ {view.title}"
+        head = f"$ {title}"
         if view.cwd:
-            head += f"   (in {view.cwd})"
-        description = f"  {view.description}\n" if view.description else ""
+            head += f"   (in {safe_text(view.cwd)})"
+        description = f"  {safe_text(view.description)}\n" if view.description else ""
         reach = command_reach(view)
         return f"{head}\n{description}" + (f"  [{reach}]\n" if reach else "")
     if isinstance(view, DiffCallView):
-        return f"✎ {view.title}\n{_diff_text(view.diffs)}"
+        return f"✎ {title}\n{_diff_text(view.diffs)}"
     assert isinstance(view, GenericCallView)
     kind = f" [{view.kind.value}]" if view.kind is not None else ""
-    text = f"▶ {view.title}{kind}\n"
+    text = f"▶ {title}{kind}\n"
     if view.raw_input is not None:
         raw = view.raw_input
         shown = raw if isinstance(raw, str) else json.dumps(thaw(raw), indent=2, ensure_ascii=False)
@@ -73,7 +90,8 @@ def render_call_view(view: ToolCallView) -> str:
             shown = shown[:_MAX_INPUT] + " …"
         text += _lines(shown)
     for location in view.locations:
-        text += f"  @ {location.path}" + (f":{location.line}" if location.line else "") + "\n"
+        line = f":{location.line}" if location.line else ""
+        text += f"  @ {safe_text(location.path)}{line}\n"
     return text
 
 
@@ -88,14 +106,20 @@ def _status(result: ToolExecutionResult | PresentableResult) -> str:
 def render_result(
     view: ToolResultView | None, result: ToolExecutionResult | PresentableResult
 ) -> str:
-    """The completed card of a call (or its raw content without one), with its status."""
+    """The completed card of a call (or its raw content without one), with its status,
+    safe to write to a terminal."""
+    return safe_text(_result_card(view, result), multiline=True)
+
+
+def _result_card(
+    view: ToolResultView | None, result: ToolExecutionResult | PresentableResult
+) -> str:
     status = _status(result)
     text = content_text(result.content)
+    shown_title = getattr(view, "title", None) if view is not None else None
+    title = f"{status}: {safe_text(shown_title)}" if shown_title else status
     if view is None or result.is_error:
-        title = getattr(view, "title", None) if view is not None else None
-        head = f"{status}: {title}" if title else status
-        return f"{head}\n{_lines(text)}"
-    title = f"{status}: {view.title}" if getattr(view, "title", None) else status
+        return f"{title}\n{_lines(text)}"
     if isinstance(view, TerminalResultView):
         ending = (
             f"exit {view.exit_code}"
@@ -108,26 +132,27 @@ def render_result(
         return f"{title}\n{_diff_text(view.diffs)}"
     if isinstance(view, SearchMatchesView):
         body = "".join(
-            f"  {group.path}:{match.line_number}: {match.line}\n"
+            f"  {safe_text(group.path)}:{match.line_number}: {safe_text(match.line)}\n"
             for group in view.files
             for match in group.matches
         )
         return f"{title}\n{body}{_truncation(view.truncated, view.total)}"
     if isinstance(view, SearchPathsView):
-        body = "".join(f"  {path}\n" for path in view.paths)
+        body = "".join(f"  {safe_text(path)}\n" for path in view.paths)
         return f"{title}\n{body}{_truncation(view.truncated, view.total)}"
     if isinstance(view, ReadResultView):
-        body = "".join(f"  {line.number:>6}  {line.text}\n" for line in view.lines)
-        shown = f"  ({view.path}: {len(view.lines)} of {view.total_lines} lines)\n"
+        body = "".join(f"  {line.number:>6}  {safe_text(line.text)}\n" for line in view.lines)
+        shown = f"  ({safe_text(view.path)}: {len(view.lines)} of {view.total_lines} lines)\n"
         return f"{title}\n{body}{shown}"
     if isinstance(view, WebSearchView):
         body = "".join(
-            f"  - {source.title or source.url}  {source.url}\n" for source in view.sources
+            f"  - {safe_text(source.title or source.url)}  {safe_text(source.url)}\n"
+            for source in view.sources
         )
         answer = _lines(view.answer) if view.answer else ""
         return f"{title}\n{answer}{body}"
     if isinstance(view, WebFetchView):
-        return f"{title}\n  {view.url} [{view.status_code}]\n{_lines(text)}"
+        return f"{title}\n  {safe_text(view.url)} [{view.status_code}]\n{_lines(text)}"
     assert isinstance(view, GenericResultView)
     shown = content_text(view.content) if view.content is not None else text
     return f"{title}\n{_lines(shown)}"

@@ -17,7 +17,7 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from dsh_tools.errors import ToolError
-from dsh_tools.json import unicode_text
+from dsh_tools.safetext import safe_text
 
 from ._regex import LineRegex, matching_lines
 from ._ripgrep import Preselection, superset_pattern
@@ -69,7 +69,7 @@ class Findings:
         if len(line) > MAX_MATCH_LINE_CHARS:
             line = line[:MAX_MATCH_LINE_CHARS] + "…"
         entry = {"line_number": number, "line": line}
-        self.files.setdefault(unicode_text(display), []).append(entry)
+        self.files.setdefault(safe_text(display), []).append(entry)
 
     def value(self) -> dict[str, Any]:
         return {

@@ -14,8 +14,9 @@ their cards from ``meta`` alone; the diffs a change carries are bounded by the s
 
 The tools are ``blocking=True``: an async host runs them in a worker thread (about
 100 µs a call), so a slow disk, a large file or a large directory never stalls its event
-loop; ``execute_sync`` runs them inline. Names the OS gives as bytes that are not UTF-8
-are shown with U+FFFD (:func:`~dsh_tools.json.unicode_text`).
+loop; ``execute_sync`` runs them inline. Names are shown as
+:func:`~dsh_tools.safetext.safe_text` writes them: bytes that are not UTF-8 as U+FFFD,
+control characters (a newline in a file name) and bidi controls as visible escapes.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import attrs
 from dsh_tools.context import ToolRunContext
 from dsh_tools.define import define_tool
 from dsh_tools.errors import ToolArgsError, ToolError
-from dsh_tools.json import JsonValue, unicode_text
+from dsh_tools.json import JsonValue
 from dsh_tools.models import PresentableResult, ToolDefinition, ToolOutput
 from dsh_tools.paths import PathArgument
 from dsh_tools.presentation import (
@@ -45,6 +46,7 @@ from dsh_tools.presentation import (
     ToolCallKind,
     file_diffs,
 )
+from dsh_tools.safetext import safe_text
 
 from .workspace import Workspace
 
@@ -449,7 +451,7 @@ def write_file_tool(
         data = args.content.encode("utf-8")
         if len(data) > max_bytes:
             raise ToolError(
-                f'"{unicode_text(args.path)}" would be {len(data)} bytes, over the limit of '
+                f'"{safe_text(args.path)}" would be {len(data)} bytes, over the limit of '
                 f"{max_bytes} bytes; not written"
             )
         with workspace.open_for_write(args.path) as opened:
@@ -678,7 +680,7 @@ def list_dir_tool(workspace: Workspace) -> ToolDefinition[ListDirArgs]:
         return {
             "path": opened.display,
             "entries": [
-                {"name": unicode_text(name), "type": kind} for name, kind in found[: args.limit]
+                {"name": safe_text(name), "type": kind} for name, kind in found[: args.limit]
             ],
             "total": len(found),
             "truncated": len(found) > args.limit,
@@ -690,7 +692,8 @@ def list_dir_tool(workspace: Workspace) -> ToolDefinition[ListDirArgs]:
             "List a workspace directory, sorted by name. Markers: `/` directory, "
             "`@` symbolic link (never followed), `|` FIFO, `=` socket, `?` other. "
             "A name that is not valid UTF-8 is shown with U+FFFD (\ufffd) in place of its "
-            "bad bytes; such a file cannot be opened by the name shown."
+            "bad bytes, and control characters in a name as escapes such as \\n; such a "
+            "file cannot be opened by the name shown."
         ),
         parameters=ListDirArgs,
         execute=execute,

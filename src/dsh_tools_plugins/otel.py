@@ -9,7 +9,14 @@ adds one event per step of each call's decision record. Only ``opentelemetry-api
 used: what is exported, and where, is the host's SDK setup; with none (the API's no-op
 provider) a call pays for one non-recording span and nothing else. Arguments and results
 are not recorded unless the host asks (``record_arguments``, ``record_results``): they
-may hold secrets.
+may hold secrets. Nor is error text: by default a decision event carries a reason only
+when a policy gave it (a ``Deny``'s or an ``Ask``'s reason, a guard's refusal, a
+``Block``'s feedback); a tool's error message, or the message of an exception a plugin
+raised (either may quote paths, arguments or tokens), is recorded with ``record_results``
+only.
+
+A dry run (:meth:`~dsh_tools.ToolRegistry.explain`) is not a tool execution: it gets no
+span, and leaves the caller's current span as it was.
 
 Where the span lives in a call: the pre-execute hook (``tryfirst``) opens it as a child
 of the caller's current span and makes it current, so whatever the call does (other
@@ -124,7 +131,10 @@ class _ToolSpans:
         """Open the call's span under the caller's current span and make it current.
 
         Never decides, and never fails the call: telemetry is not policy, so a tracer that
-        raises is logged and the call runs untraced."""
+        raises is logged and the call runs untraced. A dry run gets no span: its result
+        stage never runs, so the span would never end and would stay current."""
+        if execution.dry_run:
+            return
         try:
             span = self._start(execution, tool)
         except Exception as error:
@@ -215,17 +225,14 @@ class _ToolSpans:
                 if step.decision == "entered":
                     continue  # bookkeeping, not a decision (and before the span started)
                 at = record.started_unix_ns + int(step.at_ms * 1e6)
-                span.add_event("dsh_tools.decision", _step_attributes(step), at)
+                attributes = _step_attributes(step, self.record_results)
+                span.add_event("dsh_tools.decision", attributes, at)
         elif result.is_error and result.code in _OUTCOMES:
             stage, decision = _OUTCOMES[result.code]
-            span.add_event(
-                "dsh_tools.decision",
-                {
-                    "dsh_tools.stage": stage,
-                    "dsh_tools.decision": decision,
-                    "dsh_tools.reason": result.error.message,
-                },
-            )
+            attributes = {"dsh_tools.stage": stage, "dsh_tools.decision": decision}
+            if self.record_results or result.error.info.name in _POLICY_FAILURES:
+                attributes["dsh_tools.reason"] = result.error.message
+            span.add_event("dsh_tools.decision", attributes)
 
 
 class OpenTelemetryPlugin(_ToolSpans):
@@ -239,8 +246,9 @@ class OpenTelemetryPlugin(_ToolSpans):
     :param record_arguments: add the call's arguments (JSON text) as
         ``gen_ai.tool.call.arguments``.
     :param record_results: add the result (a success's value as JSON text, a failure's
-        model-facing text) as ``gen_ai.tool.call.result``, and a failure's message as the
-        span's status description.
+        model-facing text) as ``gen_ai.tool.call.result``, a failure's message as the
+        span's status description, and error text (a tool's error message, a plugin's
+        exception) as the reason of decision events.
 
     Raises :class:`ImportError` naming the ``otel`` extra when ``opentelemetry-api`` is
     not installed.
@@ -287,17 +295,27 @@ _OUTCOMES: Final = {
     "POLICY_ERROR": ("policy", "raised"),
 }
 """The policy outcomes a result shows, as (stage, decision) of a ``dsh_tools.decision``
-event; its reason is the policy's own text, not the tool's output."""
+event."""
+
+_POLICY_FAILURES: Final = frozenset({"PolicyDenied", "PolicyBlocked"})
+"""The failures the pipeline makes of a policy's own reason (a ``Deny``, a guard's
+refusal, a ``Block``'s feedback), by their error name. Any other failure's message (a
+tool's ``DENIED`` error, a plugin's exception) is error text."""
+
+_REASONED: Final = frozenset({"deny", "ask", "block"})
+"""The decisions whose reason a policy gave; any other step's reason is error text (a
+tool's error message, an exception's)."""
 
 
-def _step_attributes(step: DecisionStep) -> dict[str, str]:
-    """One step of a decision record as a span event's attributes."""
+def _step_attributes(step: DecisionStep, with_errors: bool) -> dict[str, str]:
+    """One step of a decision record as a span event's attributes; its reason when a
+    policy gave it, or when ``with_errors`` (``record_results``)."""
     attributes = {"dsh_tools.stage": step.stage, "dsh_tools.decision": step.decision}
     if step.source is not None:
         attributes["dsh_tools.source"] = step.source
     if step.distribution is not None:
         attributes["dsh_tools.distribution"] = step.distribution
-    if step.reason is not None:
+    if step.reason is not None and (with_errors or step.decision in _REASONED):
         attributes["dsh_tools.reason"] = step.reason
     if step.detail is not None:
         attributes["dsh_tools.detail"] = dumps(step.detail)

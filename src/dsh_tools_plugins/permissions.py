@@ -76,6 +76,13 @@ and ``argv``, a malformed ``argv``): an ``allow`` rule does not match it, a ``de
 implementation. Pre-execute is ``firstresult``: another plugin's earlier ``Allow`` would
 skip these rules, but guards run for every allowed call and nothing can re-allow them.
 
+A rule whose tool glob matches no tool the registry knows (a typo: ``read-file``,
+``Read_File``, `` read_file``) can never decide anything. Rules cannot tell when they
+load, since tools may be registered after them: :func:`unmatched_rules` (or
+:meth:`PermissionRules.unknown_tools`) finds them once every tool is registered, and
+``dsh-tools`` warns of them when it starts (an error under ``--strict`` and in
+``dsh-tools check``).
+
 Malformed rule files raise :class:`RulesError` naming the file, the line and the rule. It
 is a :class:`~dsh_tools.errors.PluginConfigError`, so the ``default_permissions`` entry
 point stops :func:`~dsh_tools.plugins.load_plugins` rather than leaving the host without
@@ -90,13 +97,14 @@ error then points at the ``rule =`` line.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import fnmatch
 import os
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
@@ -108,6 +116,9 @@ from dsh_tools.models import Allow, Ask, Deny, ToolDefinition, ToolExecution
 from ._reach import CallReach, Reach, inside
 from ._shell import simple_argv
 from .sandbox import SandboxLimits, SandboxMode, SandboxSettings
+
+if TYPE_CHECKING:
+    from dsh_tools.registry import ToolRegistry
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -125,6 +136,7 @@ __all__ = [
     "configured_sandbox",
     "default_permissions",
     "default_rules",
+    "unmatched_rules",
 ]
 
 RULES_ENV_VAR: Final = "DSH_TOOLS_RULES"
@@ -773,9 +785,49 @@ class PermissionRules:
                 return self._reason(rule, index, execution.name)
         return None
 
+    def unknown_tools(self, names: Iterable[str]) -> list[RulesError]:
+        """Each tool glob of a rule that matches none of ``names`` (the tools the registry
+        knows), as a :class:`RulesError` naming the file, the rule's line and the glob, with
+        the closest known name when there is one. Such a rule never decides anything."""
+        known = sorted(set(names))
+        problems = []
+        for index, rule in enumerate(self.rules, 1):
+            dead = [g for g in rule.tool if not any(fnmatch.fnmatchcase(n, g) for n in known)]
+            never = ", so the rule never applies" if len(dead) == len(rule.tool) else ""
+            line = self._places[index - 1][0] if index <= len(self._places) else None
+            for glob in dead:
+                close = difflib.get_close_matches(glob.strip(), known, n=1, cutoff=0.6)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                problem = f"tool {glob!r} matches no known tool{never}{hint}"
+                problems.append(
+                    RulesError(
+                        problem,
+                        source=self.source,
+                        line=line,
+                        rule_index=index,
+                        rule_name=rule.name,
+                    )
+                )
+        return problems
+
     def __repr__(self) -> str:
         where = f", source={self.source!r}" if self.source else ""
         return f"<PermissionRules {len(self.rules)} rules, default={self.default!r}{where}>"
+
+
+def unmatched_rules(registry: ToolRegistry) -> list[RulesError]:
+    """The rules of every :class:`PermissionRules` plugin of ``registry`` whose tool globs
+    match no tool the registry shows (:meth:`~dsh_tools.ToolRegistry.names`; tools of
+    plugins and of connected MCP servers included), as :meth:`PermissionRules.unknown_tools`
+    reports them. Call it once every tool is registered. The built-in
+    :func:`default_rules` are not checked: they name the reference tools whether or not
+    they are loaded."""
+    names = registry.names()
+    problems = []
+    for _, plugin in registry.plugin_manager.list_name_plugin():
+        if isinstance(plugin, PermissionRules) and plugin.source != _DEFAULT_SOURCE:
+            problems += plugin.unknown_tools(names)
+    return problems
 
 
 # --------------------------------------------------------------------------- TOML helpers
@@ -961,9 +1013,13 @@ def default_rules(sandbox: SandboxSettings | None = None) -> PermissionRules:
             ),
         ],
         default="allow",
-        source="default_rules()",
+        source=_DEFAULT_SOURCE,
         sandbox=sandbox,
     )
+
+
+_DEFAULT_SOURCE: Final = "default_rules()"
+"""How messages and records name the built-in rules."""
 
 
 def configured_sandbox() -> SandboxSettings:

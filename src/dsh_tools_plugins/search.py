@@ -44,6 +44,7 @@ from dsh_tools.presentation import (
     SearchPathsView,
     ToolCallKind,
 )
+from dsh_tools.safetext import safe_text
 
 from ._grep import MAX_MATCH_LINE_CHARS, Findings, search_tree
 from ._host_programs import inside, system_program
@@ -285,7 +286,7 @@ def glob_tool(workspace: Workspace) -> ToolDefinition[GlobArgs]:
                 if not stop() and matcher.matches(found.display[skip:])
             )
         return {
-            "paths": [unicode_text(path) for path in found[: args.limit]],
+            "paths": [safe_text(path) for path in found[: args.limit]],
             "total": len(found),
             "truncated": len(found) > args.limit,
         }

@@ -23,9 +23,10 @@ The root's descriptor is proven to be the directory the workspace started with (
 Every walk takes one system call per component, each on a single name relative to a
 descriptor, so checking and opening a path cost time linear in its length.
 
-Names are shown with :func:`~dsh_tools.json.unicode_text`: bytes that are not UTF-8 (which
-Python decodes to lone surrogates) appear as U+FFFD, so a message or listing is always
-valid Unicode.
+Names are shown with :func:`~dsh_tools.safetext.safe_text`: bytes that are not UTF-8
+(which Python decodes to lone surrogates) appear as U+FFFD, and control characters (a
+newline, an escape sequence) and bidi controls as visible escapes, so a message or
+listing is always valid Unicode and a name cannot forge a line of it.
 
 POSIX only (Linux, macOS, BSD): it relies on ``dir_fd`` support in :mod:`os`.
 """
@@ -44,8 +45,8 @@ from typing import NamedTuple, Protocol
 import attrs
 
 from dsh_tools.errors import ErrorCode, ToolError
-from dsh_tools.json import unicode_text
 from dsh_tools.paths import PathArgument, ToolPaths
+from dsh_tools.safetext import safe_text
 
 __all__ = ["WALK_OPEN_DIRECTORIES", "Opened", "WalkFilter", "Workspace", "WorkspaceFile"]
 
@@ -153,7 +154,7 @@ class Workspace:
         if not isinstance(text, str):
             raise _denied(f"path {text!r} must be text")
         if "\x00" in text:
-            raise _denied(f'path "{unicode_text(text)}" contains a NUL character')
+            raise _denied(f'path "{safe_text(text)}" contains a NUL character')
         candidate = PurePosixPath(text)
         components = candidate.parts
         if candidate.is_absolute():  # anchored at "/" or "//"
@@ -164,8 +165,8 @@ class Workspace:
                 alias = self._alias_length(components)
                 if alias is None:
                     raise _denied(
-                        f'path "{unicode_text(text)}" is outside the workspace '
-                        f"{unicode_text(str(self.root))}"
+                        f'path "{safe_text(text)}" is outside the workspace '
+                        f"{safe_text(str(self.root))}"
                     )
                 inside = alias
             components = components[inside:]
@@ -173,7 +174,7 @@ class Workspace:
         for part in components:
             if part == "..":
                 if not stack:
-                    raise _denied(f'path "{unicode_text(text)}" escapes the workspace through ".."')
+                    raise _denied(f'path "{safe_text(text)}" escapes the workspace through ".."')
                 stack.pop()
             else:
                 stack.append(part)
@@ -237,9 +238,9 @@ class Workspace:
         try:
             relative = absolute.relative_to(self.root)
         except ValueError:
-            return unicode_text(str(absolute))
+            return safe_text(str(absolute))
         text = relative.as_posix()
-        return unicode_text(text) if text else "."
+        return safe_text(text) if text else "."
 
     def _show(self, parts: tuple[str, ...]) -> str:
         return self.display(self.root.joinpath(*parts))
@@ -291,7 +292,7 @@ class Workspace:
 
     def _replaced(self) -> ToolError:
         return _denied(
-            f"the workspace root {unicode_text(str(self.root))} is no longer the directory "
+            f"the workspace root {safe_text(str(self.root))} is no longer the directory "
             "the tools started with (it was moved, removed or replaced)"
         )
 
@@ -303,8 +304,7 @@ class Workspace:
             ending = next((end for end in _DIRECTORY_ENDINGS if text.endswith(end)), None)
             if ending is not None:
                 raise ToolError(
-                    f'"{unicode_text(text)}" names a directory (it ends with "{ending}"), '
-                    "not a file"
+                    f'"{safe_text(text)}" names a directory (it ends with "{ending}"), not a file'
                 )
 
     # ------------------------------------------------------------------ opening

@@ -36,7 +36,7 @@ from dsh_tools import (
     hookimpl,
 )
 from dsh_tools.cancel import CancelSource
-from dsh_tools.errors import PluginConfigError
+from dsh_tools.errors import ErrorCode, PluginConfigError, ToolError
 from dsh_tools.plugins import load_plugins
 from dsh_tools_plugins.otel import (
     DURATION_METRIC,
@@ -472,6 +472,72 @@ async def test_arguments_and_results_are_recorded_only_when_asked(backend: Backe
     assert failure.status.description == "token abc123 rejected"
 
 
+SECRET = "sk-live-4242"
+
+
+def _texts(span: ReadableSpan) -> str:
+    """Every text a backend receives of a span: attributes, events, status."""
+    parts = [str(value) for value in _attributes(span).values()]
+    for event in span.events:
+        parts.extend(str(value) for value in (event.attributes or {}).values())
+    parts.append(span.status.description or "")
+    return "\n".join(parts)
+
+
+def _leaky_registry() -> ToolRegistry:
+    """Calls whose error text holds ``SECRET``: a tool's error, a tool's own ``DENIED``,
+    a policy that raised, and a policy's denial (whose reason is the policy's to give)."""
+
+    def broken(args: Any, ctx: ToolRunContext) -> str:
+        raise RuntimeError(f"cannot read /home/ada/.netrc: token {SECRET}")
+
+    def refused(args: Any, ctx: ToolRunContext) -> str:
+        raise ToolError(f'path "/srv/{SECRET}" is outside the workspace', code=ErrorCode.DENIED)
+
+    class Policy:
+        @hookimpl
+        def dsh_tools_pre_execute(self, execution: Any) -> Deny | None:
+            if execution.call_id.startswith("raised"):
+                raise RuntimeError(f"rules database password={SECRET}")
+            denied = execution.call_id.startswith("denied")
+            return Deny("no adding on Sundays") if denied else None
+
+    registry = ToolRegistry()
+    registry.register(_add_tool())
+    for name, body in (("broken", broken), ("refused", refused)):
+        registry.register(define_tool(name=name, description="Fails.", parameters={}, execute=body))
+    registry.add_plugin(Policy(), name="policy")
+    return registry
+
+
+_LEAKY_CALLS = (("broken", "broken"), ("refused", "refused"), ("add", "raised"), ("add", "denied"))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("plugin", [OpenTelemetryPlugin, OpenTelemetryDecisionsPlugin])
+async def test_error_text_is_recorded_only_with_record_results(
+    backend: Backend, plugin: type[OpenTelemetryPlugin]
+) -> None:
+    """Issue 23: the decisions plugin exported tool error messages (paths, tokens) with its
+    defaults; the plain one, a tool's own DENIED message."""
+    for record_results in (False, True):
+        registry = _leaky_registry()
+        registry.add_plugin(
+            plugin(
+                tracer_provider=backend.tracer_provider,
+                meter_provider=backend.meter_provider,
+                record_results=record_results,
+            )
+        )
+        for name, call_id in _LEAKY_CALLS:
+            await registry.execute(_call(name, f"{call_id}-{record_results}"))
+    spans = {_attributes(s)["gen_ai.tool.call.id"]: _texts(s) for s in backend.spans()}
+    for _, call_id in _LEAKY_CALLS[:3]:
+        assert SECRET not in spans[f"{call_id}-False"], call_id
+        assert SECRET in spans[f"{call_id}-True"], call_id
+    assert "no adding on Sundays" in spans["denied-False"]  # a policy's reason is kept
+
+
 @pytest.mark.anyio
 async def test_nothing_is_done_when_no_span_would_be_recorded() -> None:
     spans = InMemorySpanExporter()
@@ -516,6 +582,32 @@ async def test_a_failing_tracer_never_fails_the_call(caplog: pytest.LogCaptureFi
 
 
 # --------------------------------------------------------------------------- loading
+
+
+@pytest.mark.parametrize("plugin", [OpenTelemetryPlugin, OpenTelemetryDecisionsPlugin])
+def test_a_dry_run_opens_no_span_and_leaves_the_callers_context(
+    backend: Backend, plugin: type[OpenTelemetryPlugin]
+) -> None:
+    """Issue 23: each ``explain`` left a span open and current, and later calls were
+    parented under a call that never ran."""
+    registry = ToolRegistry()
+    registry.register(_add_tool())
+    telemetry = plugin(
+        tracer_provider=backend.tracer_provider, meter_provider=backend.meter_provider
+    )
+    registry.add_plugin(telemetry)
+    assert registry.explain(_call(call_id="dry-1")).outcome == "run"
+    assert trace.get_current_span() is trace.INVALID_SPAN
+    tracer = backend.tracer_provider.get_tracer("host")
+    with tracer.start_as_current_span("agent turn") as turn:
+        assert registry.explain(_call(call_id="dry-2")).outcome == "run"
+        assert trace.get_current_span() is turn
+        registry.execute_sync(_call(call_id="real"))
+    assert telemetry.open_spans == 0
+    (span,) = backend.spans()
+    assert _attributes(span)["gen_ai.tool.call.id"] == "real"
+    assert span.parent is not None
+    assert span.parent.span_id == turn.get_span_context().span_id
 
 
 def test_the_entry_point_is_off_until_the_environment_turns_it_on(

@@ -44,6 +44,7 @@ from dsh_tools_plugins import _regex
 from dsh_tools_plugins.search import compile_glob, glob_tool, grep_tool
 from dsh_tools_plugins.timeouts import TimeoutPolicy
 from dsh_tools_plugins.workspace import WALK_OPEN_DIRECTORIES, Workspace
+from strategies import HOSTILE_TEXTS, is_inert
 
 RG = shutil.which("rg")
 needs_rg = pytest.mark.skipif(RG is None, reason="ripgrep (rg) is not installed")
@@ -760,6 +761,25 @@ def test_names_that_are_not_utf8_are_shown_with_the_replacement_character(
         wire = json.dumps({"text": result.text, "value": result.value}, ensure_ascii=False)
         assert is_unicode(wire)
         wire.encode("utf-8")  # what the MCP SDK does; it raised before
+
+
+@pytest.mark.parametrize("ripgrep", BACKENDS)
+def test_a_name_holding_controls_is_escaped_and_forges_no_line(
+    tmp_path: Path, ripgrep: bool
+) -> None:
+    """Issue 23: a newline in a file name forged a line of grep and glob output (which the
+    model reads); escape sequences and bidi controls reached it as they were."""
+    for index, name in enumerate(HOSTILE_TEXTS):
+        (tmp_path / f"{index}{name}.txt").write_text("needle\n")
+    registry = _registry(tmp_path, ripgrep=ripgrep)
+    globbed = _ok(registry, "glob", pattern="*.txt")
+    grepped = _ok(registry, "grep", pattern="needle")
+    for result in (globbed, grepped):
+        assert len(result.text.splitlines()) == len(HOSTILE_TEXTS), result.text
+        assert is_inert(result.text, multiline=True), result.text
+    assert "0\\x1b]0;pwned\\x07.txt" in globbed.value["paths"]
+    assert "4a.txt\\nsecret.txt:1: forged.txt:1:needle" in grepped.text.splitlines()
+    assert "5evil\\u202etxt.exe.txt" in grepped.text
 
 
 # --------------------------------------------------------------------------- cancellation

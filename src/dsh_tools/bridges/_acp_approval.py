@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..approvals import REMEMBERED_OUTCOMES, ApprovalAnswer
 from ..json import thaw
 from ..models import ApprovalOutcome, ApprovalRequest, ToolExecutionInput
+from ..safetext import safe_text
 from ._acp_cards import Json, plain_json
 from ._acp_session import acp_tool_call
 
@@ -111,7 +112,7 @@ class AcpApprovalService:
         if self.view is None:
             return {
                 "toolCallId": request.call_id,
-                "title": request.tool_name,
+                "title": safe_text(request.tool_name),
                 "rawInput": arguments,
             }
         call = ToolExecutionInput(
@@ -127,7 +128,8 @@ class AcpApprovalService:
             session_id = (
                 self.session_id if isinstance(self.session_id, str) else self.session_id(request)
             )
-            extra = {} if request.reason is None else {"dsh_tools": {"reason": request.reason}}
+            reason = request.reason
+            extra = {} if reason is None else {"dsh_tools": {"reason": safe_text(reason)}}
             response = await self.client.request_permission(
                 session_id=session_id,
                 tool_call=self.tool_call(request),

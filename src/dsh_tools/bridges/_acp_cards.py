@@ -2,6 +2,10 @@
 
 Plain ``dict`` data only; no ACP package is needed. How each card maps is described in
 :mod:`dsh_tools.bridges.acp`, the public import path.
+
+What an editor shows as text passes :func:`~dsh_tools.safetext.safe_text`: titles on one
+line, text content and terminal output with their lines kept. Data an editor acts on
+(``rawInput``, paths in ``locations`` and diffs, diff text) is passed as it is.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from ..presentation import (
     command_reach,
 )
 from ..presenting import presentable_result
+from ..safetext import safe_text
 from ._acp_paths import absolute_path, relative_title
 
 Json = dict[str, Any]
@@ -55,14 +60,14 @@ def call_view_to_acp(
     raw: object = raw_input
     if isinstance(view, GenericCallView):
         locations = view.locations
-        update["title"] = relative_title(view.title, cwd) if locations else view.title
+        update["title"] = _title(relative_title(view.title, cwd) if locations else view.title)
         update["kind"] = view.kind.value if view.kind is not None else "other"
         if view.content is not None:
             update["content"] = acp_content(view.content)
         if view.raw_input is not None:
             raw = thaw(view.raw_input)
     elif isinstance(view, TerminalCallView):
-        update["title"] = view.title
+        update["title"] = _title(view.title)
         update["kind"] = "execute"
         reach = command_reach(view)
         notes = (view.description, f"[{reach}]" if reach else None)
@@ -78,7 +83,7 @@ def call_view_to_acp(
             update["content"] = content
         locations = ()
     else:
-        update["title"] = relative_title(view.title, cwd)
+        update["title"] = _title(relative_title(view.title, cwd))
         update["kind"] = "edit"
         update["content"] = [diff_item(diff, cwd) for diff in view.diffs]
         locations = view.locations or tuple(FileLocation(path) for path in _paths(view.diffs))
@@ -115,7 +120,7 @@ def result_view_to_acp(
         update["locations"] = [location_json(FileLocation(view.path, view.offset), cwd)]
     title, content, meta = _result_parts(call_id, view, projection.content, cwd, terminal_output)
     if title is not None:
-        update["title"] = title
+        update["title"] = safe_text(title)
     update["content"] = content
     if meta is not None:
         update["_meta"] = meta
@@ -158,7 +163,7 @@ def _terminal_result(
     if terminal_output:
         content = [_terminal_item(call_id)]
         meta = {
-            "terminal_output": {"terminal_id": call_id, "data": output},
+            "terminal_output": {"terminal_id": call_id, "data": safe_text(output, multiline=True)},
             "terminal_exit": {
                 "terminal_id": call_id,
                 "exit_code": view.exit_code,
@@ -214,6 +219,8 @@ def _acp_block(data: dict[str, Any]) -> Json | None:
         if body is None:
             return None
         inner: Json = {"uri": resource["uri"], body: resource[body]}
+        if body == "text":
+            inner["text"] = safe_text(inner["text"], multiline=True)
         if isinstance(resource.get("mimeType"), str):
             inner["mimeType"] = resource["mimeType"]
         return {"type": "resource", "resource": inner}
@@ -224,7 +231,9 @@ def _acp_block(data: dict[str, Any]) -> Json | None:
         return None
     block: Json = {"type": kind}
     block.update(
-        (key, data[key]) for key in (*required, *optional) if isinstance(data.get(key), str)
+        (key, _shown(key, data[key]))
+        for key in (*required, *optional)
+        if isinstance(data.get(key), str)
     )
     size = data.get("size")
     if (
@@ -235,6 +244,15 @@ def _acp_block(data: dict[str, Any]) -> Json | None:
     ):
         block["size"] = size
     return block
+
+
+_TEXT_FIELDS = {"text": True, "name": False, "title": False, "description": False}
+"""The fields of a block an editor shows as text, and whether they keep their lines."""
+
+
+def _shown(key: str, value: str) -> str:
+    multiline = _TEXT_FIELDS.get(key)
+    return value if multiline is None else safe_text(value, multiline=multiline)
 
 
 def console_text(output: str, exit_code: int | None = None, signal: str | None = None) -> str:
@@ -271,7 +289,12 @@ def plain_json(value: object) -> Any:
 
 
 def text_item(text: str) -> Json:
-    return {"type": "content", "content": {"type": "text", "text": text}}
+    """A text content item, its text made safe to show (lines kept)."""
+    return {"type": "content", "content": {"type": "text", "text": safe_text(text, multiline=True)}}
+
+
+def _title(title: str | None) -> str | None:
+    return None if title is None else safe_text(title)
 
 
 def _terminal_item(call_id: str) -> Json:
@@ -311,10 +334,11 @@ def _summary(view: SearchMatchesView | SearchPathsView | WebSearchView | WebFetc
     lines: list[str] = []
     if isinstance(view, SearchMatchesView):
         for entry in view.files:
-            lines.extend(f"{entry.path}:{m.line_number}: {m.line}" for m in entry.matches)
+            path = safe_text(entry.path)
+            lines.extend(f"{path}:{m.line_number}: {safe_text(m.line)}" for m in entry.matches)
         shown = sum(len(entry.matches) for entry in view.files)
     elif isinstance(view, SearchPathsView):
-        lines.extend(view.paths)
+        lines.extend(safe_text(path) for path in view.paths)
         shown = len(view.paths)
     elif isinstance(view, WebSearchView):
         if view.answer:
