@@ -34,7 +34,7 @@ from dsh_tools.paths import PathArgument
 from dsh_tools.presentation import TerminalCallView, TerminalResultView
 
 from .files import fields
-from .sandbox import Sandbox, SandboxMode, SandboxSettings, SandboxState, end_leftovers
+from .sandbox import Launch, Sandbox, SandboxMode, SandboxSettings, end_leftovers
 from .workspace import Workspace
 
 __all__ = [
@@ -226,11 +226,11 @@ def _value(
     args: RunCommandArgs,
     cwd: str,
     capture: _Capture,
-    process: anyio.abc.Process,
+    launch: Launch,
     timed_out: bool,
-    state: SandboxState,
 ) -> dict[str, Any]:
-    code = process.returncode
+    """The result value; ``sandboxed`` says what the command actually ran in."""
+    code = launch.process.returncode
     assert code is not None
     killed = _signal_name(-code) if code < 0 else None
     return {
@@ -242,8 +242,8 @@ def _value(
         "timed_out": timed_out,
         "truncated": capture.truncated,
         "output_bytes": capture.total,
-        "sandboxed": state.sandboxed,
-        "network": state.network,
+        "sandboxed": launch.sandboxed,
+        "network": launch.network,
     }
 
 
@@ -314,7 +314,7 @@ def run_command_tool(
                 [f'"timeout_ms" must be between 1 and {max_timeout_ms}, got {timeout_ms}']
             )
         argv = [shell, "-c", args.command] if args.command is not None else list(args.argv or [])
-        state, bubblewrap = await starter.prepare()
+        _, bubblewrap = await starter.prepare()
         capture = _Capture(max_output_bytes)
         with (
             workspace.open(".", directory=True) as root,
@@ -326,7 +326,7 @@ def run_command_tool(
                 timed_out = await _supervise(launch.process, capture, timeout_ms / 1000)
         if launch.setup_failed:
             raise ToolError(f"the sandbox could not start the command: {capture.text().strip()}")
-        return _value(args, directory.display, capture, launch.process, timed_out, state)
+        return _value(args, directory.display, capture, launch, timed_out)
 
     return define_tool(
         name="run_command",

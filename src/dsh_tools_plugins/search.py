@@ -24,7 +24,7 @@ matches names starting with a dot too.
 
 from __future__ import annotations
 
-import shutil
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +47,7 @@ from dsh_tools.presentation import (
 from dsh_tools.safetext import safe_text
 
 from ._grep import MAX_MATCH_LINE_CHARS, Findings, search_tree
+from ._host_programs import inside, system_program
 from ._ignore import ignore_filter
 from ._reach import split_glob
 from ._regex import compile_line_pattern, compile_path_regex
@@ -436,6 +437,26 @@ def _include_matcher(include: str | None) -> Callable[[str], bool] | None:
     return matches
 
 
+def _ripgrep_executable(workspace: Workspace, ripgrep: str | bool) -> str | None:
+    """The ``rg`` grep may run: found in a system directory, or the host's absolute path;
+    never one in the workspace, where a command could have put it."""
+    if ripgrep is False:
+        return None
+    if ripgrep is True:
+        found = system_program("rg")
+        if found is None or inside(found, (str(workspace.root),)) is not None:
+            return None
+        return found
+    if not isinstance(ripgrep, str) or not os.path.isabs(ripgrep):
+        raise ValueError(f"ripgrep must be True, False or an absolute path, got {ripgrep!r}")
+    if inside(ripgrep, (str(workspace.root),)) is not None:
+        raise ValueError(
+            f"ripgrep {ripgrep} lies in the workspace {workspace.root}, where commands can "
+            "replace it"
+        )
+    return ripgrep
+
+
 def grep_tool(
     workspace: Workspace,
     *,
@@ -446,12 +467,14 @@ def grep_tool(
 
     Binary files (a NUL byte in the first 8 KiB) and files over ``max_file_bytes`` are
     skipped (and counted). ``ripgrep``: ``True`` has ripgrep pre-select the files to
-    read, with an ``rg`` found on ``PATH`` when the tool is made (none: no
-    pre-selection); a path names the executable; ``False`` (the default) never runs it.
-    The results are the same either way. Off by default because on a 2-core machine the
-    pre-selection measured slower than the built-in search (benchmarks/, case 8).
+    read, with an ``rg`` found once in a system directory (``/usr/bin``, ``/bin``,
+    ``/usr/local/bin``..., never from ``PATH``; none: no pre-selection); an absolute
+    path names the executable; ``False`` (the default) never runs it. Either way it is
+    never one inside the workspace. The results are the same either way. Off by default
+    because on a 2-core machine the pre-selection measured slower than the built-in
+    search (benchmarks/, case 8).
     """
-    executable = shutil.which("rg") if ripgrep is True else (ripgrep or None)
+    executable = _ripgrep_executable(workspace, ripgrep)
 
     def execute(args: GrepArgs, ctx: ToolRunContext) -> dict[str, Any]:
         regex = compile_line_pattern(args.pattern, case_insensitive=args.case_insensitive)

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -210,16 +211,173 @@ def test_extra_read_only_and_read_write_paths(root: Path, tmp_path: Path) -> Non
     (tools / "tool.sh").write_text("echo tool ran\n")
     cache = tmp_path / "cache"
     cache.mkdir()
+    makefile = root / "Makefile"
+    makefile.write_text("all:\n")
     registry = _registry(
         root,
-        read_only_paths=[tools, tmp_path / "missing"],
+        read_only_paths=[tools, tmp_path / "missing", makefile],
         read_write_paths=[str(cache)],
     )
     assert ok(registry, command=f"sh {tools}/tool.sh").value["output"] == "tool ran\n"
     _failed(registry, f"touch {tools}/new")
+    _failed(registry, "echo evil >> Makefile")  # a single file, read-only
+    assert makefile.read_text() == "all:\n"
     assert ok(registry, command=f"echo hit > {cache}/entry").value["exit_code"] == 0
     assert (cache / "entry").read_text() == "hit\n"
     assert sorted(path.name for path in tools.iterdir()) == ["tool.sh"]
+
+
+def _git_hooks(root: Path) -> Path:
+    hooks = root / ".git" / "hooks"
+    hooks.mkdir(parents=True)
+    (hooks / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
+    return hooks
+
+
+@needs_sandbox
+@pytest.mark.parametrize("writable", [False, True], ids=["read_only", "read_write"])
+def test_an_extra_path_a_command_swapped_for_a_link_is_refused_not_mounted(
+    root: Path, tmp_path: Path, writable: bool
+) -> None:
+    """A command renames the mounted path's parent and plants a relative link where the
+    path was; the next call must not mount the host directory the link names."""
+    hooks = _git_hooks(root)
+    key = "read_write_paths" if writable else "read_only_paths"
+    registry = _registry(root, **{key: [hooks]})
+    assert ok(registry, command="cat .git/hooks/pre-commit").value["exit_code"] == 0
+    swap = "mv .git .git-old && mkdir .git && ln -s ../../outside .git/hooks"
+    assert ok(registry, command=swap).value["exit_code"] == 0
+    refused = run(registry, command="cat .git/hooks/victim.txt; echo pwned > .git/hooks/victim.txt")
+    assert refused.code == "TOOL_ERROR"
+    assert refused.text == (
+        f"Error: the sandbox path {hooks} is a symbolic link; refusing to mount it (give "
+        "the real path in read_only_paths / read_write_paths)"
+    )
+    assert (tmp_path / "outside" / "victim.txt").read_text() == "original\n"
+
+
+@needs_sandbox
+def test_an_extra_path_under_a_link_to_etc_is_refused(root: Path) -> None:
+    """``.git`` swapped for a link to ``/etc``: mounting ``.git/hooks`` would expose the
+    host's ``/etc/hooks``-like paths unmasked; any link on the way is refused."""
+    (root / "etc-link").symlink_to("/etc")
+    registry = _registry(root, read_write_paths=[root / "etc-link" / "ssl"])
+    refused = run(registry, command="ls etc-link/ssl/private")
+    assert refused.code == "TOOL_ERROR"
+    assert f"passes through {root}/etc-link, which is a symbolic link" in refused.text
+
+
+# --------------------------------------------------------------------------- kernel state
+
+
+@needs_sandbox
+def test_kernel_settings_cannot_be_written_from_the_sandbox(root: Path) -> None:
+    """Each write puts back the value it read, so a failure of the test changes nothing;
+    as root, the old sandbox let all of them through (the kernel checks the uid only)."""
+    registry = _registry(root)
+    for setting in (
+        "/proc/sys/kernel/core_pattern",
+        "/proc/sys/vm/overcommit_memory",
+        "/proc/sys/fs/protected_symlinks",
+    ):
+        output = _failed(registry, f'v=$(cat {setting}) && printf "%s\\n" "$v" > {setting}')
+        assert "Read-only file system" in output or "Permission denied" in output
+    for entry in ("irq", "bus", "fs", "sys"):
+        if os.path.isdir(f"/proc/{entry}"):
+            _failed(registry, f"touch /proc/{entry}/x")
+    assert ok(registry, command="echo renamed > /proc/self/comm").value["exit_code"] == 0
+
+
+@needs_sandbox
+def test_the_sandbox_tmp_and_shm_are_bounded_by_the_memory_limit(root: Path) -> None:
+    """Unsized, each was half the host's memory, held for the whole call."""
+    limits = SandboxLimits(memory_bytes=32 * 1024**2)
+    registry = _registry(root, limits=limits)
+    sizes = ok(registry, command="df -k --output=size /tmp /dev/shm | tail -n 2").value["output"]
+    assert [int(size) for size in sizes.split()] == [24 * 1024, 8 * 1024]
+    full = _failed(registry, "head -c 30000000 /dev/zero > /tmp/fill")
+    assert "No space left on device" in full
+    _failed(registry, "head -c 9000000 /dev/zero > /dev/shm/fill")
+    _failed(registry, "touch /dev/planted")  # /dev is no third tmpfs to fill
+    assert ok(registry, command="echo fine > /dev/null").value["exit_code"] == 0
+
+
+# --------------------------------------------------------------------------- host programs
+
+
+def _planting_bwrap(path: Path, marker: Path) -> str:
+    """Shell text that a command runs to plant ``path``, a bwrap that would leave
+    ``marker`` behind on the host if it ever ran."""
+    script = f'#!/bin/sh\ntouch {marker}\nexec /usr/bin/env "$@"\n'
+    return f"mkdir -p {path.parent} && printf '%s' '{script}' > {path} && chmod 755 {path}"
+
+
+@needs_sandbox
+def test_a_bwrap_planted_in_the_activated_workspace_virtualenv_never_runs(
+    root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    system_directories: Callable[..., None],
+) -> None:
+    venv = root / ".venv"
+    marker = tmp_path / "planted-bwrap-ran"
+    monkeypatch.setenv("VIRTUAL_ENV", str(venv))
+    monkeypatch.setenv("PATH", f"{venv}/bin:/usr/bin:/bin")
+    registry = _registry(root, read_write_paths=[tmp_path])  # the marker would be writable
+    planted = ok(registry, command=_planting_bwrap(venv / "bin" / "bwrap", marker))
+    assert planted.value["exit_code"] == 0
+    system_directories()  # looked up afresh, with the planted bwrap first on PATH
+    assert Sandbox("required").state().sandboxed
+    result = ok(registry, command="test -e /proc/1/cmdline && echo inside")
+    assert result.value["sandboxed"] is True
+    assert not marker.exists()
+    call_view, _ = cards(registry, result, command="echo hi")
+    assert call_view.sandboxed is True
+    assert not marker.exists()
+
+
+@needs_sandbox
+def test_a_bwrap_inside_the_workspace_is_never_run(
+    root: Path, tmp_path: Path, system_directories: Callable[..., None]
+) -> None:
+    """Even when the host's system directory is where commands write."""
+    tools = root / "bin"
+    tools.mkdir()
+    marker = tmp_path / "workspace-bwrap-ran"
+    wrapper = tools / "bwrap"
+    wrapper.write_text(f'#!/bin/sh\ntouch {marker}\nexec /usr/bin/bwrap "$@"\n')
+    wrapper.chmod(0o755)
+    system_directories(tools)
+    assert Sandbox("required").state().sandboxed  # its probe ran: it is a working bwrap
+    marker.unlink()
+    for settings in ({}, {"read_write_paths": [tools]}):
+        registry = _registry(root if not settings else tmp_path / "outside", **settings)
+        refused = run(registry, command="true")
+        assert refused.code == "DENIED"
+        assert f"bubblewrap at {wrapper} lies in" in refused.text
+        assert "which commands can write: refusing to run it" in refused.text
+    assert not marker.exists()
+
+
+def test_host_programs_others_can_write_are_not_run(
+    root: Path,
+    tmp_path: Path,
+    system_directories: Callable[..., None],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    shared = tmp_path / "shared"
+    _fake_bwrap(shared, "planted")
+    shared.chmod(0o777)  # anyone may replace what is in it
+    system_directories(shared)
+    state = Sandbox("auto").state()
+    assert (state.sandboxed, state.reason) == (False, "bubblewrap (bwrap) is not installed")
+    assert f"not running {shared}/bwrap: {shared} is writable by other users" in caplog.text
+    writable = tmp_path / "writable"
+    _fake_bwrap(writable, "planted")
+    (writable / "bwrap").chmod(0o777)
+    system_directories(writable)
+    assert Sandbox("auto").state().reason == "bubblewrap (bwrap) is not installed"
+    assert f"{writable}/bwrap is writable by other users" in caplog.text
 
 
 # --------------------------------------------------------------------------- network
@@ -424,16 +582,20 @@ def _fake_bwrap(directory: Path, message: str) -> None:
     ids=["missing", "broken"],
 )
 def test_required_without_a_working_bubblewrap_denies_and_says_why(
-    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bwrap: str | None, message: str
+    root: Path,
+    tmp_path: Path,
+    system_directories: Callable[..., None],
+    bwrap: str | None,
+    message: str,
 ) -> None:
-    """``bwrap`` missing from PATH, or failing the way a kernel without user namespaces
-    makes it fail: the call is refused before anything runs."""
+    """``bwrap`` missing from the system directories, or failing the way a kernel
+    without user namespaces makes it fail: the call is refused before anything runs."""
     tools = tmp_path / "bin"
     if bwrap is None:
         tools.mkdir()
     else:
         _fake_bwrap(tools, bwrap)
-    monkeypatch.setenv("PATH", str(tools))
+    system_directories(tools)
     registry = command_registry(root, sandbox="required")
     result = run(registry, command=f"echo ran > {root}/ran.txt")
     assert result.code == "DENIED"
@@ -442,10 +604,10 @@ def test_required_without_a_working_bubblewrap_denies_and_says_why(
 
 
 def test_auto_falls_back_and_says_not_sandboxed(
-    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    root: Path, tmp_path: Path, system_directories: Callable[..., None]
 ) -> None:
     _fake_bwrap(tmp_path / "broken", "setting up uid map: Permission denied")
-    monkeypatch.setenv("PATH", f"{tmp_path / 'broken'}:/usr/bin:/bin")
+    system_directories(tmp_path / "broken")
     registry = command_registry(root)
     result = ok(registry, command="echo hi")
     assert result.text == "hi\n[exit code 0; not sandboxed]"
@@ -476,7 +638,10 @@ def test_off_is_the_hosts_choice_and_says_so(root: Path) -> None:
 
 
 def test_the_workspace_entry_point_takes_the_configured_sandbox(
-    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    system_directories: Callable[..., None],
 ) -> None:
     """``workspace_tools()`` with no sandbox argument (the entry point's call) gets the
     rules file's ``[sandbox]``, with ``$DSH_TOOLS_SANDBOX`` (``--sandbox``) over it."""
@@ -487,7 +652,7 @@ def test_the_workspace_entry_point_takes_the_configured_sandbox(
     monkeypatch.setenv("DSH_TOOLS_NETWORK", "")
     empty = tmp_path / "no-bwrap"
     empty.mkdir()
-    monkeypatch.setenv("PATH", str(empty))
+    system_directories(empty)
 
     def run_echo() -> Any:
         registry = ToolRegistry()
@@ -495,7 +660,7 @@ def test_the_workspace_entry_point_takes_the_configured_sandbox(
             registry.register(tool)
         return run(registry, command="echo ran")
 
-    assert run_echo().code == "DENIED"  # required, and no bubblewrap on PATH
+    assert run_echo().code == "DENIED"  # required, and no bubblewrap installed
     monkeypatch.setenv("DSH_TOOLS_SANDBOX", "off")
     assert run_echo().text == "ran\n[exit code 0; not sandboxed]"
 

@@ -13,6 +13,7 @@ import re
 import shutil
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -855,11 +856,13 @@ async def test_a_cancelled_search_stops_promptly(slow_tree: Path) -> None:
 
 @pytest.mark.anyio
 async def test_a_cancelled_search_kills_ripgrep(tmp_path: Path) -> None:
-    (tmp_path / "a.txt").write_text("needle\n")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "a.txt").write_text("needle\n")
     fake = tmp_path / "slow-rg"
     fake.write_text(f'#!/bin/sh\necho $$ > "{tmp_path}/rg.pid"\nexec sleep 60\n')
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    registry = _registry(tmp_path, ripgrep=str(fake))
+    registry = _registry(workspace, ripgrep=str(fake))
     result, elapsed = await _grep_cancelled_after(registry, "needle", 0.5)
     assert result.code == "ABORTED", result.text
     assert elapsed < 3.0
@@ -1042,3 +1045,29 @@ def test_a_ripgrep_that_fails_or_is_missing_changes_nothing(root: Path, tmp_path
         assert _ok(_registry(root, ripgrep=ripgrep), "grep", pattern="main").value == (
             expected.value
         )
+
+
+@needs_rg
+def test_an_rg_planted_in_the_activated_workspace_virtualenv_never_runs(
+    root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    system_directories: Callable[..., None],
+) -> None:
+    """A command plants ``.venv/bin/rg``; the host's ``PATH`` leads there first."""
+    venv_bin = root / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    marker = tmp_path / "planted-rg-ran"
+    planted = venv_bin / "rg"
+    planted.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")  # 1: "nothing matches"
+    planted.chmod(0o755)
+    monkeypatch.setenv("VIRTUAL_ENV", str(root / ".venv"))
+    monkeypatch.setenv("PATH", f"{venv_bin}:/usr/bin:/bin")
+    system_directories()  # looked up afresh, with the planted rg first on PATH
+    expected = _ok(_registry(root), "grep", pattern="main")
+    assert _ok(_registry(root, ripgrep=True), "grep", pattern="main").value == expected.value
+    assert not marker.exists()
+    with pytest.raises(ValueError, match=r"ripgrep .*/\.venv/bin/rg lies in the workspace"):
+        grep_tool(Workspace(root), ripgrep=str(planted))
+    with pytest.raises(ValueError, match="ripgrep must be True, False or an absolute path"):
+        grep_tool(Workspace(root), ripgrep=".venv/bin/rg")
