@@ -14,19 +14,23 @@ import attrs
 
 from .approvals import ApprovalAnswer
 from .errors import ErrorCode
+from .hookspecs import hookimpl
 from .models import (
     ApprovalOutcome,
     ApprovalRequest,
+    ToolExecution,
     ToolExecutionFailure,
     ToolExecutionResult,
     ToolExecutionSuccess,
     result_to_json,
 )
+from .progress import Output, Progress
 from .records import DecisionRecord
 from .tracing import TraceEvent
 
 __all__ = [
     "CallRecorder",
+    "ProgressRecorder",
     "RecordedCall",
     "ScriptedApproval",
     "assert_failure",
@@ -143,6 +147,35 @@ class CallRecorder:
     def clear(self) -> None:
         self.calls.clear()
         self._by_token.clear()
+
+
+class ProgressRecorder:
+    """A plugin that keeps every progress and output event each call delivered, in order:
+    ``registry.add_plugin(recorder)``, then ``recorder.events(call_id)``. Thread-safe
+    enough for tests: appending to a list is atomic."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, list[Progress | Output]] = {}
+
+    @hookimpl
+    def dsh_tools_progress(self, execution: ToolExecution, event: Progress | Output) -> None:
+        self.calls.setdefault(execution.call_id, []).append(event)
+
+    def events(self, call_id: str) -> list[Progress | Output]:
+        """The events call ``call_id`` delivered (empty when it delivered none)."""
+        return list(self.calls.get(call_id, ()))
+
+    def output(self, call_id: str, stream: str | None = None) -> str:
+        """The text call ``call_id`` streamed (on ``stream`` only, when given)."""
+        return "".join(
+            event.text
+            for event in self.events(call_id)
+            if isinstance(event, Output) and stream in (None, event.stream)
+        )
+
+    def progress(self, call_id: str) -> list[Progress]:
+        """The progress events call ``call_id`` delivered."""
+        return [event for event in self.events(call_id) if isinstance(event, Progress)]
 
 
 def assert_success(
