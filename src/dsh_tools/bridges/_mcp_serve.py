@@ -14,12 +14,15 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from pydantic import TypeAdapter, ValidationError
 
+from .._relay import Relay
 from .._version import __version__
 from ..content import content_text
 from ..errors import RegistrationError
 from ..json import FrozenDict, thaw
 from ..models import ToolDefinition, ToolExecutionInput, ToolExecutionResult
+from ..progress import Output, Progress
 from ..registry import ToolRegistry, ToolScope
+from ..safetext import safe_text
 from .wire import to_mcp_call_result, to_mcp_tools
 
 View: TypeAlias = "ToolRegistry | ToolScope"
@@ -98,6 +101,41 @@ def _call_tool_result(result: ToolExecutionResult, structured: bool) -> mcp_type
     )
 
 
+MAX_MESSAGE_CHARS = 1000
+"""The most characters of streamed output one progress notification's message carries
+(the newest ones)."""
+
+
+class _ProgressNotifier:
+    """A call's events as ``notifications/progress`` to the client that asked for them
+    with a progress token (the SDK sends nothing when the request carried none).
+
+    One notification per batch. ``progress`` is the tool's ``done`` when it reported a
+    ``total``; otherwise a count of the notifications sent, so it always grows. The
+    message is the newest output (at most :data:`MAX_MESSAGE_CHARS`), else the tool's
+    progress message, made safe to show."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.sent = 0
+        self.last: Progress | None = None
+
+    async def send(self, events: list[Progress | Output]) -> None:
+        output = "".join(event.text for event in events if isinstance(event, Output))
+        for event in events:
+            if isinstance(event, Progress):
+                self.last = event
+        last = self.last
+        self.sent += 1
+        if last is not None and last.total is not None:
+            value, total = last.done, last.total
+        else:
+            value, total = self.sent, None
+        text = output[-MAX_MESSAGE_CHARS:] if output else (last and last.message)
+        message = None if not text else safe_text(text, multiline=True)
+        await self.session.report_progress(value, total, message)
+
+
 def build_mcp_server(
     view: View, *, name: str = "dsh-tools", agent: str | None = None
 ) -> Server[Any]:
@@ -110,6 +148,10 @@ def build_mcp_server(
     with ``isError`` set on failure. ``structuredContent`` carries the tool's value when
     the tool declares an object-rooted output schema and no post-execute policy or
     ``finalize_content`` replaced the content (then it is withheld).
+
+    While a tool runs, what it reports (``ctx.report_progress``, ``ctx.emit_output``,
+    after the scope's progress filters) is sent as ``notifications/progress`` when the
+    request carries a progress token: a few a second at most, none after the result.
 
     ``agent`` serves a registry as that agent (``"parent/child"`` for nested scopes):
     tools, guards and plugins are that scope's. A ``ToolScope`` serves as its own agent.
@@ -125,12 +167,14 @@ def build_mcp_server(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult:
         structured = _object_output_schema(target.get(params.name)) is not None
+        relay = Relay(_ProgressNotifier(ctx.session).send)
         call = ToolExecutionInput(
             call_id=f"mcp-{uuid.uuid4().hex}",
             name=params.name,
             arguments={} if params.arguments is None else params.arguments,
+            on_progress=relay,
         )
-        return _call_tool_result(await target.execute(call), structured)
+        return _call_tool_result(await relay.run(target.execute(call)), structured)
 
     return Server(name, version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
 
