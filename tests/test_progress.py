@@ -320,3 +320,36 @@ def test_output_limit_bounds_each_streamed_batch_with_its_marker() -> None:
         "x" * 10 + "\n[output truncated: showed 10 of 51 characters; "
         "the full text is available to the host]"
     )
+
+
+def test_the_audit_log_keeps_counts_and_the_filtered_last_progress_without_a_listener(
+    tmp_path: Any,
+) -> None:
+    import json
+
+    from dsh_tools_plugins.audit import AuditLog
+
+    def body(args: Any, ctx: ToolRunContext) -> str:
+        for n in range(1, 1001):
+            ctx.emit_output(f"{n}\n")
+            ctx.report_progress(n, 1000, "read hunter2")
+        return "password = hunter2"
+
+    log = tmp_path / "audit.jsonl"
+    registry = _registry(body)
+    registry.add_plugin(AuditLog(str(log)))
+    registry.add_plugin(Redact())
+    assert registry.execute_sync(ToolExecutionInput("c14", "work")).text == "password = ***"
+    text = log.read_text()
+    assert "hunter2" not in text
+    [event] = [json.loads(line) for line in text.splitlines() if '"record"' in line]
+    [step] = [step for step in event["record"]["steps"] if step["stage"] == "progress"]
+    assert step["decision"] == "streamed"
+    detail = step["detail"]
+    assert (detail["progress"], detail["output"], detail["output_chars"]) == (1000, 1000, 3893)
+    assert detail["last"] == {
+        "type": "progress",
+        "done": 1000,
+        "total": 1000,
+        "message": "read ***",
+    }

@@ -114,8 +114,9 @@ class Call:
         self.events: list[tuple[Any, ...]] | None = [] if plan.recording else None
         """The call's steps, kept when its decision record is wanted."""
         listener = call.on_progress
-        self.stream = Stream(self, listener) if plan.listeners or listener is not None else None
-        """Where the body's progress and output go; ``None``: nobody listens."""
+        wanted = plan.listeners or plan.recording or listener is not None
+        self.stream = Stream(self, listener) if wanted else None
+        """Where the body's progress and output go; ``None``: nobody listens or records."""
 
     def record(self, dry_run: bool = False) -> ToolExecution:
         """:attr:`execution`, made on first request (``dry_run`` for ``explain``)."""

@@ -1,8 +1,10 @@
 """The progress step: one call's reports, coalesced, filtered once and delivered in order.
 
 A :class:`Stream` exists only for a call that has a listener (a ``dsh_tools_progress``
-implementation in its plan, or the call's own ``on_progress``); otherwise the body's
-context holds ``None`` and a report costs one attribute check. The body step opens the
+implementation in its plan, or the call's own ``on_progress``) or whose plan keeps
+decision records (then, with no listener, it only counts, and the last progress passes
+the filters when the body is done); otherwise the body's context holds ``None`` and a
+report costs one attribute check. The body step opens the
 stream when a body starts and closes it before its result exists, so nothing is
 delivered after the result, nor after the body's signal fired.
 
@@ -59,6 +61,7 @@ class Stream:
         "_delivering",
         "_last",
         "_last_flush",
+        "_listened",
         "_lock",
         "_muted",
         "_open",
@@ -75,6 +78,9 @@ class Stream:
     def __init__(self, call: Call, own: ProgressListener | None) -> None:
         self._call = call
         self._own = own
+        self._listened = bool(call.plan.listeners) or own is not None
+        """Someone listens; otherwise the stream only counts for the decision record, and
+        the last progress passes the filters when the body is done."""
         self._lock = threading.Lock()
         self._delivering = threading.RLock()  # one batch at a time, in order
         self._open = False
@@ -107,9 +113,10 @@ class Stream:
                 assert type(event) is Output
                 counts[1] += 1
                 counts[2] += len(event.text)
-                self._append(event)
-            if self._timer is not None:
-                return
+                if self._listened:
+                    self._append(event)
+            if self._timer is not None or not self._listened:
+                return  # delivered by the timer, or (records only) by close
             wait = self._last_flush + INTERVAL_S - time.monotonic()
             if wait > 0:
                 timer = self._timer = threading.Timer(wait, self._tick)

@@ -51,9 +51,10 @@ class ToolRunContext:
 
         Call it as often as you like, from an ``async`` body, a ``def`` body or a thread
         the body started: reports are coalesced (the latest progress wins) and reach the
-        listeners a few times a second at most. With nobody listening it does nothing,
-        cheaply, and checks nothing; with a listener, a ``done`` or ``total`` that is not
-        a finite number, or a ``message`` that is not a ``str``, raises ``TypeError``.
+        listeners a few times a second at most. With nobody listening (and no decision
+        records kept) it does nothing, cheaply, and checks nothing; otherwise a ``done``
+        or ``total`` that is not a finite number, or a ``message`` that is not a ``str``,
+        raises ``TypeError``.
         After the body returned, or once its signal fired, reports are dropped.
         """
         stream = self._stream
