@@ -12,7 +12,8 @@ Coalescing, so a body reporting a million times a second cannot flood a client o
 itself: a report is delivered at once when the previous delivery is at least
 :data:`INTERVAL_S` old; otherwise it waits in the buffer (the latest progress replaces
 the one waiting; output is appended, adjacent text of one stream joined, never
-reordered) and a timer delivers the batch when the interval is up. Output is delivered
+reordered) and one shared thread (:class:`_Flusher`) delivers the batch when the
+interval is up. Output is delivered
 in whole lines: a partial last line (up to :data:`MAX_PARTIAL_CHARS`) waits for its end
 or the body's, so a filter sees a line written in pieces at once. At most
 :data:`MAX_PENDING_CHARS` characters of output wait; what a body emits beyond that
@@ -24,7 +25,10 @@ before the next delivery is skipped and replaced by one line saying how much.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
+import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -69,10 +73,10 @@ class Stream:
         "_own",
         "_pending_chars",
         "_progress",
+        "_scheduled",
         "_signal",
         "_skipped",
         "_summary",
-        "_timer",
     )
 
     def __init__(self, call: Call, own: ProgressListener | None) -> None:
@@ -89,7 +93,7 @@ class Stream:
         self._output: list[tuple[str, list[str]]] = []  # runs of one stream's text
         self._pending_chars = self._skipped = 0
         self._last_flush = 0.0
-        self._timer: threading.Timer | None = None
+        self._scheduled = False  # the flusher will deliver what waits
         self._muted = False
         self._summary = [0, 0, 0, 0, 0]  # progress, output, output chars, delivered, withheld
         self._last: Progress | None = None
@@ -115,13 +119,12 @@ class Stream:
                 counts[2] += len(event.text)
                 if self._listened:
                     self._append(event)
-            if self._timer is not None or not self._listened:
-                return  # delivered by the timer, or (records only) by close
-            wait = self._last_flush + INTERVAL_S - time.monotonic()
-            if wait > 0:
-                timer = self._timer = threading.Timer(wait, self._tick)
-                timer.daemon = True
-                timer.start()
+            if self._scheduled or not self._listened:
+                return  # delivered by the flusher, or (records only) by close
+            due = self._last_flush + INTERVAL_S
+            if due > time.monotonic():
+                self._scheduled = True
+                _FLUSHER.schedule(self, due)
                 return
         self.flush()
 
@@ -159,9 +162,10 @@ class Stream:
         self._last_flush = time.monotonic()
         return batch
 
-    def _tick(self) -> None:
+    def tick(self) -> None:
+        """The interval is up (called by the flusher's thread)."""
         with self._lock:
-            self._timer = None
+            self._scheduled = False
         self.flush()
 
     def flush(self, final: bool = False) -> None:
@@ -179,13 +183,10 @@ class Stream:
         nothing more is delivered."""
         with self._lock:
             self._open = False
-            timer, self._timer = self._timer, None
             if self._signal is not None and self._signal.cancelled:
                 self._output, self._progress = [], None
                 self._pending_chars = self._skipped = 0
-        if timer is not None:
-            timer.cancel()
-        self.flush(final=True)
+        self.flush(final=True)  # a tick still due then finds nothing
 
     def summary(self) -> StreamSummary | None:
         """What the call streamed, or ``None`` when its body reported nothing."""
@@ -215,6 +216,44 @@ class Stream:
                 _tell(impl.function, impl.label, (execution, kept, tool)[: impl.arity])
             if self._own is not None:
                 _tell(self._own, "on_progress listener", (execution, kept))
+
+
+class _Flusher:
+    """One daemon thread that delivers each stream's waiting batch when its interval is up
+    (starting a thread per call would cost more than the reports it carries)."""
+
+    def __init__(self) -> None:
+        self._due: list[tuple[float, int, Stream]] = []
+        self._order = itertools.count()
+        self._condition = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, stream: Stream, due: float) -> None:
+        with self._condition:
+            heapq.heappush(self._due, (due, next(self._order), stream))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="dsh_tools progress", daemon=True
+                )
+                self._thread.start()
+            self._condition.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._condition:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    wait = self._due[0][0] - time.monotonic() if self._due else None
+                    self._condition.wait(wait)
+                stream = heapq.heappop(self._due)[2]
+            stream.tick()
+
+    def forget_thread(self) -> None:
+        """In a forked child the thread is gone: the next schedule starts one."""
+        self._due, self._thread, self._condition = [], None, threading.Condition()
+
+
+_FLUSHER = _Flusher()
+os.register_at_fork(after_in_child=_FLUSHER.forget_thread)
 
 
 def _partial(output: Output) -> tuple[Output, Output] | None:

@@ -48,11 +48,12 @@ class Progress:
     message: str | None = None
 
     def __attrs_post_init__(self) -> None:
-        _number("done", self.done)
-        if self.total is not None:
-            _number("total", self.total)
-        if self.message is not None and not isinstance(self.message, str):
-            raise TypeError(f"report_progress() message must be a str, got {self.message!r}")
+        done, total, message = self.done, self.total, self.message
+        _number("done", done)
+        if total is not None:
+            _number("total", total)
+        if message is not None and not isinstance(message, str):
+            raise TypeError(f"report_progress() message must be a str, got {message!r}")
 
     def to_json(self) -> dict[str, Any]:
         """``{"type": "progress", "done": ..., "total": ..., "message": ...}``."""
