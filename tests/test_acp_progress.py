@@ -14,16 +14,9 @@ from dsh_tools import ToolExecutionInput, ToolRegistry, ToolRunContext, define_t
 from dsh_tools.bridges.acp import execute_with_acp
 from dsh_tools_plugins.command import run_command_tool
 from dsh_tools_plugins.workspace import Workspace
+from streaming import TICKING
 
 pytestmark = pytest.mark.anyio
-
-# A line every 100 ms for 3 s; after the first it waits for the file the client creates
-# when an update shows it (so updates must arrive while the command runs).
-TICKING = (
-    "echo line 0; i=0; while [ ! -f go ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; "
-    "[ -f go ] || echo no go; "
-    "for n in $(seq 1 29); do echo line $n; sleep 0.1; done"
-)
 
 
 class _Client:

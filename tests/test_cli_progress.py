@@ -17,16 +17,9 @@ from pathlib import Path
 import pytest
 
 from dsh_tools.cli import EXIT_USAGE, main
+from streaming import TICKING
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
-
-# A line every 100 ms for 3 s; after the first it waits for a file the test creates once
-# the terminal shows that line (so the terminal must show it while the command runs).
-TICKING = (
-    "echo line 0; i=0; while [ ! -f go ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; "
-    "[ -f go ] || echo no go; "
-    "for n in $(seq 1 29); do echo line $n; sleep 0.1; done"
-)
 
 
 @pytest.fixture

@@ -15,22 +15,14 @@ pytest.importorskip("mcp")
 
 from mcp import Client
 
-from dsh_tools import Accept, ToolRegistry, ToolRunContext, define_tool, hookimpl
+from dsh_tools import ToolRegistry, ToolRunContext, define_tool
 from dsh_tools.bridges.mcp import build_mcp_server
-from dsh_tools.progress import Output, Progress
+from dsh_tools.progress import Progress
 from dsh_tools_plugins.command import run_command_tool
 from dsh_tools_plugins.workspace import Workspace
+from streaming import TICKING, Redact
 
 pytestmark = pytest.mark.anyio
-
-# Prints a line every 100 ms for 3 s; between the first two lines it waits for a file the
-# client's progress callback creates when it sees the first: if notifications came only
-# at the end, the command would print "no go".
-TICKING = (
-    "echo line 0; i=0; while [ ! -f go ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; "
-    "[ -f go ] || echo no go; "
-    "for n in $(seq 1 29); do echo line $n; sleep 0.1; done"
-)
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
@@ -66,18 +58,6 @@ async def test_a_running_command_sends_progress_while_it_runs(tmp_path: Path, mo
         unwatched.structured_content,
         unwatched.content,
     )
-
-
-class Redact:
-    @hookimpl
-    def dsh_tools_post_execute(self, result: Any) -> Accept | None:
-        return None if result.is_error else Accept(content=result.text.replace("hunter2", "***"))
-
-    @hookimpl
-    def dsh_tools_progress_filter(self, event: Progress | Output) -> Progress | Output | None:
-        if isinstance(event, Output):
-            return Output(event.text.replace("hunter2", "***"), event.stream)
-        return Progress(event.done, event.total, (event.message or "").replace("hunter2", "***"))
 
 
 async def test_a_million_reports_give_few_notifications_none_after_the_result_no_secret() -> None:

@@ -12,7 +12,6 @@ import anyio
 import pytest
 
 from dsh_tools import (
-    Accept,
     ToolExecutionInput,
     ToolRegistry,
     ToolRunContext,
@@ -23,6 +22,7 @@ from dsh_tools.cancel import CancelSource
 from dsh_tools.models import ToolExecution
 from dsh_tools.progress import DROP, Output, Progress, StreamSummary
 from dsh_tools.testing import ProgressRecorder
+from streaming import Redact
 
 
 def _registry(execute: Any, *, blocking: bool = False, timeout_ms: float | None = None) -> Any:
@@ -136,6 +136,18 @@ def test_nothing_is_delivered_after_the_result_from_a_thread_left_running() -> N
     assert recorder.events("c6") == []
 
 
+def _reported_with(plugin: object, call_id: str, caplog: pytest.LogCaptureFixture) -> Any:
+    """The events a reporting call delivered with ``plugin`` added (its result unchanged)."""
+    recorder = ProgressRecorder()
+    registry = _registry(lambda args, ctx: _reporting(ctx))
+    registry.add_plugin(plugin)
+    registry.add_plugin(recorder)
+    with caplog.at_level(logging.WARNING, "dsh_tools"):
+        result = registry.execute_sync(ToolExecutionInput(call_id, "work"))
+    assert result.text == "finished"
+    return recorder
+
+
 def test_a_listener_that_raises_is_logged_and_the_call_goes_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -144,31 +156,9 @@ def test_a_listener_that_raises_is_logged_and_the_call_goes_on(
         def dsh_tools_progress(self, event: Any) -> None:
             raise RuntimeError("listener down")
 
-    recorder = ProgressRecorder()
-    registry = _registry(lambda args, ctx: _reporting(ctx))
-    registry.add_plugin(Broken())
-    registry.add_plugin(recorder)
-    with caplog.at_level(logging.WARNING, "dsh_tools"):
-        result = registry.execute_sync(ToolExecutionInput("c7", "work"))
-    assert result.text == "finished"
+    recorder = _reported_with(Broken(), "c7", caplog)
     assert recorder.output("c7") == "line 1\noops\nline 2\n"
     assert "listener down" in caplog.text
-
-
-class Redact:
-    """Redacts one secret from the final content and from the stream."""
-
-    @hookimpl
-    def dsh_tools_post_execute(self, result: Any) -> Accept | None:
-        return None if result.is_error else Accept(content=result.text.replace("hunter2", "***"))
-
-    @hookimpl
-    def dsh_tools_progress_filter(self, event: Progress | Output) -> Output | Progress | None:
-        if isinstance(event, Output):
-            return Output(event.text.replace("hunter2", "***"), event.stream)
-        if event.message is not None:
-            return Progress(event.done, event.total, event.message.replace("hunter2", "***"))
-        return None
 
 
 def test_a_redaction_policy_removes_a_secret_from_the_result_and_the_stream() -> None:
@@ -203,13 +193,7 @@ def test_a_filter_may_drop_events_and_one_that_fails_withholds_the_rest(
                 raise RuntimeError("filter down")
             return None
 
-    recorder = ProgressRecorder()
-    registry = _registry(lambda args, ctx: _reporting(ctx))
-    registry.add_plugin(DropStderr())
-    registry.add_plugin(recorder)
-    with caplog.at_level(logging.WARNING, "dsh_tools"):
-        result = registry.execute_sync(ToolExecutionInput("c9", "work"))
-    assert result.text == "finished"
+    recorder = _reported_with(DropStderr(), "c9", caplog)
     assert recorder.output("c9") == "line 1\n"  # stderr dropped; line 2 took the rest down
     assert recorder.progress("c9") == []
     assert "filter down" in caplog.text
