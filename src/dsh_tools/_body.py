@@ -62,10 +62,7 @@ async def run_body(call: Call, replacement: CancelSignal | None = None) -> ToolE
             timer = unlink = None
         else:
             signal, timer, unlink = _fused(parents, timeout_ms)
-        stream = call.stream
-        context = ToolRunContext(call, signal, stream)
-        if stream is not None:
-            stream.open(signal)
+        context = ToolRunContext(call, signal, call.stream)
         try:
             parsed = call.parsed if call.parsed_by is entry else call.parse(entry)
             call.started = True
@@ -106,8 +103,8 @@ async def run_body(call: Call, replacement: CancelSignal | None = None) -> ToolE
                         raise
                     result = error_result(error, ErrorCode.TOOL_ERROR, contexts=call.contexts)
         finally:
-            if stream is not None:
-                _close(call, context, stream)
+            if context._stream is not None:
+                _close(call, context, context._stream)
             if unlink is not None:
                 unlink()
     if call.plan.traced:

@@ -42,6 +42,8 @@ class ToolRunContext:
         self._contexts: tuple[ContextMessage, ...] = ()
         self._concluded = False
         self._stream = stream
+        if stream is not None:
+            stream.open(signal)  # the body's reports are taken from now on
 
     def report_progress(
         self, done: float, total: float | None = None, message: str | None = None
