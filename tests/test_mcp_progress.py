@@ -122,3 +122,25 @@ async def test_a_proxied_tool_streams_its_remote_progress_to_local_listeners() -
     progress = recorder.progress("p1")
     assert progress[-1] == Progress(3, 3, "step 3")
     assert len(progress) >= 2  # as the remote tool went, not one at the end
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_request_without_a_progress_token_gives_the_call_no_stream() -> None:
+    def careless(args: Any, ctx: ToolRunContext) -> str:
+        ctx.report_progress("not a number")  # type: ignore[arg-type]  # checked only when heard
+        return "ran"
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(name="careless", description="C.", parameters={}, execute=careless)
+    )
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        return None
+
+    async with Client(build_mcp_server(registry), mode="legacy") as client:
+        unheard = await client.call_tool("careless", {})
+        heard = await client.call_tool("careless", {}, progress_callback=progress)
+    assert (unheard.is_error, unheard.content[0].text) == (False, "ran")  # type: ignore[union-attr]
+    assert heard.is_error
+    assert "report_progress() done must be a finite number" in heard.content[0].text  # type: ignore[union-attr]

@@ -136,6 +136,21 @@ class _ProgressNotifier:
         await self.session.report_progress(value, total, message)
 
 
+_PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+
+
+def _may_want_progress(ctx: ServerRequestContext[Any]) -> bool:
+    """Whether the request may want progress: its ``_meta`` carries a progress token, or
+    it uses the per-request protocol, whose in-process dispatch hands the client's
+    callback over without a token the server can see. A request known not to want any
+    (no token, handshake-era protocol) skips the relay and its task."""
+    meta = (ctx.params or {}).get("_meta")
+    if isinstance(meta, dict) and meta.get("progressToken") is not None:
+        return True
+    known = ctx.meta or {}
+    return known.get("progress_token") is not None or _PROTOCOL_VERSION_KEY in known
+
+
 def build_mcp_server(
     view: View, *, name: str = "dsh-tools", agent: str | None = None
 ) -> Server[Any]:
@@ -167,14 +182,15 @@ def build_mcp_server(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult:
         structured = _object_output_schema(target.get(params.name)) is not None
-        relay = Relay(_ProgressNotifier(ctx.session).send)
+        relay = Relay(_ProgressNotifier(ctx.session).send) if _may_want_progress(ctx) else None
         call = ToolExecutionInput(
             call_id=f"mcp-{uuid.uuid4().hex}",
             name=params.name,
             arguments={} if params.arguments is None else params.arguments,
             on_progress=relay,
         )
-        return _call_tool_result(await relay.run(target.execute(call)), structured)
+        run = target.execute(call)
+        return _call_tool_result(await (run if relay is None else relay.run(run)), structured)
 
     return Server(name, version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
 
