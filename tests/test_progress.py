@@ -337,3 +337,24 @@ def test_the_audit_log_keeps_counts_and_the_filtered_last_progress_without_a_lis
         "total": 1000,
         "message": "read ***",
     }
+
+
+def test_a_bridge_that_cannot_send_is_logged_and_the_call_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from dsh_tools._relay import Relay
+
+    async def body(args: Any, ctx: ToolRunContext) -> str:
+        ctx.report_progress(1, 2, "half")
+        await anyio.sleep(0.2)
+        return "done"
+
+    async def send(events: list[Progress | Output]) -> None:
+        raise anyio.BrokenResourceError  # the client went away
+
+    relay = Relay(send)
+    call = ToolExecutionInput("c15", "work", on_progress=relay)
+    with caplog.at_level(logging.WARNING, "dsh_tools"):
+        result = anyio.run(relay.run, _registry(body).execute(call))
+    assert result.text == "done"
+    assert "progress for a call could not be sent" in caplog.text

@@ -12,14 +12,18 @@ second, and never anything after the result.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
+from ._results import message
 from .progress import Output, Progress
 
 if TYPE_CHECKING:
     from .models import ToolExecution
+
+logger = logging.getLogger("dsh_tools")
 
 T = TypeVar("T")
 
@@ -82,9 +86,15 @@ class Relay:
         return events
 
     async def _flush(self) -> None:
+        """Send what waits; a bridge that fails to send is logged, and the call goes on
+        (telling a person how a call goes is no reason to end it)."""
         events = self._take()
-        if events:
+        if not events:
+            return
+        try:
             await self._send(events)
+        except Exception as error:
+            logger.warning("progress for a call could not be sent: %s", message(error))
 
     async def run(self, work: Awaitable[T]) -> T:
         """Await ``work`` (the call) while sending batches; send the last batch after it."""
