@@ -100,6 +100,7 @@ class Stream:
 
     def open(self, signal: CancelSignal) -> None:
         """A body starts under ``signal``: its reports are taken until :meth:`close`."""
+        self._call.record()  # made here, on the body's thread, before any delivery needs it
         with self._lock:
             self._open, self._signal = True, signal
 
