@@ -358,3 +358,18 @@ def test_a_bridge_that_cannot_send_is_logged_and_the_call_goes_on(
         result = anyio.run(relay.run, _registry(body).execute(call))
     assert result.text == "done"
     assert "progress for a call could not be sent" in caplog.text
+
+
+def test_the_call_tool_fixture_keeps_what_a_call_streamed(
+    tool_registry: ToolRegistry, call_tool: Any, call_recorder: Any
+) -> None:
+    tool_registry.register(
+        define_tool(
+            name="work", description="Work.", parameters={}, execute=lambda a, ctx: _reporting(ctx)
+        )
+    )
+    call_tool("work")
+    recorded = call_recorder.last
+    assert recorded.output == "line 1\noops\nline 2\n"
+    assert recorded.streamed[-1] == Progress(2, 2, "done")
+    assert recorded.record.of("progress")[0].decision == "streamed"

@@ -86,6 +86,13 @@ class RecordedCall:
     call_id: str
     name: str
     events: list[TraceEvent] = attrs.field(factory=list)
+    streamed: list[Progress | Output] = attrs.field(factory=list)
+    """The progress and output events the call delivered to :meth:`CallRecorder.on_progress`."""
+
+    @property
+    def output(self) -> str:
+        """The text the call streamed, in order."""
+        return "".join(event.text for event in self.streamed if isinstance(event, Output))
 
     @property
     def stages(self) -> list[str]:
@@ -114,20 +121,30 @@ class RecordedCall:
 
 
 class CallRecorder:
-    """A tracer that keeps every event, grouped by call; pass it as ``tracer=``."""
+    """A tracer that keeps every event, grouped by call; pass it as ``tracer=``. Pass its
+    :meth:`on_progress` as a call's ``on_progress`` to keep what the call streamed too."""
 
     def __init__(self) -> None:
         self.calls: list[RecordedCall] = []
         self._by_token: dict[int, RecordedCall] = {}
 
     def __call__(self, event: TraceEvent) -> None:
-        key = id(event.execution.token)
+        call = self._recorded(event.execution, new=event.stage == "call")
+        call.events.append(event)
+
+    def on_progress(self, execution: ToolExecution, event: Progress | Output) -> None:
+        """A call's own progress listener (``ToolExecutionInput(on_progress=recorder.on_progress)``;
+        the ``call_tool`` fixture passes it): keeps each event on the call's record."""
+        self._recorded(execution).streamed.append(event)
+
+    def _recorded(self, execution: ToolExecution, new: bool = False) -> RecordedCall:
+        key = id(execution.token)
         call = self._by_token.get(key)
-        if call is None or event.stage == "call":
-            call = RecordedCall(event.execution.call_id, event.execution.name)
+        if call is None or new:
+            call = RecordedCall(execution.call_id, execution.name)
             self._by_token[key] = call
             self.calls.append(call)
-        call.events.append(event)
+        return call
 
     @property
     def last(self) -> RecordedCall:
