@@ -373,3 +373,27 @@ def test_the_call_tool_fixture_keeps_what_a_call_streamed(
     assert recorded.output == "line 1\noops\nline 2\n"
     assert recorded.streamed[-1] == Progress(2, 2, "done")
     assert recorded.record.of("progress")[0].decision == "streamed"
+
+
+def test_a_bridge_that_falls_behind_keeps_the_newest_output_within_a_bound() -> None:
+    from dsh_tools._relay import MAX_WAITING_CHARS, Relay
+
+    sent: list[Progress | Output] = []
+
+    async def send(events: list[Progress | Output]) -> None:
+        sent.extend(events)
+
+    relay = Relay(send)
+
+    async def blocking_the_loop() -> str:  # a body that never lets the relay's task run
+        execution: Any = None
+        for n in range(10):
+            relay(execution, Output(f"{n}" * 100_000))
+            relay(execution, Progress(n, 10))
+        return "done"
+
+    assert anyio.run(relay.run, blocking_the_loop()) == "done"
+    text = "".join(event.text for event in sent if isinstance(event, Output))
+    assert len(text) == MAX_WAITING_CHARS
+    assert text == "9" * MAX_WAITING_CHARS  # the newest
+    assert [event for event in sent if isinstance(event, Progress)] == [Progress(9, 10)]

@@ -50,11 +50,10 @@ class Relay:
         """Keep ``event`` for the next batch (called from any thread)."""
         with self._lock:
             events = self._events
-            if type(event) is Progress:
-                if events and type(events[-1]) is Progress:
-                    events[-1] = event  # the latest progress wins
-                else:
-                    events.append(event)
+            if type(event) is Progress:  # the latest progress wins, in its place
+                if any(type(waiting) is Progress for waiting in events):
+                    events = self._events = [e for e in events if type(e) is not Progress]
+                events.append(event)
                 return
             assert type(event) is Output
             last = events[-1] if events else None
