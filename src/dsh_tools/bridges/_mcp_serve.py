@@ -110,28 +110,33 @@ class _ProgressNotifier:
     """A call's events as ``notifications/progress`` to the client that asked for them
     with a progress token (the SDK sends nothing when the request carried none).
 
-    One notification per batch. ``progress`` is the tool's ``done`` when it reported a
-    ``total``; otherwise a count of the notifications sent, so it always grows. The
-    message is the newest output (at most :data:`MAX_MESSAGE_CHARS`), else the tool's
-    progress message, made safe to show."""
+    At most one notification per batch, and ``progress`` always grows, as MCP requires:
+    it is the tool's ``done`` when the tool reported a ``total`` (a batch in which it did
+    not grow sends nothing, and its output waits for the next one), otherwise the number
+    of notifications sent. The message is the newest output (at most
+    :data:`MAX_MESSAGE_CHARS`), else the tool's progress message, made safe to show."""
 
     def __init__(self, session: Any) -> None:
         self.session = session
-        self.sent = 0
+        self.value = 0.0
+        self.output = ""
         self.last: Progress | None = None
 
     async def send(self, events: list[Progress | Output]) -> None:
         output = "".join(event.text for event in events if isinstance(event, Output))
+        self.output = (self.output + output)[-MAX_MESSAGE_CHARS:]
         for event in events:
             if isinstance(event, Progress):
                 self.last = event
         last = self.last
-        self.sent += 1
         if last is not None and last.total is not None:
             value, total = last.done, last.total
+            if value <= self.value:
+                return
         else:
-            value, total = self.sent, None
-        text = output[-MAX_MESSAGE_CHARS:] if output else (last and last.message)
+            value, total = self.value + 1, None
+        text = self.output or (last and last.message)
+        self.value, self.output = value, ""
         message = None if not text else safe_text(text, multiline=True)
         await self.session.report_progress(value, total, message)
 
