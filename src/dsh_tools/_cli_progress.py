@@ -62,17 +62,6 @@ def progress_view(name: str, json_output: bool, events: bool, out: TextIO, err: 
     return PlainView(out, err)
 
 
-def progress_line(progress: Progress) -> str:
-    """``3 of 10: message``, for a person."""
-    done = (
-        f"{progress.done:g}"
-        if progress.total is None
-        else f"{progress.done:g} of {progress.total:g}"
-    )
-    line = done if progress.message is None else f"{done}: {progress.message}"
-    return safe_text(line)
-
-
 class JsonLines:
     """``--events``: each event as one JSON line (the text as the filters left it; every
     non-ASCII character escaped when one would act on a terminal, as ``--json`` does)."""
@@ -109,7 +98,7 @@ class PlainView:
                 self.out.write(safe_text(event.text, multiline=True))
                 self.out.flush()
             else:
-                self.err.write(f"… {progress_line(event)}\n")
+                self.err.write(f"… {safe_text(event.line())}\n")
                 self.err.flush()
 
     def stop(self) -> None:
@@ -157,7 +146,7 @@ class RichView:
                 for line in lines:
                     self.console.print(Text(safe_text(line)), soft_wrap=True)
             else:
-                description = safe_text(self.name) + "  " + progress_line(event)
+                description = safe_text(self.name) + "  " + safe_text(event.line())
                 self.bar.update(
                     self.task, description=description, completed=event.done, total=event.total
                 )

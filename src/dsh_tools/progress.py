@@ -55,6 +55,12 @@ class Progress:
         if message is not None and not isinstance(message, str):
             raise TypeError(f"report_progress() message must be a str, got {message!r}")
 
+    def line(self) -> str:
+        """``3 of 10: message`` (``3: message`` without a total), as the bridges show it;
+        the message as the tool wrote it (make it safe before showing it)."""
+        done = f"{self.done:g}" if self.total is None else f"{self.done:g} of {self.total:g}"
+        return done if self.message is None else f"{done}: {self.message}"
+
     def to_json(self) -> dict[str, Any]:
         """``{"type": "progress", "done": ..., "total": ..., "message": ...}``."""
         return {"type": "progress", "done": self.done, "total": self.total, "message": self.message}

@@ -139,24 +139,12 @@ class _Streamed:
             update["_meta"] = {"terminal_output": {"terminal_id": self.call_id, "data": data}}
         else:
             self.output = (self.output + new)[-MAX_SHOWN_CHARS:]
-            text = "\n".join(
-                filter(None, [self.output.rstrip("\n"), _progress_line(self.progress)])
-            )
+            line = None if self.progress is None else self.progress.line()
+            text = "\n".join(filter(None, [self.output.rstrip("\n"), line]))
             block = {"type": "text", "text": safe_text(text, multiline=True)}
             update["content"] = [{"type": "content", "content": block}]
         self.sent = True
         await _notify(self.client, self.session_id, update)
-
-
-def _progress_line(progress: Progress | None) -> str | None:
-    if progress is None:
-        return None
-    done = (
-        f"{progress.done:g}"
-        if progress.total is None
-        else f"{progress.done:g} of {progress.total:g}"
-    )
-    return done if progress.message is None else f"{done}: {progress.message}"
 
 
 async def _notify(client: SessionUpdateClient, session_id: str, update: Json) -> None:
