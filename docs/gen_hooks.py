@@ -18,6 +18,8 @@ HOOKS = (
     "dsh_tools_execute",
     "dsh_tools_post_execute",
     "dsh_tools_result",
+    "dsh_tools_progress_filter",
+    "dsh_tools_progress",
 )
 
 

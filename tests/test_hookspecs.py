@@ -30,6 +30,7 @@ from dsh_tools.models import (
     ToolDefinition,
     ToolExecutionInput,
 )
+from dsh_tools.progress import Output, Progress
 from dsh_tools.registry import ToolRegistry
 
 TESTS = Path(__file__).parent
@@ -61,12 +62,14 @@ def _example(hook: str) -> str:
     return textwrap.dedent("\n".join(block)).strip()
 
 
-def test_the_five_stages_are_all_hookspecs() -> None:
+def test_the_five_stages_and_the_progress_hooks_are_all_hookspecs() -> None:
     assert HOOK_NAMES == [
         "dsh_tools_execute",
         "dsh_tools_guard",
         "dsh_tools_post_execute",
         "dsh_tools_pre_execute",
+        "dsh_tools_progress",
+        "dsh_tools_progress_filter",
         "dsh_tools_result",
     ]
     hook = ToolRegistry().plugin_manager.hook
@@ -138,6 +141,8 @@ def test_every_example_is_a_plugin_that_does_what_it_says(hook: str) -> None:
         "Ask": Ask,
         "Block": Block,
         "Deny": Deny,
+        "Output": Output,
+        "Progress": Progress,
         "time": time,
         "metrics": metrics,
         "print": lambda *args: printed.append(args),
@@ -151,7 +156,14 @@ def test_every_example_is_a_plugin_that_does_what_it_says(hook: str) -> None:
         return "file contents"
 
     registry = ToolRegistry()
-    for name, body in (("read", read), ("run_command", lambda arguments, context: "ran")):
+
+    def stream(arguments: Any, context: Any) -> str:
+        context.emit_output("password = hunter2\n")
+        context.report_progress(1, 2)
+        return "streamed"
+
+    bodies = (("read", read), ("run_command", lambda arguments, context: "ran"), ("stream", stream))
+    for name, body in bodies:
         registry.register(
             ToolDefinition(name=name, description=name, parameters={"type": "object"}, execute=body)
         )
@@ -166,6 +178,15 @@ def test_every_example_is_a_plugin_that_does_what_it_says(hook: str) -> None:
         stopped = registry.execute_sync(call)
         assert stopped.is_error, stopped
         assert (stopped.error.info.code, stopped.error.message) == (code, message)
+    elif hook.startswith("dsh_tools_progress"):
+        seen: list[Any] = []
+        registry.execute_sync(
+            ToolExecutionInput("call-3", "stream", on_progress=lambda _, event: seen.append(event))
+        )
+        if hook == "dsh_tools_progress":
+            assert printed == [("stream", 1, 2)]
+        else:
+            assert seen[0] == Output("password = ********\n")
     elif hook == "dsh_tools_execute":
         [(name, elapsed)] = printed
         assert name == "read"

@@ -31,6 +31,7 @@ from typing import Any
 
 from ._call import Call
 from ._loops import NEVER_AWAITABLE, is_awaitable, on_event_loop, run_on_own_loop, stops_the_caller
+from ._progress import Stream
 from ._render import render
 from ._results import error_result
 from ._stages import code
@@ -61,7 +62,7 @@ async def run_body(call: Call, replacement: CancelSignal | None = None) -> ToolE
             timer = unlink = None
         else:
             signal, timer, unlink = _fused(parents, timeout_ms)
-        context = ToolRunContext(call, signal)
+        context = ToolRunContext(call, signal, call.stream)
         try:
             parsed = call.parsed if call.parsed_by is entry else call.parse(entry)
             call.started = True
@@ -102,11 +103,22 @@ async def run_body(call: Call, replacement: CancelSignal | None = None) -> ToolE
                         raise
                     result = error_result(error, ErrorCode.TOOL_ERROR, contexts=call.contexts)
         finally:
+            if context._stream is not None:
+                _close(call, context, context._stream)
             if unlink is not None:
                 unlink()
     if call.plan.traced:
         call.trace("body", None if call.started else "not started", code(result), result)
     return result
+
+
+def _close(call: Call, context: ToolRunContext, stream: Stream) -> None:
+    """The body is done: its context reports nothing more (a thread left running
+    included), what waits is delivered, and the record notes what was streamed."""
+    context._stream = None
+    stream.close()
+    if call.plan.traced and (summary := stream.summary()) is not None:
+        call.trace("progress", None, "streamed", summary)
 
 
 def _parents(call: Call, replacement: CancelSignal | None) -> tuple[CancelSignal, ...]:

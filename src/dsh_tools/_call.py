@@ -20,6 +20,7 @@ import attrs
 
 from . import cancel
 from ._loops import on_event_loop, run_on_own_loop, stops_the_caller
+from ._progress import Stream
 from ._results import message, trusted_constructor
 from .content import ContextMessage
 from .errors import ErrorCode, JsonValueError
@@ -78,6 +79,7 @@ class Call:
         "registry",
         "signal",
         "started",
+        "stream",
         "tool",
     )
 
@@ -111,6 +113,10 @@ class Call:
         self.started = False
         self.events: list[tuple[Any, ...]] | None = [] if plan.recording else None
         """The call's steps, kept when its decision record is wanted."""
+        listener = call.on_progress
+        wanted = plan.listeners or plan.recording or listener is not None
+        self.stream = Stream(self, listener) if wanted else None
+        """Where the body's progress and output go; ``None``: nobody listens or records."""
 
     def record(self, dry_run: bool = False) -> ToolExecution:
         """:attr:`execution`, made on first request (``dry_run`` for ``explain``)."""

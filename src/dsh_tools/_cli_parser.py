@@ -106,6 +106,11 @@ def _commands(commands: argparse._SubParsersAction[_Parser]) -> None:
     call.add_argument(
         "--explain", action="store_true", help="print the call's decision record after the result"
     )
+    call.add_argument(
+        "--events",
+        action="store_true",
+        help="with --json: stream progress and output as JSON lines, then the result as one",
+    )
     explain = commands.add_parser(
         "explain",
         help="say what a call would do (run, deny, ask) without running it; exit 0, 1 or 10",

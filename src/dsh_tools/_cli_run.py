@@ -58,11 +58,14 @@ def cmd_call(
 ) -> int:
     import anyio
 
+    from ._cli_progress import progress_view, run_showing_progress
     from .errors import ErrorCode
     from .models import ToolExecutionFailure, result_to_json
     from .presenting import present_call, present_result
     from .terminal import emit_card, render_call_view, render_result
 
+    if options.events and not options.json:
+        raise UsageError("--events streams JSON lines: use it with --json")
     # Every attempt runs through the pipeline, an unknown tool or bad JSON included, so
     # that the audit log and every other observer see it.
     call = _cli_call(options, stdin)
@@ -72,12 +75,16 @@ def cmd_call(
     if not options.json:
         emit_card(render_call_view(present_call(registry, call)), out)
         out.flush()
-    result: ToolExecutionResult = anyio.run(_run_with_progress, registry, call, err)
+    view = progress_view(call.name, options.json, options.events, out, err)
+    result: ToolExecutionResult = anyio.run(run_showing_progress, registry, call, view)
     if options.json:
         data = result_to_json(result)
         if options.explain:
             data["decisionRecord"] = records.last.to_json()
-        out.write(_json_text(data))
+        if options.events:  # the last JSON line of the stream
+            out.write(_json_text({"type": "result", "result": data}, indent=None))
+        else:
+            out.write(_json_text(data))
     else:
         emit_card(render_result(present_result(registry, call, result), result), out)
         if options.explain:
@@ -87,15 +94,16 @@ def cmd_call(
     return EXIT_CALL_FAILED if result.is_error else EXIT_OK
 
 
-def _json_text(data: object) -> str:
-    """``data`` as indented JSON text, non-ASCII characters as they are; when a string in
-    it holds a character that would act on a terminal (which JSON does not escape: DEL,
-    C1 controls, bidi controls), every non-ASCII character is written as a ``\\u``
-    escape instead. Either way the JSON holds the same data."""
-    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+def _json_text(data: object, indent: int | None = 2) -> str:
+    """``data`` as JSON text and a newline (indented, or on one line with ``indent=None``),
+    non-ASCII characters as they are; when a string in it holds a character that would
+    act on a terminal (which JSON does not escape: DEL, C1 controls, bidi controls), every
+    non-ASCII character is written as a ``\\u`` escape instead. Either way the JSON holds
+    the same data."""
+    text = json.dumps(data, indent=indent, ensure_ascii=False) + "\n"
     if safe_text(text, multiline=True) == text:
         return text
-    return json.dumps(data, indent=2) + "\n"
+    return json.dumps(data, indent=indent) + "\n"
 
 
 def _write_lines(lines: list[str], out: TextIO) -> None:
@@ -157,30 +165,6 @@ def cmd_explain(
     if explained.outcome == "run":
         return EXIT_OK
     return EXIT_WOULD_ASK if explained.outcome == "ask" else EXIT_CALL_FAILED
-
-
-async def _run_with_progress(registry: ToolRegistry, call: Any, err: TextIO) -> ToolExecutionResult:
-    """Run the call; on a terminal, show elapsed time every second while it runs."""
-    import anyio
-
-    if not err.isatty():
-        return await registry.execute(call)
-    started = time.monotonic()
-
-    async def ticker() -> None:
-        while True:
-            await anyio.sleep(1)
-            err.write(f"\r… {call.name} running for {time.monotonic() - started:.0f}s")
-            err.flush()
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(ticker)
-        try:
-            result = await registry.execute(call)
-        finally:
-            group.cancel_scope.cancel()
-            err.write("\r\x1b[K")
-    return result
 
 
 def cmd_replay(registry: ToolRegistry, options: argparse.Namespace, out: TextIO) -> int:

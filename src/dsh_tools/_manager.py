@@ -141,6 +141,9 @@ class PluginManager(pluggy.PluginManager):
         return None
 
 
+_PROGRESS_HOOKS = frozenset({"dsh_tools_progress", "dsh_tools_progress_filter"})
+
+
 def _impl_problem(hook: str, impl: pluggy.HookImpl) -> str | None:
     if impl.hookwrapper:
         return f"{hook} uses hookwrapper=True; use @hookimpl(wrapper=True)"
@@ -156,6 +159,8 @@ def _impl_problem(hook: str, impl: pluggy.HookImpl) -> str | None:
         )
     if hook == "dsh_tools_guard" and inspect.iscoroutinefunction(impl.function):
         return "dsh_tools_guard is async; guards are synchronous final checks"
+    if hook in _PROGRESS_HOOKS and inspect.iscoroutinefunction(impl.function):
+        return f"{hook} is async; progress hooks are plain functions, called from any thread"
     return None
 
 

@@ -15,6 +15,9 @@ The plan also picks each tool's runner, so nothing about it is re-decided per ca
 * the **staged** runner for every other name, unknown ones included; it skips each stage
   that is empty for the scope.
 
+Progress listeners and filters (:attr:`Plan.listeners`, :attr:`Plan.filters`) do not
+choose a runner: the body step streams for both (see :mod:`dsh_tools._progress`).
+
 And whether ``execute_sync`` needs an event loop for a call: :attr:`Plan.needs_loop` (an
 ``async def`` pre-execute, post-execute or result implementation, or an ``async``
 approval service) or the tool's :attr:`ToolEntry.is_async` (an ``async def`` body).
@@ -121,7 +124,9 @@ class Plan:
         "async_observers",
         "default_timeout_ms",
         "direct",
+        "filters",
         "guards",
+        "listeners",
         "needs_loop",
         "post",
         "pre",
@@ -151,6 +156,10 @@ class Plan:
         self.wrappers = stages["wrappers"]
         self.post = stages["post"]
         self.result = stages["result"]
+        self.filters = stages["filters"]
+        """``dsh_tools_progress_filter``: what the progress step folds each event through."""
+        self.listeners = stages["listeners"]
+        """``dsh_tools_progress``: a scope with any gives its calls a progress stream."""
         self.approval = approval
         self.approval_store = approval_store
         self.default_timeout_ms = default_timeout_ms
@@ -164,7 +173,9 @@ class Plan:
         self.async_observers = any(impl.is_async for impl in self.result)
         awaited = (*self.pre, *self.post, *self.result)
         self.needs_loop = any(impl.is_async for impl in awaited) or _is_async_service(approval)
-        quiet = not (any(stages.values()) or tracer is not None or default_timeout_ms is not None)
+        # Progress needs no stage: the body step, which both runners share, streams.
+        staged = (self.pre, self.guards, self.wrappers, self.post, self.result)
+        quiet = not (any(staged) or tracer is not None or default_timeout_ms is not None)
         self.direct: Mapping[str, ToolEntry] = (
             {name: entry for name, entry in tools.items() if entry.bare} if quiet else {}
         )
@@ -187,6 +198,8 @@ _HOOKS = {
     "wrappers": "dsh_tools_execute",
     "post": "dsh_tools_post_execute",
     "result": "dsh_tools_result",
+    "filters": "dsh_tools_progress_filter",
+    "listeners": "dsh_tools_progress",
 }
 
 

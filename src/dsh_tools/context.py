@@ -9,8 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from .content import ContentLike, ContextMessage
+from .progress import Output, Progress
 
 if TYPE_CHECKING:
+    from ._progress import Stream
     from .cancel import CancelSignal
     from .models import ToolExecution
 
@@ -24,20 +26,55 @@ class _Call(Protocol):
 
 
 class ToolRunContext:
-    """What a tool body gets besides its arguments: the call, its signal, and two levers.
+    """What a tool body gets besides its arguments: the call, its signal, two levers and
+    two ways to say how it is doing before it returns.
 
     ``signal`` fires when the caller cancels (or a timeout or wrapper does); an ``async``
     body is also interrupted at its next ``await``. ``signal.deadline``, when set, says
     when the body's time is up. The pipeline makes the context; bodies only use it.
     """
 
-    __slots__ = ("_call", "_concluded", "_contexts", "signal")
+    __slots__ = ("_call", "_concluded", "_contexts", "_stream", "signal")
 
-    def __init__(self, call: _Call, signal: CancelSignal) -> None:
+    def __init__(self, call: _Call, signal: CancelSignal, stream: Stream | None = None) -> None:
         self._call = call
         self.signal = signal
         self._contexts: tuple[ContextMessage, ...] = ()
         self._concluded = False
+        self._stream = stream
+        if stream is not None:
+            stream.open(signal)  # the body's reports are taken from now on
+
+    def report_progress(
+        self, done: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Say how far the call has come: ``done`` of ``total`` (``None``: unknown), and
+        optionally what it is doing, for a person.
+
+        Call it as often as you like, from an ``async`` body, a ``def`` body or a thread
+        the body started: reports are coalesced (the latest progress wins) and reach the
+        listeners a few times a second at most. With nobody listening (and no decision
+        records kept) it does nothing, cheaply, and checks nothing; otherwise a ``done``
+        or ``total`` that is not a finite number, or a ``message`` that is not a ``str``,
+        raises ``TypeError``.
+        After the body returned, or once its signal fired, reports are dropped.
+        """
+        stream = self._stream
+        if stream is not None:
+            stream.put(Progress(done, total, message))
+
+    def emit_output(self, text: str, stream: str = "stdout") -> None:
+        """Stream ``text`` as the body produces it, on a named ``stream`` (``"stdout"``,
+        ``"stderr"``, ...), so a person sees it before the call ends.
+
+        Output is batched, never reordered, and bounded while waiting for delivery. It
+        is a view for whoever watches: it does not become the result; return what the
+        model should see. Threads, coalescing and dropping as for
+        :meth:`report_progress`.
+        """
+        sink = self._stream
+        if sink is not None:
+            sink.put(Output(text, stream))
 
     @property
     def execution(self) -> ToolExecution:

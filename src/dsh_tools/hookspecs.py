@@ -1,4 +1,5 @@
-"""The five hooks every tool call passes through, in order. This module is the contract.
+"""The five hooks every tool call passes through, in order, and the two that see a running
+call's progress. This module is the contract.
 
 Implement any of them in a plugin class or module, mark each implementation with
 :data:`dsh_tools.hookimpl`, and add the plugin with ``registry.add_plugin(plugin)`` (or ship
@@ -26,6 +27,12 @@ post-execute, no observer. Its ``execution.dry_run`` is ``True``. A pre-execute 
 implementation with a side effect (writing an audit entry, counting a rate limit, asking
 a remote service to reserve something) must check it and skip the side effect, deciding
 exactly as it would for the real call.
+
+**Progress.** While a body runs it may report progress and stream output
+(``ctx.report_progress``, ``ctx.emit_output``). Those events are not a stage: they pass
+:func:`dsh_tools_progress_filter` (policy over what a person sees before the result) and
+reach :func:`dsh_tools_progress` (listeners), both plain functions called in the order
+above for each delivered batch, from whichever thread delivers it.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ if TYPE_CHECKING:
         ToolExecution,
         ToolExecutionResult,
     )
+    from .progress import Output, Progress
     from .records import DecisionRecord
 
 __all__ = [
@@ -56,6 +64,8 @@ __all__ = [
     "dsh_tools_guard",
     "dsh_tools_post_execute",
     "dsh_tools_pre_execute",
+    "dsh_tools_progress",
+    "dsh_tools_progress_filter",
     "dsh_tools_result",
     "hookimpl",
     "hookspec",
@@ -239,6 +249,72 @@ def dsh_tools_result(
         @hookimpl
         def dsh_tools_result(execution, result):
             metrics.count(execution.name, error=result.is_error)
+    """
+
+
+@hookspec
+def dsh_tools_progress_filter(
+    execution: ToolExecution, event: Progress | Output, tool: ToolDefinition[Any] | None
+) -> Progress | Output | object | None:
+    """Inspect a progress or output event before anyone sees it; keep, replace or drop it.
+
+    The streamed counterpart of post-execute, for policies that guard what leaves a call:
+    a redaction policy that cleans the final content must clean the stream too, or a
+    secret reaches the person (and the MCP client, the ACP editor, the terminal, a span)
+    before post-execute ever runs. A fold: each implementation sees the event as the
+    previous ones left it. Return ``None`` to keep it, a new
+    :class:`~dsh_tools.progress.Progress` or :class:`~dsh_tools.progress.Output` to
+    replace it, or :data:`~dsh_tools.progress.DROP` to withhold it.
+
+    Events are coalesced before they are filtered: an output event holds the text
+    reported since the previous delivery (adjacent text of one stream joined), so a
+    secret written in two pieces arrives in one. A plain function (not ``async``),
+    called from whichever thread delivers; keep it quick. Fails closed: an implementation
+    that raises or returns anything else withholds that event and every later one of the
+    call (logged); the call itself goes on, and its result is untouched.
+
+    :param execution: the call, with frozen arguments; read-only.
+    :param event: the event so far.
+    :param tool: the definition the name resolved to when the call entered.
+
+    Use in plugins::
+
+        @hookimpl
+        def dsh_tools_progress_filter(event):
+            if isinstance(event, Output) and "hunter2" in event.text:
+                return Output(event.text.replace("hunter2", "********"), event.stream)
+            return None
+    """
+
+
+@hookspec
+def dsh_tools_progress(
+    execution: ToolExecution, event: Progress | Output, tool: ToolDefinition[Any] | None
+) -> None:
+    """Observe a running call's progress and output, as the filters left them.
+
+    Called for each delivered event, in order, one batch at a time: a
+    :class:`~dsh_tools.progress.Progress` (``done``, ``total``, ``message``; the latest
+    one of a batch wins) or an :class:`~dsh_tools.progress.Output` (``text``,
+    ``stream``). Never called after the call's result exists, nor after its signal
+    fired. Return values are ignored. A plain function (not ``async``), called from
+    whichever thread delivers (the body's, or a timer's); hand the event to your own
+    loop or queue if you need one. An implementation that raises is logged (logger
+    ``dsh_tools``) and contained; the call goes on.
+
+    A scope with an implementation gives its calls a progress stream; a scope without
+    one (and a call without ``on_progress``) pays nothing for reports.
+
+    :param execution: the call; read-only.
+    :param event: the event, after the progress filters.
+    :param tool: the definition the name resolved to when the call entered.
+
+    Use in plugins::
+
+        @hookimpl
+        def dsh_tools_progress(execution, event):
+            if isinstance(event, Progress):
+                print(execution.name, event.done, event.total)
     """
 
 

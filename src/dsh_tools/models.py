@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .approvals import ApprovalAnswer
     from .arguments import ArgumentsModel
     from .presentation import ToolCallView, ToolResultView
+    from .progress import ProgressListener
 
 __all__ = [
     "Accept",
@@ -128,7 +129,9 @@ class ToolExecutionInput:
     ``arguments`` may be any Python value; it is snapshotted once into frozen JSON before
     any policy runs, and non-JSON arguments end the call with an ``INVALID_JSON`` failure
     (:class:`UnreadableArguments` says why, for arguments that could not even be read).
-    ``parent`` is the token of the enclosing execution for nested calls.
+    ``parent`` is the token of the enclosing execution for nested calls. ``on_progress``
+    receives the call's progress and output events as the body reports them (after the
+    scope's progress filters; see :mod:`dsh_tools.progress`), never after the result.
     """
 
     call_id: str
@@ -138,6 +141,7 @@ class ToolExecutionInput:
     parent: ExecutionToken | None = None
     root_call_id: str | None = None
     signal: CancelSignal | None = None
+    on_progress: ProgressListener | None = None
 
 
 @attrs.frozen(slots=False)  # one per call: a dict-backed record is filled faster

@@ -87,9 +87,12 @@ def tool_registry(
 
 
 @pytest.fixture
-def call_tool(tool_registry: ToolRegistry) -> Callable[..., ToolExecutionResult]:
+def call_tool(
+    tool_registry: ToolRegistry, call_recorder: CallRecorder
+) -> Callable[..., ToolExecutionResult]:
     """Run one call on ``tool_registry`` synchronously:
-    ``call_tool("add", a=1, b=2)`` or ``call_tool("add", {"a": 1}, agent="x")``."""
+    ``call_tool("add", a=1, b=2)`` or ``call_tool("add", {"a": 1}, agent="x")``; what it
+    streams is kept by ``call_recorder`` (``call_recorder.last.output``, ``.streamed``)."""
     from itertools import count
 
     from .models import ToolExecutionInput
@@ -102,7 +105,11 @@ def call_tool(tool_registry: ToolRegistry) -> Callable[..., ToolExecutionResult]
         payload = kwargs if arguments is None else arguments
         return tool_registry.execute_sync(
             ToolExecutionInput(
-                call_id=f"test-{next(ids)}", name=name, arguments=payload, agent=agent
+                call_id=f"test-{next(ids)}",
+                name=name,
+                arguments=payload,
+                agent=agent,
+                on_progress=call_recorder.on_progress,
             )
         )
 

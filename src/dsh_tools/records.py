@@ -38,6 +38,7 @@ from .models import (
     ToolExecutionSuccess,
     detail_object,
 )
+from .progress import StreamSummary
 
 if TYPE_CHECKING:
     from .tracing import TraceEvent
@@ -466,4 +467,6 @@ def _decision(event: TracedStep) -> tuple[str, str | None, FrozenDict | None]:
         return value.error.info.code, value.error.message, None
     if isinstance(value, ToolExecutionSuccess):
         return "ok", None, None
+    if isinstance(value, StreamSummary):
+        return "streamed", None, detail_object(value.to_json())
     return outcome, None, None

@@ -14,19 +14,23 @@ import attrs
 
 from .approvals import ApprovalAnswer
 from .errors import ErrorCode
+from .hookspecs import hookimpl
 from .models import (
     ApprovalOutcome,
     ApprovalRequest,
+    ToolExecution,
     ToolExecutionFailure,
     ToolExecutionResult,
     ToolExecutionSuccess,
     result_to_json,
 )
+from .progress import Output, Progress
 from .records import DecisionRecord
 from .tracing import TraceEvent
 
 __all__ = [
     "CallRecorder",
+    "ProgressRecorder",
     "RecordedCall",
     "ScriptedApproval",
     "assert_failure",
@@ -82,6 +86,13 @@ class RecordedCall:
     call_id: str
     name: str
     events: list[TraceEvent] = attrs.field(factory=list)
+    streamed: list[Progress | Output] = attrs.field(factory=list)
+    """The progress and output events the call delivered to :meth:`CallRecorder.on_progress`."""
+
+    @property
+    def output(self) -> str:
+        """The text the call streamed, in order."""
+        return "".join(event.text for event in self.streamed if isinstance(event, Output))
 
     @property
     def stages(self) -> list[str]:
@@ -110,20 +121,30 @@ class RecordedCall:
 
 
 class CallRecorder:
-    """A tracer that keeps every event, grouped by call; pass it as ``tracer=``."""
+    """A tracer that keeps every event, grouped by call; pass it as ``tracer=``. Pass its
+    :meth:`on_progress` as a call's ``on_progress`` to keep what the call streamed too."""
 
     def __init__(self) -> None:
         self.calls: list[RecordedCall] = []
         self._by_token: dict[int, RecordedCall] = {}
 
     def __call__(self, event: TraceEvent) -> None:
-        key = id(event.execution.token)
+        call = self._recorded(event.execution, new=event.stage == "call")
+        call.events.append(event)
+
+    def on_progress(self, execution: ToolExecution, event: Progress | Output) -> None:
+        """A call's own progress listener (``ToolExecutionInput(on_progress=recorder.on_progress)``;
+        the ``call_tool`` fixture passes it): keeps each event on the call's record."""
+        self._recorded(execution).streamed.append(event)
+
+    def _recorded(self, execution: ToolExecution, new: bool = False) -> RecordedCall:
+        key = id(execution.token)
         call = self._by_token.get(key)
-        if call is None or event.stage == "call":
-            call = RecordedCall(event.execution.call_id, event.execution.name)
+        if call is None or new:
+            call = RecordedCall(execution.call_id, execution.name)
             self._by_token[key] = call
             self.calls.append(call)
-        call.events.append(event)
+        return call
 
     @property
     def last(self) -> RecordedCall:
@@ -143,6 +164,35 @@ class CallRecorder:
     def clear(self) -> None:
         self.calls.clear()
         self._by_token.clear()
+
+
+class ProgressRecorder:
+    """A plugin that keeps every progress and output event each call delivered, in order:
+    ``registry.add_plugin(recorder)``, then ``recorder.events(call_id)``. Thread-safe
+    enough for tests: appending to a list is atomic."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, list[Progress | Output]] = {}
+
+    @hookimpl
+    def dsh_tools_progress(self, execution: ToolExecution, event: Progress | Output) -> None:
+        self.calls.setdefault(execution.call_id, []).append(event)
+
+    def events(self, call_id: str) -> list[Progress | Output]:
+        """The events call ``call_id`` delivered (empty when it delivered none)."""
+        return list(self.calls.get(call_id, ()))
+
+    def output(self, call_id: str, stream: str | None = None) -> str:
+        """The text call ``call_id`` streamed (on ``stream`` only, when given)."""
+        return "".join(
+            event.text
+            for event in self.events(call_id)
+            if isinstance(event, Output) and stream in (None, event.stream)
+        )
+
+    def progress(self, call_id: str) -> list[Progress]:
+        """The progress events call ``call_id`` delivered."""
+        return [event for event in self.events(call_id) if isinstance(event, Progress)]
 
 
 def assert_success(

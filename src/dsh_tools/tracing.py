@@ -24,6 +24,7 @@ Stage = Literal[
     "approval",
     "guard",
     "execute",
+    "progress",
     "body",
     "post_execute",
     "finalize",

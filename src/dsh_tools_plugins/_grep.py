@@ -34,18 +34,26 @@ class Findings:
     """What one grep call found: matching lines up to ``limit``, counts past it."""
 
     def __init__(
-        self, regex: LineRegex, limit: int, max_file_bytes: int, stop: Callable[[], bool]
+        self,
+        regex: LineRegex,
+        limit: int,
+        max_file_bytes: int,
+        stop: Callable[[], bool],
+        scanned: Callable[[], None] = lambda: None,
     ) -> None:
         self.regex = regex
         self.limit = limit
         self.max_file_bytes = max_file_bytes
         self.stop = stop
+        self.scanned = scanned
+        """Called once per file searched (``grep`` reports progress through it)."""
         self.files: dict[str, list[dict[str, Any]]] = {}
         self.total = 0
         self.skipped = 0
 
     def search(self, display: str, fd: int, size: int) -> None:
         """Search the open file ``fd``, or count it as skipped (binary, over the cap)."""
+        self.scanned()
         if size > self.max_file_bytes:
             self.skipped += 1
             return

@@ -13,12 +13,19 @@ and its tail around a ``[... output truncated: N bytes omitted ...]`` marker. A 
 exit or a timeout is not a failed call: the result says what happened (``exit_code``,
 ``signal``, ``timed_out``) and whether the command ran sandboxed, so the model can react;
 a command that cannot start fails.
+
+While the command runs, its output is streamed as it arrives (``ctx.emit_output``, on
+stream ``stdout``: stderr is merged into it, in order) and the elapsed time is reported
+every second (``ctx.report_progress``), so a person watching sees a long build as it
+goes; the result is the same as without anyone watching.
 """
 
 from __future__ import annotations
 
+import codecs
 import shlex
 import signal as signals
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -139,23 +146,51 @@ def _signal_name(number: int) -> str:
         return f"SIG{number}"
 
 
-async def _pump(process: anyio.abc.Process, capture: _Capture, done: anyio.Event) -> None:
+class _Live:
+    """What a person watching sees while the command runs: its output as it arrives
+    (decoded across chunk boundaries) and the time it has been running."""
+
+    def __init__(self, ctx: ToolRunContext) -> None:
+        self.ctx = ctx
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.started = time.monotonic()
+
+    def output(self, chunk: bytes, final: bool = False) -> None:
+        text = self.decoder.decode(chunk, final)
+        if text:
+            self.ctx.emit_output(text)
+
+    async def tick(self) -> None:
+        while True:
+            await anyio.sleep(1)
+            elapsed = round(time.monotonic() - self.started)
+            self.ctx.report_progress(elapsed, None, f"running for {elapsed}s")
+
+
+async def _pump(
+    process: anyio.abc.Process, capture: _Capture, live: _Live, done: anyio.Event
+) -> None:
     try:
         if process.stdout is not None:
             async for chunk in process.stdout:
                 capture.add(chunk)
+                live.output(chunk)
     except (anyio.ClosedResourceError, anyio.BrokenResourceError):
         pass
     finally:
+        live.output(b"", final=True)
         done.set()
 
 
-async def _supervise(process: anyio.abc.Process, capture: _Capture, timeout_s: float) -> bool:
+async def _supervise(
+    process: anyio.abc.Process, capture: _Capture, live: _Live, timeout_s: float
+) -> bool:
     """Collect output until the command exits, or its time is up (then return True)."""
     done = anyio.Event()
     with anyio.move_on_after(timeout_s) as deadline:
         async with anyio.create_task_group() as group:
-            group.start_soon(_pump, process, capture, done)
+            group.start_soon(_pump, process, capture, live, done)
+            group.start_soon(live.tick)
             await process.wait()
             end_leftovers(process)  # nothing outlives the call
             with anyio.move_on_after(_DRAIN_S):
@@ -323,7 +358,8 @@ def run_command_tool(
             async with starter.start(
                 argv, root=root, directory=directory, bubblewrap=bubblewrap
             ) as launch:
-                timed_out = await _supervise(launch.process, capture, timeout_ms / 1000)
+                live = _Live(ctx)
+                timed_out = await _supervise(launch.process, capture, live, timeout_ms / 1000)
         if launch.setup_failed:
             raise ToolError(f"the sandbox could not start the command: {capture.text().strip()}")
         return _value(args, directory.display, capture, launch, timed_out)

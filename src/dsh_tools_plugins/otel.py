@@ -36,6 +36,7 @@ through the ``opentelemetry`` entry point, which stays inert unless :data:`ENV_V
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from typing import TYPE_CHECKING, Any, Final
@@ -45,6 +46,7 @@ from dsh_tools.errors import PluginConfigError
 from dsh_tools.hookspecs import hookimpl
 from dsh_tools.json import dumps
 from dsh_tools.models import ToolDefinition, ToolExecution, ToolExecutionResult
+from dsh_tools.progress import Output, Progress
 
 if TYPE_CHECKING:
     from contextvars import Token
@@ -61,14 +63,20 @@ logger = logging.getLogger("dsh_tools")
 
 ENV_VAR: Final = "DSH_TOOLS_OTEL"
 """Enables the ``opentelemetry`` entry point: ``on``, plus ``decisions`` for an event per
-decision step, and ``arguments`` and/or ``results`` to record those (comma-separated, e.g.
-``on,arguments``); unset, empty or ``off``: inert."""
+decision step, ``progress`` for progress span events, and ``arguments`` and/or ``results``
+to record those (comma-separated, e.g. ``on,arguments``); unset, empty or ``off``: inert."""
 
 INSTRUMENTATION: Final = "dsh_tools"
 """The instrumentation scope name of the tracer and meter."""
 
 DURATION_METRIC: Final = "gen_ai.execute_tool.duration"
 """The GenAI conventions' tool-execution duration histogram, in seconds."""
+
+MAX_PROGRESS_EVENTS: Final = 100
+"""The most ``dsh_tools.progress`` span events one call gets (``progress_events=True``)."""
+
+PROGRESS_EVENT_INTERVAL_S: Final = 1.0
+"""The shortest time between two ``dsh_tools.progress`` events of one call."""
 
 _UNSEEN: Final = ()
 """What the result stage finds for a call whose pre-execute this plugin never saw."""
@@ -87,6 +95,7 @@ class _ToolSpans:
         meter_provider: MeterProvider | None = None,
         record_arguments: bool = False,
         record_results: bool = False,
+        progress_events: bool = False,
     ) -> None:
         try:
             from opentelemetry import context, metrics, trace
@@ -112,6 +121,13 @@ class _ToolSpans:
         self._open: dict[object, tuple[Span, Token[Context], float] | None] = {}
         """The calls in flight: execution token -> (span, context token, start), or
         ``None`` when nothing records the call's span."""
+        self._progressed: dict[object, list[float]] = {}
+        """Calls that streamed: execution token -> [span events added, when the last was]."""
+        self.progress_events = progress_events
+        if progress_events:
+            # An attribute of this plugin only when asked for: a scope whose plugins do
+            # not listen gives its calls no progress stream at all.
+            self.dsh_tools_progress = self._progress_event
 
     def __repr__(self) -> str:
         return (
@@ -154,6 +170,7 @@ class _ToolSpans:
         tool: ToolDefinition[Any] | None,
         record: DecisionRecord | None,
     ) -> None:
+        self._progressed.pop(execution.token, None)
         opened = self._open.pop(execution.token, _UNSEEN)
         if opened is None:
             return
@@ -175,6 +192,25 @@ class _ToolSpans:
         if result.is_error:
             attributes["error.type"] = result.code
         self._duration.record(time.perf_counter() - started, attributes)
+
+    def _progress_event(self, execution: ToolExecution, event: Progress | Output) -> None:
+        """A ``dsh_tools.progress`` span event for a call's progress: at most one a second
+        and :data:`MAX_PROGRESS_EVENTS` a call (the latest progress of the second), with
+        the message only under ``record_results``; output adds no event of its own."""
+        opened = self._open.get(execution.token)
+        if not opened or not isinstance(event, Progress):
+            return
+        seen = self._progressed.setdefault(execution.token, [0, -math.inf])
+        now = time.monotonic()
+        if seen[0] >= MAX_PROGRESS_EVENTS or now - seen[1] < PROGRESS_EVENT_INTERVAL_S:
+            return
+        seen[0], seen[1] = seen[0] + 1, now
+        attributes: dict[str, str | float] = {"dsh_tools.progress.done": event.done}
+        if event.total is not None:
+            attributes["dsh_tools.progress.total"] = event.total
+        if event.message is not None and self.record_results:
+            attributes["dsh_tools.progress.message"] = event.message
+        opened[0].add_event("dsh_tools.progress", attributes)
 
     def _start(
         self,
@@ -249,6 +285,10 @@ class OpenTelemetryPlugin(_ToolSpans):
         model-facing text) as ``gen_ai.tool.call.result``, a failure's message as the
         span's status description, and error text (a tool's error message, a plugin's
         exception) as the reason of decision events.
+    :param progress_events: add a ``dsh_tools.progress`` span event (``done``, ``total``,
+        and the message under ``record_results``) as a streaming tool reports progress, at
+        most one a second and 100 a call. Off by default: on, the scope's calls carry a
+        progress stream.
 
     Raises :class:`ImportError` naming the ``otel`` extra when ``opentelemetry-api`` is
     not installed.
@@ -322,7 +362,7 @@ def _step_attributes(step: DecisionStep, with_errors: bool) -> dict[str, str]:
     return attributes
 
 
-_WORDS: Final = frozenset({"on", "decisions", "arguments", "results"})
+_WORDS: Final = frozenset({"on", "decisions", "arguments", "results", "progress"})
 
 
 def entry_point() -> OpenTelemetryPlugin | OpenTelemetryDecisionsPlugin | None:
@@ -342,11 +382,16 @@ def entry_point() -> OpenTelemetryPlugin | OpenTelemetryDecisionsPlugin | None:
     if unknown:
         raise PluginConfigError(
             f"{ENV_VAR}={os.environ[ENV_VAR]!r}: unknown word(s) {', '.join(unknown)}; "
-            "expected 'off', or 'on' with optional 'decisions', 'arguments' and 'results' "
+            "expected 'off', or 'on' with optional 'decisions', 'progress', 'arguments' and "
+            "'results' "
             "(comma-separated)"
         )
     plugin = OpenTelemetryDecisionsPlugin if "decisions" in words else OpenTelemetryPlugin
     try:
-        return plugin(record_arguments="arguments" in words, record_results="results" in words)
+        return plugin(
+            record_arguments="arguments" in words,
+            record_results="results" in words,
+            progress_events="progress" in words,
+        )
     except ImportError as error:
         raise PluginConfigError(f"{ENV_VAR} is on, but {error}") from None

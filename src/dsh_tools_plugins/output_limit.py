@@ -16,6 +16,9 @@ so a failure stays a failure with the same code.
 The original content of each truncated call is kept for the host: ``full_content(call_id)``
 returns it for the ``keep_full`` most recently truncated calls (least recently used
 first out). A tool's own ``finalize_content`` runs after post-execute and is not bounded.
+
+Streamed output (``ctx.emit_output``) is bounded too: as a ``dsh_tools_progress_filter``,
+each delivered output event is cut to the same limits, with the same marker.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 from dsh_tools.hookspecs import hookimpl
 from dsh_tools.json import FrozenList
 from dsh_tools.models import Accept, ToolExecution, ToolExecutionResult
+from dsh_tools.progress import Output, Progress
 
 __all__ = ["OutputLimit"]
 
@@ -131,6 +135,15 @@ class OutputLimit:
                 while len(self._full) > self.keep_full:
                     self._full.popitem(last=False)
         return Accept(content=bounded)
+
+    @hookimpl(trylast=True)
+    def dsh_tools_progress_filter(self, event: Progress | Output) -> Output | None:
+        if not isinstance(event, Output):
+            return None
+        bounded = self.truncate(FrozenList([{"type": "text", "text": event.text}]))
+        if bounded is None:
+            return None
+        return Output("\n".join(filter(None, map(_text_of, bounded))), event.stream)
 
     def __repr__(self) -> str:
         return f"<OutputLimit max_chars={self.max_chars!r} max_bytes={self.max_bytes!r}>"

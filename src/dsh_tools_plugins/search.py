@@ -25,7 +25,7 @@ matches names starting with a dot too.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -52,7 +52,7 @@ from ._ignore import ignore_filter
 from ._reach import split_glob
 from ._regex import compile_line_pattern, compile_path_regex
 from .files import DEFAULT_MAX_FILE_BYTES, fields
-from .workspace import Opened, WalkFilter, Workspace
+from .workspace import Opened, WalkFilter, Workspace, WorkspaceFile
 
 __all__ = [
     "DEFAULT_GLOB_LIMIT",
@@ -197,6 +197,29 @@ def _stopper(ctx: ToolRunContext) -> Callable[[], bool]:
     return lambda: signal.cancelled
 
 
+REPORT_EVERY_FILES = 500
+"""On a large tree, ``glob`` and ``grep`` report progress every this many files."""
+
+
+class _Scanned:
+    """Counts the files a search looked at, reporting ``N files scanned`` every
+    :data:`REPORT_EVERY_FILES` (the total is unknown until the walk ends)."""
+
+    def __init__(self, ctx: ToolRunContext) -> None:
+        self.ctx = ctx
+        self.count = 0
+
+    def __call__(self) -> None:
+        self.count += 1
+        if not self.count % REPORT_EVERY_FILES:
+            self.ctx.report_progress(self.count, None, f"{self.count} files scanned")
+
+    def files(self, walk: Iterator[WorkspaceFile]) -> Iterator[WorkspaceFile]:
+        for found in walk:
+            self()
+            yield found
+
+
 # --------------------------------------------------------------------------- glob
 
 
@@ -276,13 +299,12 @@ def glob_tool(workspace: Workspace) -> ToolDefinition[GlobArgs]:
         stop = _stopper(ctx)
         with base:
             skip = len(_prefix(base))
+            walk = workspace.walk_files(
+                base, entry_filter=_walk_filter(workspace, base, args.include_ignored), stop=stop
+            )
             found = sorted(
                 found.display
-                for found in workspace.walk_files(
-                    base,
-                    entry_filter=_walk_filter(workspace, base, args.include_ignored),
-                    stop=stop,
-                )
+                for found in _Scanned(ctx).files(walk)
                 if not stop() and matcher.matches(found.display[skip:])
             )
         return {
@@ -480,7 +502,7 @@ def grep_tool(
         regex = compile_line_pattern(args.pattern, case_insensitive=args.case_insensitive)
         _check_limit(args.limit)
         include = _include_matcher(args.include)
-        findings = Findings(regex, args.limit, max_file_bytes, _stopper(ctx))
+        findings = Findings(regex, args.limit, max_file_bytes, _stopper(ctx), _Scanned(ctx))
         if not workspace.resolve(args.path).is_dir():
             with workspace.open(args.path) as single:
                 findings.search(single.display, single.fd, single.stat.st_size)

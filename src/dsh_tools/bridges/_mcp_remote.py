@@ -14,8 +14,10 @@ import anyio
 import attrs
 from mcp import Client, ClientSession, MCPError
 from mcp import types as mcp_types
+from mcp.shared.dispatcher import ProgressFnT
 
 from ..content import ImageContent, TextContent, content_text
+from ..context import ToolRunContext
 from ..errors import DshToolsError, JsonSchemaError, ToolError
 from ..json import FrozenDict, JsonValue, dumps, snapshot, thaw
 from ..jsonschema import assert_supported_json_schema
@@ -118,7 +120,9 @@ def _output_declaration(tool: mcp_types.Tool) -> tuple[ToolOutput | None, str | 
     return ToolOutput(schema=schema, render=_render_remote), None
 
 
-async def _call_remote(client: McpClient, name: str, arguments: dict[str, Any]) -> Any:
+async def _call_remote(
+    client: McpClient, name: str, arguments: dict[str, Any], context: ToolRunContext
+) -> Any:
     if isinstance(client, Client):
         try:
             client.session  # noqa: B018 - raises RuntimeError once the client has closed
@@ -127,7 +131,7 @@ async def _call_remote(client: McpClient, name: str, arguments: dict[str, Any]) 
                 f'the MCP client is closed; tool "{name}" cannot be called'
             ) from None
     try:
-        return await client.call_tool(name, arguments)
+        return await client.call_tool(name, arguments, progress_callback=_relayed(context))
     except MCPError as error:
         if error.code == mcp_types.CONNECTION_CLOSED:
             raise McpConnectionError(
@@ -149,14 +153,26 @@ async def _call_remote(client: McpClient, name: str, arguments: dict[str, Any]) 
         ) from None
 
 
+def _relayed(context: ToolRunContext) -> ProgressFnT:
+    """The server's ``notifications/progress`` for a call, as the local call's progress (so
+    a proxied tool streams through this registry's filters to its own listeners)."""
+
+    async def relay(progress: float, total: float | None, message: str | None) -> None:
+        context.report_progress(progress, total, message)
+
+    return relay
+
+
 def _remote_tool(
     client: McpClient, tool: mcp_types.Tool, prefix: str, timeout_ms: float | None
 ) -> McpRemoteTool:
     remote_name = tool.name
     output, note = _output_declaration(tool)
 
-    async def execute(arguments: FrozenDict, context: Any) -> object:
-        result: mcp_types.CallToolResult = await _call_remote(client, remote_name, thaw(arguments))
+    async def execute(arguments: FrozenDict, context: ToolRunContext) -> object:
+        result: mcp_types.CallToolResult = await _call_remote(
+            client, remote_name, thaw(arguments), context
+        )
         blocks = [_local_block(block) for block in result.content]
         if result.is_error:
             # Servers (this bridge among them) often start the text with "Error: "; the

@@ -14,12 +14,15 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from pydantic import TypeAdapter, ValidationError
 
+from .._relay import Relay
 from .._version import __version__
 from ..content import content_text
 from ..errors import RegistrationError
 from ..json import FrozenDict, thaw
 from ..models import ToolDefinition, ToolExecutionInput, ToolExecutionResult
+from ..progress import Output, Progress
 from ..registry import ToolRegistry, ToolScope
+from ..safetext import safe_text
 from .wire import to_mcp_call_result, to_mcp_tools
 
 View: TypeAlias = "ToolRegistry | ToolScope"
@@ -98,6 +101,61 @@ def _call_tool_result(result: ToolExecutionResult, structured: bool) -> mcp_type
     )
 
 
+MAX_MESSAGE_CHARS = 1000
+"""The most characters of streamed output one progress notification's message carries
+(the newest ones)."""
+
+
+class _ProgressNotifier:
+    """A call's events as ``notifications/progress`` to the client that asked for them
+    with a progress token (the SDK sends nothing when the request carried none).
+
+    At most one notification per batch, and ``progress`` always grows, as MCP requires:
+    it is the tool's ``done`` when the tool reported a ``total`` (a batch in which it did
+    not grow sends nothing, and its output waits for the next one), otherwise the number
+    of notifications sent. The message is the newest output (at most
+    :data:`MAX_MESSAGE_CHARS`), else the tool's progress message, made safe to show."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.value = 0.0
+        self.output = ""
+        self.last: Progress | None = None
+
+    async def send(self, events: list[Progress | Output]) -> None:
+        output = "".join(event.text for event in events if isinstance(event, Output))
+        self.output = (self.output + output)[-MAX_MESSAGE_CHARS:]
+        for event in events:
+            if isinstance(event, Progress):
+                self.last = event
+        last = self.last
+        if last is not None and last.total is not None:
+            value, total = last.done, last.total
+            if value <= self.value:
+                return
+        else:
+            value, total = self.value + 1, None
+        text = self.output or (last and last.message)
+        self.value, self.output = value, ""
+        message = None if not text else safe_text(text, multiline=True)
+        await self.session.report_progress(value, total, message)
+
+
+_PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+
+
+def _may_want_progress(ctx: ServerRequestContext[Any]) -> bool:
+    """Whether the request may want progress: its ``_meta`` carries a progress token, or
+    it uses the per-request protocol, whose in-process dispatch hands the client's
+    callback over without a token the server can see. A request known not to want any
+    (no token, handshake-era protocol) skips the relay and its task."""
+    meta = (ctx.params or {}).get("_meta")
+    if isinstance(meta, dict) and meta.get("progressToken") is not None:
+        return True
+    known = ctx.meta or {}
+    return known.get("progress_token") is not None or _PROTOCOL_VERSION_KEY in known
+
+
 def build_mcp_server(
     view: View, *, name: str = "dsh-tools", agent: str | None = None
 ) -> Server[Any]:
@@ -110,6 +168,10 @@ def build_mcp_server(
     with ``isError`` set on failure. ``structuredContent`` carries the tool's value when
     the tool declares an object-rooted output schema and no post-execute policy or
     ``finalize_content`` replaced the content (then it is withheld).
+
+    While a tool runs, what it reports (``ctx.report_progress``, ``ctx.emit_output``,
+    after the scope's progress filters) is sent as ``notifications/progress`` when the
+    request carries a progress token: a few a second at most, none after the result.
 
     ``agent`` serves a registry as that agent (``"parent/child"`` for nested scopes):
     tools, guards and plugins are that scope's. A ``ToolScope`` serves as its own agent.
@@ -125,12 +187,15 @@ def build_mcp_server(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult:
         structured = _object_output_schema(target.get(params.name)) is not None
+        relay = Relay(_ProgressNotifier(ctx.session).send) if _may_want_progress(ctx) else None
         call = ToolExecutionInput(
             call_id=f"mcp-{uuid.uuid4().hex}",
             name=params.name,
             arguments={} if params.arguments is None else params.arguments,
+            on_progress=relay,
         )
-        return _call_tool_result(await target.execute(call), structured)
+        run = target.execute(call)
+        return _call_tool_result(await (run if relay is None else relay.run(run)), structured)
 
     return Server(name, version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
 
