@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._approval import ALLOW, approval_keys, remembered, unroutable
 from ._call import Call, Interrupted, StageFailed
 from ._drivers import arguments_not_json, frozen_arguments
 from ._results import error_result
-from ._stages import ALLOW, approval_keys, first_decision, guard, remembered, unroutable
+from ._stages import first_decision, guard
 from .errors import ErrorCode, JsonValueError
 from .models import Ask, Deny, ToolExecutionInput
 from .records import DecisionStep, Explanation
