@@ -12,6 +12,8 @@ only when nothing is remembered, accepts only an exact outcome, and keeps an
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any, cast
 
 from ._call import Call, Interrupted, StageFailed
 from ._loops import is_awaitable, stops_the_caller
@@ -23,7 +25,7 @@ from .approvals import (
     ApprovalStore,
     exact_outcome,
 )
-from .errors import ErrorCode
+from .errors import ErrorCode, RegistrationError
 from .json import FrozenDict
 from .models import (
     Allow,
@@ -32,6 +34,7 @@ from .models import (
     ApprovalService,
     Ask,
     Deny,
+    ToolExecutionFailure,
     failure_result,
 )
 from .records import Origin
@@ -45,10 +48,52 @@ APPROVAL = Origin("approval service")
 STORE = Origin("approval store")
 
 
+class FunctionChannel:
+    """A plain function (sync or ``async def``) taking the request, as an approval
+    service."""
+
+    __slots__ = ("request",)
+
+    def __init__(self, function: Callable[[ApprovalRequest], Any]) -> None:
+        self.request = function
+
+
+def channel(value: object) -> ApprovalService | None:
+    """``value`` as the approval service a plan asks; refuses anything that cannot be."""
+    if value is None or callable(getattr(value, "request", None)):
+        return cast("ApprovalService | None", value)
+    if callable(value):
+        return FunctionChannel(value)
+    raise RegistrationError(
+        "approval must be an ApprovalService (an object with a request(request) method) or "
+        f"a callable taking the ApprovalRequest (sync or async), got {type(value).__qualname__}"
+    )
+
+
+def unrunnable(call: Call) -> ToolExecutionFailure | None:
+    """Why the call could not run even if a person allowed it (its tool is unknown, or
+    its arguments do not validate), or ``None``: nobody is asked about such a call."""
+    entry = call.resolve()
+    if entry is None:
+        return call.unknown()
+    try:
+        call.parse(entry)
+    except BaseException as error:
+        if stops_the_caller(error):
+            raise
+        return error_result(error, ErrorCode.INVALID_ARGS)
+    return None
+
+
 async def approve(call: Call, ask: Ask) -> Allow | Deny:
-    """Route an ``Ask`` to the approval store, then to the approval service; only an
-    allowed outcome allows, and only an ``*-always`` answer is remembered."""
+    """Route an ``Ask`` about a call that can run to the approval store, then to the
+    approval service; only an allowed outcome allows, and only an ``*-always`` answer is
+    remembered."""
     name, execution, service = call.name, call.execution, call.plan.approval
+    failure = unrunnable(call)
+    if failure is not None:
+        call.trace("approval", None, "not asked: " + failure.code, failure)
+        raise StageFailed(failure)
     refused = unroutable(call, ask)
     if refused is not None:
         return refused
