@@ -49,6 +49,7 @@ __all__ = [
     "TicketStore",
     "exact_outcome",
     "remembered_outcome",
+    "stamped",
 ]
 
 ANSWERS = frozenset(
@@ -285,6 +286,13 @@ class ApprovalTicket:
         return again.arguments_sha256 == self.arguments_sha256
 
 
+def stamped(ticket: ApprovalTicket, now: float) -> ApprovalTicket:
+    """``ticket`` created ``now`` (a store's clock), with the same lifetime."""
+    return attrs.evolve(
+        ticket, created_at=now, expires_at=now + ticket.expires_at - ticket.created_at
+    )
+
+
 class TicketError(DshToolsError):
     """A ticket that cannot be answered or resumed; ``ticket_id`` names it. Subclasses
     say why; nothing runs because of it."""
@@ -348,9 +356,11 @@ class TicketStore(Protocol):
     must show."""
 
     def open_ticket(self, ticket: ApprovalTicket) -> ApprovalTicket:
-        """Keep ``ticket`` (pending) and return it; when an open ticket (pending or
-        answered, unexpired) of the same agent, tool and ``arguments_sha256`` is stored,
-        keep nothing and return that one instead."""
+        """Keep ``ticket`` (pending) and return it as kept; when an open ticket (pending
+        or answered, unexpired) of the same agent, tool and ``arguments_sha256`` is
+        stored, keep nothing and return that one instead. The store stamps
+        ``created_at`` by its own clock and moves ``expires_at`` with it (the lifetime
+        the caller gave is kept), so expiry never depends on the asking machine's clock."""
         ...
 
     def get_ticket(self, ticket_id: str) -> ApprovalTicket | None:
@@ -425,8 +435,8 @@ class MemoryApprovalStore:
             found = self._open(ticket.key)
             if found is not None:
                 return found
-            self._tickets[ticket.id] = ticket
-            return ticket
+            kept = self._tickets[ticket.id] = stamped(ticket, self._clock())
+            return kept
 
     def get_ticket(self, ticket_id: str) -> ApprovalTicket | None:
         with self._changed:
