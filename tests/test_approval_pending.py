@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
+from approval_helpers import add_write_tool, code
 from dsh_tools import (
     ApprovalRequest,
     Ask,
@@ -21,7 +22,6 @@ from dsh_tools import (
     TicketState,
     ToolExecutionInput,
     ToolRegistry,
-    define_tool,
     hookimpl,
 )
 from dsh_tools.approvals import TicketError, TicketExpiredError, TicketNotFoundError
@@ -54,25 +54,13 @@ def make_registry(
 ) -> tuple[ToolRegistry, Channel, list[str]]:
     channel = Channel()
     registry = ToolRegistry(approval=channel, approval_store=store, **options)
-    ran: list[str] = []
-    registry.register(
-        define_tool(
-            name="write",
-            description="Write a file.",
-            parameters={"path": {"type": "string", "required": True}},
-            execute=lambda args, ctx: ran.append(args["path"]) or "written",
-        )
-    )
+    ran = add_write_tool(registry)
     registry.add_plugin(AskAlways(**(ask or {})), name="permissions")
     return registry, channel, ran
 
 
 def call(path: str = "a.txt", agent: str = "coder") -> ToolExecutionInput:
     return ToolExecutionInput("c1", "write", {"path": path}, agent=agent)
-
-
-def code(result: Any) -> str:
-    return result.error.info.code if result.is_error else "ok"
 
 
 def ticket_of(result: Any) -> str:
