@@ -27,22 +27,30 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from dsh_tools.approvals import (
     REMEMBERED_OUTCOMES,
     ApprovalKey,
     exact_outcome,
+    grant_limits,
     remembered_outcome,
 )
 from dsh_tools.models import ApprovalOutcome
 
+from ._approval_sqlite_schema import SchemaError, upgrade
+
 __all__ = ["ApprovalStoreError", "SqliteApprovalStore", "approvals_directory"]
 
-_SCHEMA_VERSION = 1
+_T = TypeVar("_T")
 _ANY_ARGUMENTS = "*"
 """The ``arguments_sha256`` column of an answer widened to the tool (a primary key column
 cannot be NULL and stay unique)."""
+_KEY = "agent = ? AND tool = ? AND arguments_sha256 = ?"
+_LIVE = "(expires_at IS NULL OR expires_at > ?) AND (uses_left IS NULL OR uses_left > 0)"
+"""A grant that has not ended (its parameter: the time now)."""
 
 
 class ApprovalStoreError(Exception):
@@ -80,8 +88,8 @@ class SqliteApprovalStore:
 
     def recall(self, key: ApprovalKey) -> ApprovalOutcome | None:
         rows = self._run(
-            "SELECT outcome FROM approvals WHERE agent = ? AND tool = ? AND arguments_sha256 = ?",
-            _columns(key),
+            f"SELECT outcome FROM approvals WHERE {_KEY} AND {_LIVE}",
+            (*_columns(key), time.time()),
         )
         if not rows:
             return None
@@ -90,13 +98,33 @@ class SqliteApprovalStore:
             raise ApprovalStoreError(f"{self.path} holds an unknown outcome {rows[0][0]!r}")
         return outcome
 
-    def remember(self, key: ApprovalKey, outcome: ApprovalOutcome) -> None:
+    def remember(
+        self,
+        key: ApprovalKey,
+        outcome: ApprovalOutcome,
+        *,
+        expires_in_s: float | None = None,
+        uses: int | None = None,
+    ) -> None:
         kept = remembered_outcome(outcome)
+        lifetime, uses = grant_limits(kept, expires_in_s, uses)
+        now = time.time()
         self._run(
-            "INSERT OR REPLACE INTO approvals "
-            "(agent, tool, arguments_sha256, outcome, remembered_at) VALUES (?, ?, ?, ?, ?)",
-            (*_columns(key), kept.value, time.time()),
+            "INSERT OR REPLACE INTO approvals (agent, tool, arguments_sha256, outcome, "
+            "remembered_at, expires_at, uses_left) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (*_columns(key), kept.value, now, None if lifetime is None else now + lifetime, uses),
         )
+
+    def use(self, key: ApprovalKey) -> ApprovalOutcome | None:
+        """Take one use of the allowance under ``key`` (see
+        :meth:`dsh_tools.approvals.LimitedGrantStore.use`): one ``UPDATE`` that only
+        matches a grant with a use left, so two processes never take the last one both."""
+        taken = self._count(
+            f"UPDATE approvals SET uses_left = uses_left - 1 WHERE {_KEY} AND {_LIVE} "
+            "AND outcome = ?",
+            (*_columns(key), time.time(), ApprovalOutcome.ALLOWED_ALWAYS.value),
+        )
+        return ApprovalOutcome.ALLOWED_ALWAYS if taken else None
 
     def forget(self, agent: str | None = None) -> None:
         """Drop every remembered answer, or those of ``agent`` (and of no other scope)."""
@@ -108,20 +136,36 @@ class SqliteApprovalStore:
     # ------------------------------------------------------------------ file
 
     def _run(self, statement: str, parameters: tuple[object, ...]) -> list[tuple[object, ...]]:
+        """The rows of one statement in a transaction of its own."""
+        return self._execute(statement, parameters, sqlite3.Cursor.fetchall)
+
+    def _count(self, statement: str, parameters: tuple[object, ...]) -> int:
+        """How many rows one statement in a transaction of its own changed."""
+        return self._execute(statement, parameters, lambda cursor: cursor.rowcount)
+
+    def _execute(
+        self,
+        statement: str,
+        parameters: tuple[object, ...],
+        collect: Callable[[sqlite3.Cursor], _T],
+    ) -> _T:
         """One statement in a transaction of its own, on a connection of its own."""
         try:
             self._prepare()
             connection = sqlite3.connect(self.path, timeout=self.timeout_s)
             try:
                 with connection:
-                    return connection.execute(statement, parameters).fetchall()
+                    return collect(connection.execute(statement, parameters))
             finally:
                 connection.close()
         except (sqlite3.Error, OSError, ValueError) as error:  # ValueError: unencodable text
             raise ApprovalStoreError(f"approval store {self.path}: {error}") from None
+        except SchemaError as error:
+            raise ApprovalStoreError(f"approval store {self.path}: {error}") from None
 
     def _prepare(self) -> None:
-        """Create the file and its table once per store; refuse a file of another kind."""
+        """Create the file and its table once per store, or upgrade a file an older
+        version made; refuse a file of another kind."""
         if self._ready:
             return
         with self._ready_lock:
@@ -130,20 +174,7 @@ class SqliteApprovalStore:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             connection = sqlite3.connect(self.path, timeout=self.timeout_s)
             try:
-                with connection:
-                    version = connection.execute("PRAGMA user_version").fetchone()[0]
-                    if version not in (0, _SCHEMA_VERSION):
-                        raise ApprovalStoreError(
-                            f"approval store {self.path}: schema version {version}, expected "
-                            f"{_SCHEMA_VERSION}"
-                        )
-                    connection.execute(
-                        "CREATE TABLE IF NOT EXISTS approvals (agent TEXT NOT NULL, "
-                        "tool TEXT NOT NULL, arguments_sha256 TEXT NOT NULL, "
-                        "outcome TEXT NOT NULL, remembered_at REAL NOT NULL, "
-                        "PRIMARY KEY (agent, tool, arguments_sha256))"
-                    )
-                    connection.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+                upgrade(connection)
             finally:
                 connection.close()
             self._ready = True
