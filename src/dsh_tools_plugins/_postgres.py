@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
@@ -72,6 +73,8 @@ class Connections:
         self._idle: list[psycopg.Connection[tuple[object, ...]]] = []
         self._lock = threading.Lock()
         self._ready = False
+        # Idle connections close when the store is dropped or the process ends.
+        weakref.finalize(self, _close_all, self._idle, self._lock)
 
     def run(self, work: Callable[[psycopg.Connection[tuple[object, ...]]], _T]) -> _T:
         """``work`` done on a connection in a transaction of its own; any failure is an
@@ -107,16 +110,13 @@ class Connections:
             raise ApprovalStoreError(self.redacted(error)) from None
 
     def redacted(self, error: BaseException | str) -> str:
-        text = str(error).strip() or type(error).__qualname__
+        text = " ".join(str(error).split()) or type(error).__qualname__
         for secret in _secrets(self.url):
             text = text.replace(secret, "***")
         return f"approval store {self.shown}: {text}"
 
     def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for connection in idle:
-            connection.close()
+        _close_all(self._idle, self._lock)
 
     def _connect(self) -> psycopg.Connection[tuple[object, ...]]:
         import psycopg
@@ -139,6 +139,14 @@ class Connections:
             connection.close()
             raise
         return connection
+
+
+def _close_all(idle: list[psycopg.Connection[tuple[object, ...]]], lock: threading.Lock) -> None:
+    with lock:
+        connections = idle[:]
+        idle.clear()
+    for connection in connections:
+        connection.close()
 
 
 def _create_schema(connection: psycopg.Connection[tuple[object, ...]]) -> None:

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from dsh_tools.approvals import (
     REMEMBERED_OUTCOMES,
@@ -42,7 +42,20 @@ from dsh_tools.models import ApprovalOutcome
 
 from ._approval_sqlite_schema import SchemaError, upgrade
 
-__all__ = ["ApprovalStoreError", "SqliteApprovalStore", "approvals_directory"]
+if TYPE_CHECKING:
+    from .approval_postgres import PostgresApprovalStore
+
+__all__ = [
+    "APPROVALS_URL_ENV",
+    "ApprovalStoreError",
+    "SqliteApprovalStore",
+    "approvals_directory",
+    "open_approval_store",
+]
+
+APPROVALS_URL_ENV = "DSH_TOOLS_APPROVALS_URL"
+"""The environment variable ``dsh-tools`` reads the approval store's location from when
+``--approvals-store`` is not given."""
 
 _T = TypeVar("_T")
 _ANY_ARGUMENTS = "*"
@@ -85,6 +98,11 @@ class SqliteApprovalStore:
         real = os.path.realpath(root)
         name = hashlib.sha256(os.fsencode(real)).hexdigest()[:32] + ".sqlite3"
         return cls(Path(directory or approvals_directory()) / name)
+
+    def check(self) -> None:
+        """Create or upgrade the file now: raise :class:`ApprovalStoreError` when the
+        store cannot be used."""
+        self._run("SELECT 1", ())
 
     def recall(self, key: ApprovalKey) -> ApprovalOutcome | None:
         rows = self._run(
@@ -182,3 +200,38 @@ class SqliteApprovalStore:
 
 def _columns(key: ApprovalKey) -> tuple[str, str, str]:
     return key.agent, key.tool_name, key.arguments_sha256 or _ANY_ARGUMENTS
+
+
+def open_approval_store(
+    location: str, *, workspace: str | os.PathLike[str] | None = None
+) -> SqliteApprovalStore | PostgresApprovalStore:
+    """The store at ``location``, checked (reachable, of a schema this version knows): a
+    ``postgresql://`` URL (extra: ``postgres``) or a SQLite file, which must lie outside
+    ``workspace`` (where tools write, an agent could approve itself). Raises
+    :class:`ApprovalStoreError` otherwise; never falls back to another store."""
+    from .approval_postgres import PostgresApprovalStore, is_postgres_url
+
+    store: SqliteApprovalStore | PostgresApprovalStore
+    if is_postgres_url(location):
+        store = PostgresApprovalStore(location)
+    elif "://" in location or not location.strip():
+        scheme = location.split("://")[0] if location.strip() else ""
+        raise ApprovalStoreError(
+            f"approval store {scheme + '://...' if scheme else repr(location)}: expected a "
+            "postgresql:// URL or the path of a SQLite file"
+        )
+    else:
+        path = Path(location).expanduser()
+        if workspace is not None and _inside(path, Path(workspace)):
+            raise ApprovalStoreError(
+                f"approval store {path} lies inside the workspace {workspace}, where tools "
+                "write: keep it outside"
+            )
+        store = SqliteApprovalStore(path)
+    store.check()
+    return store
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    real, root = Path(os.path.realpath(path)), Path(os.path.realpath(directory))
+    return real == root or root in real.parents
