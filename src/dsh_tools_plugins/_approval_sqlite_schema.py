@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from ._sqlite_tickets import SCHEMA as TICKETS
+
 __all__ = ["SCHEMA_VERSION", "SchemaError", "upgrade"]
 
 _STEPS: tuple[tuple[str, ...], ...] = (
@@ -19,10 +21,12 @@ _STEPS: tuple[tuple[str, ...], ...] = (
         "arguments_sha256 TEXT NOT NULL, outcome TEXT NOT NULL, remembered_at REAL NOT NULL, "
         "PRIMARY KEY (agent, tool, arguments_sha256))",
     ),
-    # 2: grants that end: when (seconds since the epoch) and after how many more uses.
+    # 2: grants that end: when (seconds since the epoch) and after how many more uses;
+    # approval tickets.
     (
         "ALTER TABLE approvals ADD COLUMN expires_at REAL",
         "ALTER TABLE approvals ADD COLUMN uses_left INTEGER",
+        *TICKETS,
     ),
 )
 
