@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
+from ._postgres_tickets import TICKETS_SCHEMA
 from .approval_store import ApprovalStoreError
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ _SCHEMA = (
     "arguments_sha256 text NOT NULL, outcome text NOT NULL, "
     "remembered_at timestamptz NOT NULL DEFAULT now(), expires_at timestamptz, "
     "uses_left integer CHECK (uses_left >= 0), PRIMARY KEY (agent, tool, arguments_sha256))",
+    *TICKETS_SCHEMA,
 )
 
 _PASSWORD = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@:]*:([^/@]*)@")

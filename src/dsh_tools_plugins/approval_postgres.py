@@ -6,11 +6,17 @@
     store = PostgresApprovalStore("postgresql://dsh@db.internal/approvals")
     registry = ToolRegistry(approval=service, approval_store=store)
 
-It creates its tables on first use (``dsh_tools_approvals``, and ``dsh_tools_schema``
-with the schema's version) in the first schema of the connection's ``search_path``. When
-a grant ends is judged by the server's clock (``now()``), never the client's, so hosts
-with skewed clocks agree. A use of a counted grant is one ``UPDATE`` that only matches a
-grant with a use left, so concurrent calls never share one.
+It keeps approval tickets too (:class:`dsh_tools.approvals.TicketStore`): a call asked
+about on one machine can be answered from a second and resumed, exactly once, from a
+third, and a process waiting for an answer is woken by ``LISTEN``/``NOTIFY`` as soon as
+it is given.
+
+It creates its tables on first use (``dsh_tools_approvals``,
+``dsh_tools_approval_tickets``, and ``dsh_tools_schema`` with the schema's version) in
+the first schema of the connection's ``search_path``. When a grant ends, and whether a
+ticket has expired, is judged by the server's clock (``now()``), never the client's. A
+use of a counted grant, an answer and a resume are each one ``UPDATE`` that only matches
+a row in the state it expects, so concurrent callers never share one.
 
 A server that cannot be reached, a statement that fails or times out (``timeout_s``), or
 a database of an unknown schema version raises
@@ -20,11 +26,15 @@ store by its URL without the password; the pipeline then fails closed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from dsh_tools.approvals import (
     REMEMBERED_OUTCOMES,
     ApprovalKey,
+    ApprovalTicket,
+    TicketAnswer,
+    TicketState,
     exact_outcome,
     grant_limits,
     remembered_outcome,
@@ -32,6 +42,7 @@ from dsh_tools.approvals import (
 from dsh_tools.models import ApprovalOutcome
 
 from ._postgres import Connections
+from ._postgres_tickets import Tickets
 from .approval_store import ApprovalStoreError
 
 if TYPE_CHECKING:
@@ -71,6 +82,7 @@ class PostgresApprovalStore:
                 "the PostgreSQL approval store needs psycopg: pip install 'dsh-tools[postgres]'"
             ) from None
         self._connections = Connections(url, timeout_s)
+        self._tickets = Tickets(self._connections)
         with self._connections.errors():
             from psycopg.conninfo import conninfo_to_dict
 
@@ -140,6 +152,35 @@ class PostgresApprovalStore:
             self._rows("DELETE FROM dsh_tools_approvals", ())
         else:
             self._rows("DELETE FROM dsh_tools_approvals WHERE agent = %s", (agent,))
+
+    # ------------------------------------------------------------------ tickets
+
+    def open_ticket(self, ticket: ApprovalTicket) -> ApprovalTicket:
+        return self._tickets.open_ticket(ticket)
+
+    def get_ticket(self, ticket_id: str) -> ApprovalTicket | None:
+        return self._tickets.get_ticket(ticket_id)
+
+    def find_ticket(self, key: ApprovalKey) -> ApprovalTicket | None:
+        return self._tickets.find_ticket(key)
+
+    def list_tickets(
+        self, *, agent: str | None = None, state: TicketState | None = None
+    ) -> Sequence[ApprovalTicket]:
+        return self._tickets.list_tickets(agent=agent, state=state)
+
+    def answer_ticket(self, ticket_id: str, answer: TicketAnswer) -> ApprovalTicket:
+        return self._tickets.answer_ticket(ticket_id, answer)
+
+    def consume_ticket(self, ticket_id: str) -> ApprovalTicket | None:
+        return self._tickets.consume_ticket(ticket_id)
+
+    def wait_for_answer(self, ticket_id: str, timeout_s: float) -> ApprovalTicket | None:
+        """Wait on a connection that listens for answers (``LISTEN``): an answer from any
+        process wakes the waiter at once."""
+        return self._tickets.wait_for_answer(ticket_id, timeout_s)
+
+    # ------------------------------------------------------------------ connections
 
     def _rows(self, statement: str, parameters: tuple[object, ...]) -> list[tuple[object, ...]]:
         def work(connection: psycopg.Connection[tuple[object, ...]]) -> list[tuple[object, ...]]:

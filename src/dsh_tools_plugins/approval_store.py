@@ -280,17 +280,18 @@ def _columns(key: ApprovalKey) -> tuple[str, str, str]:
 
 
 def open_approval_store(
-    location: str, *, workspace: str | os.PathLike[str] | None = None
+    location: str, *, workspace: str | os.PathLike[str] | None = None, timeout_s: float = 5.0
 ) -> SqliteApprovalStore | PostgresApprovalStore:
     """The store at ``location``, checked (reachable, of a schema this version knows): a
     ``postgresql://`` URL (extra: ``postgres``) or a SQLite file, which must lie outside
-    ``workspace`` (where tools write, an agent could approve itself). Raises
-    :class:`ApprovalStoreError` otherwise; never falls back to another store."""
+    ``workspace`` (where tools write, an agent could approve itself). ``timeout_s`` is the
+    store's. Raises :class:`ApprovalStoreError` otherwise; never falls back to another
+    store."""
     from .approval_postgres import PostgresApprovalStore, is_postgres_url
 
     store: SqliteApprovalStore | PostgresApprovalStore
     if is_postgres_url(location):
-        store = PostgresApprovalStore(location)
+        store = PostgresApprovalStore(location, timeout_s=timeout_s)
     elif "://" in location or not location.strip():
         scheme = location.split("://")[0] if location.strip() else ""
         raise ApprovalStoreError(
@@ -304,7 +305,7 @@ def open_approval_store(
                 f"approval store {path} lies inside the workspace {workspace}, where tools "
                 "write: keep it outside"
             )
-        store = SqliteApprovalStore(path)
+        store = SqliteApprovalStore(path, timeout_s=timeout_s)
     store.check()
     return store
 

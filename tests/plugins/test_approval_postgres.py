@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from dsh_tools import (
 )
 from dsh_tools.testing import ScriptedApproval
 from dsh_tools_plugins.approval_store import ApprovalStoreError
+from store_contract import StoreContract
 
 psycopg = pytest.importorskip("psycopg", reason="PostgreSQL driver psycopg is not installed")
 
@@ -75,11 +77,10 @@ def test_an_unreachable_server_fails_closed_and_never_shows_the_password() -> No
     assert "Connection refused" in message
     assert SECRET not in message
     registry, approval, ran = make_registry(store)
-    # Recall fails: asked again, nobody answers. Remember fails: the call fails closed.
-    call = ToolExecutionInput("c1", "deploy", {"service": "web"}, agent="ops")
-    assert code(registry.execute_sync(call)) == "DENIED"
     approval.answer("allowed-always")
-    result = registry.execute_sync(call)
+    result = registry.execute_sync(
+        ToolExecutionInput("c1", "deploy", {"service": "web"}, agent="ops")
+    )
     assert code(result) == "POLICY_ERROR"
     assert "approval store postgresql://dsh@127.0.0.1" in result.error.message
     assert SECRET not in result.error.message
@@ -203,3 +204,13 @@ def test_the_store_reconnects_after_the_server_dropped_its_connections(postgres_
     assert first in (None, ALLOWED)
     assert store.recall(KEY) is ALLOWED
     store.close()
+
+
+class TestPostgresStore(StoreContract):
+    """The store contract (``tests/store_contract.py``) on PostgreSQL."""
+
+    @pytest.fixture
+    def store(self, postgres_url: str) -> Iterator[PostgresApprovalStore]:
+        store = PostgresApprovalStore(postgres_url)
+        yield store
+        store.close()
