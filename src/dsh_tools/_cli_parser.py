@@ -86,6 +86,15 @@ def _policy_options(parser: argparse.ArgumentParser) -> None:
         help="let sandboxed commands use the network (default: the rules file's, or off)",
     )
     parser.add_argument("--audit-log", metavar="FILE", help="append every call to this JSONL log")
+    parser.add_argument(
+        "--approvals-store",
+        metavar="URL|FILE",
+        help=(
+            "keep remembered approvals in this PostgreSQL database (postgresql://...) or "
+            "SQLite file, outside the workspace (default: $DSH_TOOLS_APPROVALS_URL, else "
+            "kept for one run)"
+        ),
+    )
 
 
 def _commands(commands: argparse._SubParsersAction[_Parser]) -> None:
