@@ -67,6 +67,7 @@ class Call:
 
     __slots__ = (
         "arguments",
+        "asker",
         "concluded",
         "contexts",
         "entry",
@@ -77,6 +78,7 @@ class Call:
         "parsed_by",
         "plan",
         "registry",
+        "resumes",
         "signal",
         "started",
         "stream",
@@ -95,6 +97,7 @@ class Call:
         arguments: FrozenDict | JsonValueError,
         entry: ToolEntry | None,
         admitted: FrozenDict | None = None,
+        resumes: str | None = None,
     ) -> None:
         self.plan = plan
         self.registry = registry
@@ -117,6 +120,10 @@ class Call:
         wanted = plan.listeners or plan.recording or listener is not None
         self.stream = Stream(self, listener) if wanted else None
         """Where the body's progress and output go; ``None``: nobody listens or records."""
+        self.resumes = resumes
+        """The approval ticket this call resumes (``registry.resume``), or ``None``."""
+        self.asker: Origin | None = None
+        """The pre-execute implementation whose ``Ask`` stage 1 returned."""
 
     def record(self, dry_run: bool = False) -> ToolExecution:
         """:attr:`execution`, made on first request (``dry_run`` for ``explain``)."""
