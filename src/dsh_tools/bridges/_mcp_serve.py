@@ -20,6 +20,7 @@ from ..errors import RegistrationError
 from ..json import FrozenDict, thaw
 from ..models import ToolDefinition, ToolExecutionInput, ToolExecutionResult
 from ..registry import ToolRegistry, ToolScope
+from ._mcp_approval import ApprovalsMode, McpApprovals, input_required
 from .wire import to_mcp_call_result, to_mcp_tools
 
 View: TypeAlias = "ToolRegistry | ToolScope"
@@ -98,8 +99,21 @@ def _call_tool_result(result: ToolExecutionResult, structured: bool) -> mcp_type
     )
 
 
+def _install_approvals(view: View, mode: ApprovalsMode) -> McpApprovals:
+    """Route the registry's asks of MCP calls to their clients (the service it had still
+    answers every other call)."""
+    registry = view if isinstance(view, ToolRegistry) else view._registry
+    approvals = McpApprovals(registry.approval, mode)
+    registry.approval = approvals
+    return approvals
+
+
 def build_mcp_server(
-    view: View, *, name: str = "dsh-tools", agent: str | None = None
+    view: View,
+    *,
+    name: str = "dsh-tools",
+    agent: str | None = None,
+    approvals: ApprovalsMode = "deny",
 ) -> Server[Any]:
     """An MCP SDK low-level ``Server`` exposing the tools visible to ``view``.
 
@@ -113,8 +127,16 @@ def build_mcp_server(
 
     ``agent`` serves a registry as that agent (``"parent/child"`` for nested scopes):
     tools, guards and plugins are that scope's. A ``ToolScope`` serves as its own agent.
+    Each MCP session calls through an agent scope of its own under it (``mcp-<hex>``),
+    so remembered answers never pass from one client to another.
+
+    An ``Ask`` of a call made over MCP becomes an elicitation when the client supports
+    it; otherwise ``approvals`` decides (``"deny"``, or ``"pending"``). The registry's
+    approval service is replaced by one that does this and hands every other call's ask
+    to the service it replaced (see :mod:`dsh_tools.bridges._mcp_approval`).
     """
     target = _serving_view(view, agent)
+    asking = _install_approvals(target, approvals)
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
@@ -123,19 +145,28 @@ def build_mcp_server(
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
-    ) -> mcp_types.CallToolResult:
+    ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
         structured = _object_output_schema(target.get(params.name)) is not None
         call = ToolExecutionInput(
             call_id=f"mcp-{uuid.uuid4().hex}",
             name=params.name,
             arguments={} if params.arguments is None else params.arguments,
         )
-        return _call_tool_result(await target.execute(call), structured)
+        session_view = asking.session_view(target, ctx.session)
+        with asking.calling(call, ctx, params, session_view) as caller:
+            result = await session_view.execute(call)
+        return input_required(call, caller) or _call_tool_result(result, structured)
 
     return Server(name, version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
 
 
-async def serve_stdio(view: View, *, name: str = "dsh-tools", agent: str | None = None) -> None:
+async def serve_stdio(
+    view: View,
+    *,
+    name: str = "dsh-tools",
+    agent: str | None = None,
+    approvals: ApprovalsMode = "deny",
+) -> None:
     """Serve ``view`` over this process's stdin/stdout until the client disconnects.
 
     Nothing else may write to stdout meanwhile (log to stderr). Synchronous callers:
@@ -143,6 +174,6 @@ async def serve_stdio(view: View, *, name: str = "dsh-tools", agent: str | None 
     """
     from mcp.server.stdio import stdio_server
 
-    server = build_mcp_server(view, name=name, agent=agent)
+    server = build_mcp_server(view, name=name, agent=agent, approvals=approvals)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
