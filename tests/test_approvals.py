@@ -136,6 +136,19 @@ def test_a_remembered_rejection_wins_over_a_remembered_allowance() -> None:
     assert ran == ["notes.txt"]
 
 
+def test_a_tool_wide_rejection_wins_over_an_exact_allowance() -> None:
+    # Rejection wins whichever of the two is the narrower: an "always allow" for these
+    # exact arguments does not outweigh "always reject" for every call of the tool.
+    registry, approval, ran = make_registry()
+    approval.answer("allowed-always", ApprovalAnswer("rejected-always", any_arguments=True))
+    assert code(registry.execute_sync(call("notes.txt"))) == "ok"  # exact allowance
+    assert code(registry.execute_sync(call("other.txt"))) == "DENIED"  # rejects the tool
+    again = registry.execute_sync(call("notes.txt"))
+    assert again.error.message == 'the user rejected tool "write" (a remembered answer)'
+    assert len(approval.requests) == 2
+    assert ran == ["notes.txt"]
+
+
 def test_guards_still_deny_after_a_remembered_allowance() -> None:
     registry, approval, ran = make_registry()
     approval.answer("allowed-always")

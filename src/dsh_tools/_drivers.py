@@ -23,10 +23,11 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from . import cancel
+from ._approval import ALLOW
 from ._body import run_body
 from ._call import Call, Interrupted, StageFailed
 from ._loops import drive, on_event_loop, run_on_own_loop, stops_the_caller
-from ._stages import ALLOW, code, decide, finalize, guard, observe, post_execute
+from ._stages import code, decide, finalize, guard, observe, post_execute
 from ._wrappers import execute as execute_stage
 from .errors import ErrorCode, JsonValueError
 from .json import FrozenDict, snapshot

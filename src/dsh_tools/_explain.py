@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._approval import ALLOW, approval_keys, remembered, unroutable, unrunnable
 from ._call import Call, Interrupted, StageFailed
 from ._drivers import arguments_not_json, frozen_arguments
 from ._results import error_result
-from ._stages import ALLOW, approval_keys, first_decision, guard, remembered, unroutable
+from ._stages import first_decision, guard
 from .errors import ErrorCode, JsonValueError
 from .models import Ask, Deny, ToolExecutionInput
 from .records import DecisionStep, Explanation
@@ -39,7 +40,11 @@ async def explain(plan: Plan, registry: ToolRegistry, call: ToolExecutionInput) 
     try:
         decision = await first_decision(state) if state.plan.pre else ALLOW
         if isinstance(decision, Ask):
-            # Nobody to ask is a denial; a remembered answer decides without asking.
+            # Nobody is asked about a call that cannot run; nobody to ask is a denial; a
+            # remembered answer decides without asking.
+            unfit = unrunnable(state)
+            if unfit is not None:
+                return _explained(state, "invalid", unfit.error.message, unfit.code)
             known = unroutable(state, decision) or remembered(state, approval_keys(state))
             decision = known or decision
     except StageFailed as failed:

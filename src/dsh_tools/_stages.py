@@ -1,4 +1,5 @@
-"""Stages 1, 2, 4 and 5, each one loop over its implementations, and the finalizer.
+"""Stages 1, 2, 4 and 5, each one loop over its implementations, and the finalizer
+(stage 1's approval step, for an ``Ask``, is :mod:`dsh_tools._approval`).
 
 The pipeline walks the implementations itself, in pluggy's order, instead of calling
 pluggy's hook: an ``async def`` implementation is awaited before the next one runs (with
@@ -21,26 +22,17 @@ from typing import Any
 import attrs
 
 from . import cancel
+from ._approval import ALLOW, approve
 from ._call import Call, Interrupted, StageFailed
 from ._loops import is_awaitable, stops_the_caller
 from ._render import render
 from ._results import error_result, message, shown
-from .approvals import (
-    REMEMBERED_OUTCOMES,
-    ApprovalAnswer,
-    ApprovalKey,
-    ApprovalStore,
-    exact_outcome,
-)
 from .content import content_blocks, content_text
 from .errors import ErrorCode
-from .json import FrozenDict, FrozenList
+from .json import FrozenList
 from .models import (
     Accept,
     Allow,
-    ApprovalOutcome,
-    ApprovalRequest,
-    ApprovalService,
     Ask,
     Block,
     Deny,
@@ -49,14 +41,8 @@ from .models import (
     ToolExecutionSuccess,
     failure_result,
 )
-from .records import Origin
 
 logger = logging.getLogger("dsh_tools")
-
-ALLOW = Allow()
-_ALLOWING = frozenset({ApprovalOutcome.ALLOWED_ONCE, ApprovalOutcome.ALLOWED_ALWAYS})
-APPROVAL = Origin("approval service")
-STORE = Origin("approval store")
 
 
 async def decide(call: Call) -> Allow | Deny:
@@ -64,7 +50,7 @@ async def decide(call: Call) -> Allow | Deny:
     service. Raises :class:`Interrupted` when the caller cancels meanwhile."""
     decision = await first_decision(call)
     if isinstance(decision, Ask):
-        return await _approve(call, decision)
+        return await approve(call, decision)
     return decision
 
 
@@ -103,162 +89,6 @@ async def first_decision(call: Call) -> Allow | Deny | Ask:
             )
         )
     return ALLOW
-
-
-async def _approve(call: Call, ask: Ask) -> Allow | Deny:
-    """Route an ``Ask`` to the approval store, then to the approval service; only an
-    allowed outcome allows, and only an ``*-always`` answer is remembered."""
-    name, execution, service = call.name, call.execution, call.plan.approval
-    refused = unroutable(call, ask)
-    if refused is not None:
-        return refused
-    agent = execution.agent
-    # unroutable() denied a call without either:
-    assert service is not None
-    assert agent is not None
-    arguments: FrozenDict = execution.arguments  # type: ignore[assignment]
-    store = call.plan.approval_store
-    keys = approval_keys(call)
-    known = remembered(call, keys)
-    if known is not None:
-        return known
-    request = ApprovalRequest(agent, name, execution.call_id, arguments, ask.reason, call.signal)
-    outcome, any_arguments = await _answer(call, service, request)
-    if outcome in REMEMBERED_OUTCOMES:
-        if call.cancelled():
-            raise Interrupted
-        _remember(call, store, keys[1] if any_arguments else keys[0], outcome)
-    return _decision(call, outcome)
-
-
-def approval_keys(call: Call) -> tuple[ApprovalKey, ApprovalKey]:
-    """Where an answer about a routable call is remembered: for its exact arguments, and
-    for any arguments of its tool."""
-    agent, name = call.execution.agent, call.name
-    assert agent is not None  # a call with no agent is unroutable()
-    arguments: FrozenDict = call.execution.arguments  # type: ignore[assignment]
-    return ApprovalKey.for_call(agent, name, arguments), ApprovalKey.for_tool(agent, name)
-
-
-def remembered(call: Call, keys: tuple[ApprovalKey, ...]) -> Allow | Deny | None:
-    """What the answer the approval store remembers under ``keys`` decides, or ``None``
-    when it has none. Only reads the store (``explain`` asks it too)."""
-    outcome = _recalled(call, call.plan.approval_store, keys)
-    return None if outcome is None else _decision(call, outcome, remembered=True)
-
-
-def unroutable(call: Call, ask: Ask) -> Deny | None:
-    """The denial of an ``Ask`` nobody can be asked about: no approval service, or a call
-    without an agent to route it through."""
-    name = call.name
-    if call.plan.approval is None:
-        return Deny(
-            ask.reason or f'tool "{name}" requires approval, but no approval service is configured'
-        )
-    if call.execution.agent is None:
-        return Deny(
-            f'tool "{name}" requires approval, but the call has no agent to route it through'
-        )
-    return None
-
-
-async def _answer(
-    call: Call, service: ApprovalService, request: ApprovalRequest
-) -> tuple[ApprovalOutcome, bool]:
-    """The service's answer, exactly an outcome (and whether it covers any arguments);
-    anything else fails the call closed."""
-    try:
-        answer = service.request(request)
-        if is_awaitable(answer):
-            answer = await call.settle(answer)
-    except Interrupted:
-        call.trace("approval", "approval service", "interrupted", origin=APPROVAL)
-        raise
-    except BaseException as error:
-        if stops_the_caller(error):
-            raise
-        call.trace("approval", "approval service", f"raised {message(error)}", error, APPROVAL)
-        prefix = "approval service failed: "
-        raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
-    outcome, any_arguments = exact_outcome(answer), False
-    if type(answer) is ApprovalAnswer:
-        outcome, any_arguments = exact_outcome(answer.outcome), answer.any_arguments is True
-    if outcome is None:
-        call.trace("approval", "approval service", f"returned {shown(answer)}", answer, APPROVAL)
-        raise StageFailed(
-            failure_result(
-                f"approval service returned {shown(answer)}; expected an ApprovalAnswer or "
-                "one of " + ", ".join(repr(o.value) for o in ApprovalOutcome),
-                ErrorCode.POLICY_ERROR,
-            )
-        )
-    if call.plan.traced:
-        call.trace("approval", "approval service", outcome.value, answer, APPROVAL)
-    return outcome, any_arguments
-
-
-def _recalled(
-    call: Call, store: ApprovalStore, keys: tuple[ApprovalKey, ...]
-) -> ApprovalOutcome | None:
-    """The answer the store remembers for this call (a rejection wins over an allowance),
-    or ``None``: nothing remembered, or the store failed, and then the service is asked."""
-    found: ApprovalOutcome | None = None
-    for key in keys:
-        try:
-            value = store.recall(key)
-            outcome = exact_outcome(value)
-            if value is not None and outcome not in REMEMBERED_OUTCOMES:
-                raise TypeError(f"recall() returned {shown(value)}; expected an always-outcome")
-        except BaseException as error:
-            if stops_the_caller(error):
-                raise
-            call.trace(
-                "approval", "approval store", f"recall raised {message(error)}", error, STORE
-            )
-            logger.warning(
-                'tool "%s" (%s): approval store %s failed to recall; asking again: %s',
-                call.name,
-                call.execution.call_id,
-                type(store).__qualname__,
-                message(error),
-            )
-            return None
-        if outcome is ApprovalOutcome.REJECTED_ALWAYS or found is None:
-            found = outcome
-    if found is not None and call.plan.traced:
-        call.trace("approval", "approval store", f"remembered {found.value}", keys, STORE)
-    return found
-
-
-def _remember(call: Call, store: ApprovalStore, key: ApprovalKey, outcome: ApprovalOutcome) -> None:
-    """Keep an ``*-always`` answer; a store that cannot fails the call closed."""
-    try:
-        store.remember(key, outcome)
-    except BaseException as error:
-        if stops_the_caller(error):
-            raise
-        call.trace("approval", "approval store", f"remember raised {message(error)}", error, STORE)
-        prefix = f'approval store failed to remember {outcome.value} for tool "{call.name}": '
-        raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
-    if call.plan.traced:
-        call.trace("approval", "approval store", f"stored {outcome.value}", key, STORE)
-
-
-def _decision(call: Call, outcome: ApprovalOutcome, *, remembered: bool = False) -> Allow | Deny:
-    """What an outcome means for the call; an allowance (or a cancelled request) for a
-    call the caller cancelled meanwhile is an interruption."""
-    name = call.name
-    if outcome in _ALLOWING or outcome is ApprovalOutcome.CANCELLED:
-        if call.cancelled():
-            raise Interrupted
-        if outcome is not ApprovalOutcome.CANCELLED:
-            return ALLOW
-        return Deny(f'approval for tool "{name}" was cancelled')
-    if outcome is ApprovalOutcome.REJECTED_ALWAYS and remembered:
-        return Deny(f'the user rejected tool "{name}" (a remembered answer)')
-    if outcome is ApprovalOutcome.REJECTED or outcome is ApprovalOutcome.REJECTED_ALWAYS:
-        return Deny(f'the user rejected tool "{name}"')
-    return Deny(f'tool "{name}" requires approval, but no approval channel is available')
 
 
 def guard(call: Call) -> str | None:

@@ -13,28 +13,53 @@ A store is anything with :meth:`ApprovalStore.recall` and :meth:`ApprovalStore.r
 ``dsh_tools_plugins.approval_store.SqliteApprovalStore`` keeps answers in a file. A store
 that raises fails closed: a failed recall asks the service again, a failed write fails
 the call with ``POLICY_ERROR``.
+
+A question a person answers later is an :class:`ApprovalTicket`: bound to one call (the
+agent, the tool, the frozen arguments and their hash), answered once
+(:class:`TicketAnswer`, compare-and-set) and resumed once. Tickets live in a
+:class:`TicketStore`; both first-party stores are one.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol, cast
 
 import attrs
 
+from .errors import DshToolsError, ErrorCode
+from .json import FrozenDict
 from .models import ApprovalOutcome
 
 __all__ = [
+    "ANSWERS",
     "REMEMBERED_OUTCOMES",
     "ApprovalAnswer",
     "ApprovalKey",
     "ApprovalStore",
+    "ApprovalTicket",
     "MemoryApprovalStore",
+    "TicketAnswer",
+    "TicketError",
+    "TicketState",
+    "TicketStore",
     "exact_outcome",
     "remembered_outcome",
 ]
+
+ANSWERS = frozenset(
+    {
+        ApprovalOutcome.ALLOWED_ONCE,
+        ApprovalOutcome.ALLOWED_ALWAYS,
+        ApprovalOutcome.REJECTED,
+        ApprovalOutcome.REJECTED_ALWAYS,
+    }
+)
+"""The outcomes a person may give a ticket."""
 
 REMEMBERED_OUTCOMES = frozenset({ApprovalOutcome.ALLOWED_ALWAYS, ApprovalOutcome.REJECTED_ALWAYS})
 """The outcomes an approval store keeps; every other outcome applies to one call."""
@@ -132,6 +157,174 @@ class ApprovalKey:
         return cls(agent, tool_name, None)
 
 
+class TicketState(str, enum.Enum):
+    """Where an approval ticket is in its life. A store reports a ticket that is pending
+    or answered at or after its ``expires_at`` (by the store's clock) as ``EXPIRED``."""
+
+    PENDING = "pending"
+    """Waiting for a person's answer."""
+    ANSWERED = "answered"
+    """Answered (:attr:`ApprovalTicket.answer`), not yet resumed."""
+    RESUMED = "resumed"
+    """Its answer was taken by the one call that resumed it; it never applies again."""
+    EXPIRED = "expired"
+    """Not answered, or not resumed, before it expired; it never applies."""
+
+
+def _answer_outcome(value: object) -> ApprovalOutcome:
+    outcome = exact_outcome(value)
+    if outcome not in ANSWERS:
+        raise ValueError(
+            "a ticket is answered with one of "
+            + ", ".join(sorted(repr(o.value) for o in ANSWERS))
+            + f", not {(outcome.value if outcome else type(value).__qualname__)!r}"
+        )
+    return outcome
+
+
+_NAME = attrs.validators.and_(attrs.validators.instance_of(str), attrs.validators.min_len(1))
+"""Who answered and through which channel: non-empty text."""
+
+
+@attrs.frozen
+class TicketAnswer:
+    """A person's answer to a ticket: the outcome, who gave it (``by``), through which
+    channel (``"cli"``, ``"inbox"``, ``"mcp"``, a service's name), optional feedback
+    for the model, and whether an ``*-always`` answer covers any arguments of the tool."""
+
+    outcome: ApprovalOutcome = attrs.field(converter=_answer_outcome)
+    by: str = attrs.field(validator=_NAME)
+    channel: str = attrs.field(validator=_NAME)
+    feedback: str | None = attrs.field(
+        default=None,
+        kw_only=True,
+        validator=attrs.validators.optional(attrs.validators.instance_of(str)),
+    )
+    any_arguments: bool = attrs.field(default=False, kw_only=True)
+
+    @any_arguments.validator
+    def _widened_only_when_remembered(self, attribute: object, value: object) -> None:
+        ApprovalAnswer(self.outcome, any_arguments=value)  # type: ignore[arg-type]
+
+    @property
+    def allows(self) -> bool:
+        """Whether the answer lets the call run."""
+        return self.outcome in (ApprovalOutcome.ALLOWED_ONCE, ApprovalOutcome.ALLOWED_ALWAYS)
+
+
+@attrs.frozen
+class ApprovalTicket:
+    """One pending question to a person, bound to one call: the agent scope that asked,
+    the tool, the call id, the frozen arguments and the SHA-256 of their canonical JSON
+    (as :meth:`ApprovalKey.for_call`), the call's card (its JSON, for whoever answers),
+    who asked (``asked_by``: the plugin, and for a permission rule the rule, its file and
+    line), and when it was created and expires (seconds since the epoch).
+
+    A ticket is answered once (:meth:`TicketStore.answer_ticket`) and resumed once
+    (:meth:`TicketStore.consume_ticket`); its ``state`` says where it is."""
+
+    id: str
+    agent: str
+    tool_name: str
+    call_id: str
+    arguments: FrozenDict
+    arguments_sha256: str
+    reason: str | None
+    card: FrozenDict | None
+    asked_by: FrozenDict | None
+    created_at: float
+    expires_at: float
+    state: TicketState = TicketState.PENDING
+    answer: TicketAnswer | None = None
+    answered_at: float | None = None
+    resumed_at: float | None = None
+
+    @classmethod
+    def new(
+        cls,
+        key: ApprovalKey,
+        call_id: str,
+        arguments: FrozenDict,
+        *,
+        created_at: float,
+        expires_at: float,
+        reason: str | None = None,
+        card: FrozenDict | None = None,
+        asked_by: FrozenDict | None = None,
+    ) -> ApprovalTicket:
+        """A new pending ticket for the call ``key`` names, with a fresh random id."""
+        import secrets
+
+        assert key.arguments_sha256 is not None, "a ticket is for exact arguments"
+        return cls(
+            "t-" + secrets.token_hex(12),
+            key.agent,
+            key.tool_name,
+            call_id,
+            arguments,
+            key.arguments_sha256,
+            reason,
+            card,
+            asked_by,
+            created_at,
+            expires_at,
+        )
+
+    @property
+    def key(self) -> ApprovalKey:
+        """The exact-arguments key of the ticket's call."""
+        return ApprovalKey(self.agent, self.tool_name, self.arguments_sha256)
+
+    def intact(self) -> bool:
+        """Whether the stored arguments still hash to ``arguments_sha256`` (a ticket whose
+        arguments were changed where it is stored is never resumed)."""
+        try:
+            again = ApprovalKey.for_call(self.agent, self.tool_name, self.arguments)
+        except (TypeError, ValueError):
+            return False
+        return again.arguments_sha256 == self.arguments_sha256
+
+
+class TicketError(DshToolsError):
+    """A ticket that cannot be answered or resumed; ``ticket_id`` names it. Subclasses
+    say why; nothing runs because of it."""
+
+    default_code = ErrorCode.POLICY_ERROR.value
+
+    def __init__(self, ticket_id: str, problem: str, *, code: str | None = None) -> None:
+        super().__init__(f"approval ticket {ticket_id!r} {problem}", code=code)
+        self.ticket_id = ticket_id
+
+
+class TicketNotFoundError(TicketError):
+    """No ticket has that id in the store."""
+
+    def __init__(self, ticket_id: str) -> None:
+        super().__init__(ticket_id, "does not exist")
+
+
+class TicketAnsweredError(TicketError):
+    """The ticket was answered already: this answer came too late and counts for nothing."""
+
+    def __init__(self, ticket: ApprovalTicket) -> None:
+        earlier = ticket.answer
+        said = (
+            f" ({earlier.outcome.value} by {earlier.by} via {earlier.channel})" if earlier else ""
+        )
+        super().__init__(ticket.id, f"was already answered{said}; this answer came too late")
+        self.ticket = ticket
+
+
+class TicketExpiredError(TicketError):
+    """The ticket expired before this answer."""
+
+    default_code = ErrorCode.APPROVAL_EXPIRED.value
+
+    def __init__(self, ticket: ApprovalTicket) -> None:
+        super().__init__(ticket.id, "has expired; it can no longer be answered")
+        self.ticket = ticket
+
+
 class ApprovalStore(Protocol):
     """Where remembered answers live. Both methods may be called from several threads at
     once; an exception from either fails closed (see the module docstring)."""
@@ -147,12 +340,65 @@ class ApprovalStore(Protocol):
         ...
 
 
-class MemoryApprovalStore:
-    """The default store: a dictionary per registry, gone when the process ends."""
+class TicketStore(Protocol):
+    """Where approval tickets live, shared by every process that asks, answers or resumes
+    (see ``docs/approvals.md``). Every method may be called from several threads and
+    processes at once; one that raises fails closed (nothing runs). Expiry is judged by
+    the store's own clock. ``tests/store_contract.py`` holds the behaviour every store
+    must show."""
 
-    def __init__(self) -> None:
+    def open_ticket(self, ticket: ApprovalTicket) -> ApprovalTicket:
+        """Keep ``ticket`` (pending) and return it; when an open ticket (pending or
+        answered, unexpired) of the same agent, tool and ``arguments_sha256`` is stored,
+        keep nothing and return that one instead."""
+        ...
+
+    def get_ticket(self, ticket_id: str) -> ApprovalTicket | None:
+        """The ticket ``ticket_id`` as it is now, or ``None``."""
+        ...
+
+    def find_ticket(self, key: ApprovalKey) -> ApprovalTicket | None:
+        """The open ticket (pending or answered, unexpired) of the call ``key`` names, or
+        ``None``."""
+        ...
+
+    def list_tickets(
+        self, *, agent: str | None = None, state: TicketState | None = None
+    ) -> Sequence[ApprovalTicket]:
+        """Tickets, oldest first: all, or those of ``agent`` and/or in ``state``."""
+        ...
+
+    def answer_ticket(self, ticket_id: str, answer: TicketAnswer) -> ApprovalTicket:
+        """Answer a pending ticket, atomically (compare-and-set on its state), and return
+        it answered. Raises :class:`TicketNotFoundError`, :class:`TicketExpiredError`, or
+        :class:`TicketAnsweredError` when another answer came first."""
+        ...
+
+    def consume_ticket(self, ticket_id: str) -> ApprovalTicket | None:
+        """Mark an answered, unexpired ticket resumed, atomically, and return it: the
+        caller that gets a ticket back is the one call that acts on its answer. ``None``
+        for everyone else (already resumed, pending, expired or unknown)."""
+        ...
+
+    def wait_for_answer(self, ticket_id: str, timeout_s: float) -> ApprovalTicket | None:
+        """Block the calling thread until the ticket is no longer pending or ``timeout_s``
+        passed, then return it as it is (``None`` when unknown). Returns at once for a
+        ticket that is not pending. Needs no event loop; the pipeline calls it from a
+        worker thread when one runs."""
+        ...
+
+
+class MemoryApprovalStore:
+    """The default store: remembered answers and tickets in dictionaries of this
+    registry's process, gone when it ends. ``clock`` gives the time (seconds since the
+    epoch) tickets are created, answered and expire by."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._answers: dict[ApprovalKey, ApprovalOutcome] = {}
         self._lock = threading.Lock()
+        self._tickets: dict[str, ApprovalTicket] = {}
+        self._changed = threading.Condition()
+        self._clock = clock
 
     def recall(self, key: ApprovalKey) -> ApprovalOutcome | None:
         with self._lock:
@@ -171,3 +417,87 @@ class MemoryApprovalStore:
             else:
                 for key in [key for key in self._answers if key.agent == agent]:
                     del self._answers[key]
+
+    # ------------------------------------------------------------------ tickets
+
+    def open_ticket(self, ticket: ApprovalTicket) -> ApprovalTicket:
+        with self._changed:
+            found = self._open(ticket.key)
+            if found is not None:
+                return found
+            self._tickets[ticket.id] = ticket
+            return ticket
+
+    def get_ticket(self, ticket_id: str) -> ApprovalTicket | None:
+        with self._changed:
+            ticket = self._tickets.get(ticket_id)
+            return None if ticket is None else self._now_seen(ticket)
+
+    def find_ticket(self, key: ApprovalKey) -> ApprovalTicket | None:
+        with self._changed:
+            return self._open(key)
+
+    def list_tickets(
+        self, *, agent: str | None = None, state: TicketState | None = None
+    ) -> Sequence[ApprovalTicket]:
+        with self._changed:
+            seen = [self._now_seen(ticket) for ticket in self._tickets.values()]
+        return [
+            ticket
+            for ticket in sorted(seen, key=lambda ticket: ticket.created_at)
+            if (agent is None or ticket.agent == agent) and (state is None or ticket.state is state)
+        ]
+
+    def answer_ticket(self, ticket_id: str, answer: TicketAnswer) -> ApprovalTicket:
+        with self._changed:
+            ticket = self._now_seen(self._known(ticket_id))
+            if ticket.state is TicketState.EXPIRED:
+                raise TicketExpiredError(ticket)
+            if ticket.state is not TicketState.PENDING:
+                raise TicketAnsweredError(ticket)
+            answered = attrs.evolve(
+                ticket, state=TicketState.ANSWERED, answer=answer, answered_at=self._clock()
+            )
+            self._tickets[ticket_id] = answered
+            self._changed.notify_all()
+            return answered
+
+    def consume_ticket(self, ticket_id: str) -> ApprovalTicket | None:
+        with self._changed:
+            ticket = self._tickets.get(ticket_id)
+            if ticket is None or self._now_seen(ticket).state is not TicketState.ANSWERED:
+                return None
+            resumed = attrs.evolve(ticket, state=TicketState.RESUMED, resumed_at=self._clock())
+            self._tickets[ticket_id] = resumed
+            return resumed
+
+    def wait_for_answer(self, ticket_id: str, timeout_s: float) -> ApprovalTicket | None:
+        def settled() -> bool:
+            ticket = self._tickets.get(ticket_id)
+            return ticket is None or self._now_seen(ticket).state is not TicketState.PENDING
+
+        with self._changed:
+            self._changed.wait_for(settled, timeout=max(timeout_s, 0.0))
+        return self.get_ticket(ticket_id)
+
+    def _known(self, ticket_id: str) -> ApprovalTicket:
+        ticket = self._tickets.get(ticket_id)
+        if ticket is None:
+            raise TicketNotFoundError(ticket_id)
+        return ticket
+
+    def _open(self, key: ApprovalKey) -> ApprovalTicket | None:
+        for ticket in self._tickets.values():
+            seen = self._now_seen(ticket)
+            if seen.key == key and seen.state in _OPEN:
+                return seen
+        return None
+
+    def _now_seen(self, ticket: ApprovalTicket) -> ApprovalTicket:
+        """``ticket`` as of now: expired once its time is up, unless resumed."""
+        if ticket.state in _OPEN and self._clock() >= ticket.expires_at:
+            return attrs.evolve(ticket, state=TicketState.EXPIRED)
+        return ticket
+
+
+_OPEN = (TicketState.PENDING, TicketState.ANSWERED)

@@ -60,6 +60,16 @@ class ErrorCode(str, enum.Enum):
     """Policy refused the call: a pre-execute ``Deny``, an unanswered or refused ``Ask``,
     or a guard."""
 
+    APPROVAL_PENDING = "APPROVAL_PENDING"
+    """The call asked a person, who has not answered yet: an approval ticket is open
+    (``result.meta`` names it). The call did not run; it runs once the ticket is approved
+    and the call is resumed (``registry.resume(ticket)``) or repeated with the same
+    arguments by the same agent. The result concludes the model's turn."""
+
+    APPROVAL_EXPIRED = "APPROVAL_EXPIRED"
+    """The call's approval ticket expired before it was answered and resumed; the call did
+    not run. Repeating the call opens a new ticket."""
+
     BLOCKED = "BLOCKED"
     """A post-execute policy withheld the result and returned corrective feedback instead."""
 

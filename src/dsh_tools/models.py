@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Accept",
     "Allow",
+    "ApprovalChannel",
     "ApprovalOutcome",
     "ApprovalRequest",
     "ApprovalService",
@@ -386,6 +387,13 @@ class ApprovalService(Protocol):
     :class:`~dsh_tools.approvals.ApprovalAnswer` (anything else fails the call closed)."""
 
     def request(self, request: ApprovalRequest) -> Awaitable[ApprovalReply] | ApprovalReply: ...
+
+
+ApprovalChannel = (
+    ApprovalService | Callable[[ApprovalRequest], "Awaitable[ApprovalReply] | ApprovalReply"]
+)
+"""What ``ToolRegistry(approval=...)`` takes: a service, or a plain function (sync or
+``async def``) that answers as :meth:`ApprovalService.request` does."""
 
 
 # --------------------------------------------------------------------------- definitions

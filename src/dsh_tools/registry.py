@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from . import _drivers, _explain
+from ._approval import channel
 from ._layers import Layer, restriction, visible
 from ._loops import drive, refuse_inside_a_loop, run_on_own_loop
 from ._manager import PluginManager
@@ -24,7 +25,7 @@ from ._plan import Plan, ToolEntry, build_plan, guard_impl, label
 from .approvals import ApprovalStore, MemoryApprovalStore
 from .errors import DefinitionError, RegistrationError
 from .models import (
-    ApprovalService,
+    ApprovalChannel,
     PresentableResult,
     ToolDefinition,
     ToolExecution,
@@ -215,7 +216,10 @@ class _ViewBase:
 class ToolRegistry(_ViewBase):
     """Holds tools, guards and plugins, and runs calls through the guarded pipeline.
 
-    :param approval: answers ``Ask`` decisions; without one, ``Ask`` denies.
+    :param approval: answers ``Ask`` decisions: an
+        :class:`~dsh_tools.models.ApprovalService`, or a plain function (sync or
+        ``async def``) taking the :class:`~dsh_tools.models.ApprovalRequest`; without
+        one, ``Ask`` denies.
     :param approval_store: where ``allowed-always`` and ``rejected-always`` answers are
         remembered (:mod:`dsh_tools.approvals`); by default a
         :class:`~dsh_tools.approvals.MemoryApprovalStore` of this registry alone.
@@ -227,7 +231,7 @@ class ToolRegistry(_ViewBase):
     def __init__(
         self,
         *,
-        approval: ApprovalService | None = None,
+        approval: ApprovalChannel | None = None,
         approval_store: ApprovalStore | None = None,
         default_timeout_ms: float | None = None,
         tracer: Tracer | None = None,
@@ -258,12 +262,14 @@ class ToolRegistry(_ViewBase):
         self._changed()
 
     @property
-    def approval(self) -> ApprovalService | None:
-        """The approval service; replacing it (or setting ``None``) applies to the next call."""
+    def approval(self) -> ApprovalChannel | None:
+        """The approval service (or function) as given; replacing it (or setting ``None``)
+        applies to the next call. Anything else raises :class:`RegistrationError`."""
         return self._approval
 
     @approval.setter
-    def approval(self, service: ApprovalService | None) -> None:
+    def approval(self, service: ApprovalChannel | None) -> None:
+        self._channel = channel(service)
         self._approval = service
         self._changed()
 
@@ -422,7 +428,7 @@ class ToolRegistry(_ViewBase):
             tools,
             guards,
             self._pm,
-            self.approval,
+            self._channel,
             self.default_timeout_ms,
             self._tracer,
             self._approval_store,

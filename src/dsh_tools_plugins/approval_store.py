@@ -27,15 +27,25 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from dsh_tools.approvals import (
     REMEMBERED_OUTCOMES,
     ApprovalKey,
+    ApprovalTicket,
+    TicketAnswer,
+    TicketError,
+    TicketState,
     exact_outcome,
     remembered_outcome,
 )
 from dsh_tools.models import ApprovalOutcome
+
+from ._sqlite_tickets import SCHEMA, TicketRows
+
+T = TypeVar("T")
 
 __all__ = ["ApprovalStoreError", "SqliteApprovalStore", "approvals_directory"]
 
@@ -58,15 +68,32 @@ def approvals_directory() -> Path:
 class SqliteApprovalStore:
     """Remembered approvals in the SQLite file ``path`` (created on first use).
 
+    It keeps approval tickets too (:class:`dsh_tools.approvals.TicketStore`), in a
+    ``tickets`` table, so a call asked about in one process can be answered from a second
+    and resumed, exactly once, from a third.
+
     :param timeout_s: how long an operation waits for another connection's lock before it
         fails (closed).
+    :param clock: the time (seconds since the epoch) tickets are answered, resumed and
+        expire by.
+    :param poll_s: how often :meth:`wait_for_answer` looks at the file.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        timeout_s: float = 5.0,
+        clock: Callable[[], float] = time.time,
+        poll_s: float = 0.05,
+    ) -> None:
         self.path = Path(path)
         self.timeout_s = timeout_s
+        self.poll_s = poll_s
+        self._clock = clock
         self._ready = False
         self._ready_lock = threading.Lock()
+        self._tickets = TicketRows(self._transaction, clock)
 
     @classmethod
     def for_workspace(
@@ -105,7 +132,61 @@ class SqliteApprovalStore:
         else:
             self._run("DELETE FROM approvals WHERE agent = ?", (agent,))
 
+    # ------------------------------------------------------------------ tickets
+
+    def open_ticket(self, ticket: ApprovalTicket) -> ApprovalTicket:
+        return self._tickets.open_ticket(ticket)
+
+    def get_ticket(self, ticket_id: str) -> ApprovalTicket | None:
+        return self._tickets.get_ticket(ticket_id)
+
+    def find_ticket(self, key: ApprovalKey) -> ApprovalTicket | None:
+        return self._tickets.find_ticket(key)
+
+    def list_tickets(
+        self, *, agent: str | None = None, state: TicketState | None = None
+    ) -> Sequence[ApprovalTicket]:
+        return self._tickets.list_tickets(agent=agent, state=state)
+
+    def answer_ticket(self, ticket_id: str, answer: TicketAnswer) -> ApprovalTicket:
+        return self._tickets.answer_ticket(ticket_id, answer)
+
+    def consume_ticket(self, ticket_id: str) -> ApprovalTicket | None:
+        return self._tickets.consume_ticket(ticket_id)
+
+    def wait_for_answer(self, ticket_id: str, timeout_s: float) -> ApprovalTicket | None:
+        """Look at the ticket every ``poll_s`` seconds until it is no longer pending."""
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        while True:
+            ticket = self.get_ticket(ticket_id)
+            left = deadline - time.monotonic()
+            if ticket is None or ticket.state is not TicketState.PENDING or left <= 0:
+                return ticket
+            time.sleep(min(self.poll_s, left))
+
     # ------------------------------------------------------------------ file
+
+    def _transaction(self, run: Callable[[sqlite3.Connection], T]) -> T:
+        """``run`` in one immediate transaction (it holds the write lock from the start,
+        so a compare-and-set cannot interleave with another connection's)."""
+        try:
+            self._prepare()
+            connection = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
+            try:
+                connection.execute("BEGIN IMMEDIATE")
+                try:
+                    done = run(connection)
+                except BaseException:
+                    connection.execute("ROLLBACK")
+                    raise
+                connection.execute("COMMIT")
+                return done
+            finally:
+                connection.close()
+        except TicketError:
+            raise
+        except (sqlite3.Error, OSError, ValueError, TypeError, KeyError) as error:
+            raise ApprovalStoreError(f"approval store {self.path}: {error}") from None
 
     def _run(self, statement: str, parameters: tuple[object, ...]) -> list[tuple[object, ...]]:
         """One statement in a transaction of its own, on a connection of its own."""
@@ -143,6 +224,8 @@ class SqliteApprovalStore:
                         "outcome TEXT NOT NULL, remembered_at REAL NOT NULL, "
                         "PRIMARY KEY (agent, tool, arguments_sha256))"
                     )
+                    for statement in SCHEMA:
+                        connection.execute(statement)
                     connection.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
             finally:
                 connection.close()

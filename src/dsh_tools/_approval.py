@@ -1,0 +1,246 @@
+r"""The approval step of stage 1: an ``Ask`` becomes a request to the approval service,
+and its answer a decision.
+
+:func:`approve` is the one place this happens. It first asks the approval store for a
+remembered answer under the call's :class:`~dsh_tools.approvals.ApprovalKey`\ s (exact
+arguments, then the tool; a rejection wins whichever is the narrower), asks the service
+only when nothing is remembered, accepts only an exact outcome, and keeps an
+``*-always`` answer before turning it into ``Allow`` or ``Deny``. ``explain`` shares
+:func:`unroutable` and :func:`remembered`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, cast
+
+from ._call import Call, Interrupted, StageFailed
+from ._loops import is_awaitable, stops_the_caller
+from ._results import error_result, message, shown
+from .approvals import (
+    REMEMBERED_OUTCOMES,
+    ApprovalAnswer,
+    ApprovalKey,
+    ApprovalStore,
+    exact_outcome,
+)
+from .errors import ErrorCode, RegistrationError
+from .json import FrozenDict
+from .models import (
+    Allow,
+    ApprovalOutcome,
+    ApprovalRequest,
+    ApprovalService,
+    Ask,
+    Deny,
+    ToolExecutionFailure,
+    failure_result,
+)
+from .records import Origin
+
+logger = logging.getLogger("dsh_tools")
+
+ALLOW = Allow()
+"""The allowance the call path hands on (stage 1 allows most calls)."""
+_ALLOWING = frozenset({ApprovalOutcome.ALLOWED_ONCE, ApprovalOutcome.ALLOWED_ALWAYS})
+APPROVAL = Origin("approval service")
+STORE = Origin("approval store")
+
+
+class FunctionChannel:
+    """A plain function (sync or ``async def``) taking the request, as an approval
+    service."""
+
+    __slots__ = ("request",)
+
+    def __init__(self, function: Callable[[ApprovalRequest], Any]) -> None:
+        self.request = function
+
+
+def channel(value: object) -> ApprovalService | None:
+    """``value`` as the approval service a plan asks; refuses anything that cannot be."""
+    if value is None or callable(getattr(value, "request", None)):
+        return cast("ApprovalService | None", value)
+    if callable(value):
+        return FunctionChannel(value)
+    raise RegistrationError(
+        "approval must be an ApprovalService (an object with a request(request) method) or "
+        f"a callable taking the ApprovalRequest (sync or async), got {type(value).__qualname__}"
+    )
+
+
+def unrunnable(call: Call) -> ToolExecutionFailure | None:
+    """Why the call could not run even if a person allowed it (its tool is unknown, or
+    its arguments do not validate), or ``None``: nobody is asked about such a call."""
+    entry = call.resolve()
+    if entry is None:
+        return call.unknown()
+    try:
+        call.parse(entry)
+    except BaseException as error:
+        if stops_the_caller(error):
+            raise
+        return error_result(error, ErrorCode.INVALID_ARGS)
+    return None
+
+
+async def approve(call: Call, ask: Ask) -> Allow | Deny:
+    """Route an ``Ask`` about a call that can run to the approval store, then to the
+    approval service; only an allowed outcome allows, and only an ``*-always`` answer is
+    remembered."""
+    name, execution, service = call.name, call.execution, call.plan.approval
+    failure = unrunnable(call)
+    if failure is not None:
+        call.trace("approval", None, "not asked: " + failure.code, failure)
+        raise StageFailed(failure)
+    refused = unroutable(call, ask)
+    if refused is not None:
+        return refused
+    agent = execution.agent
+    # unroutable() denied a call without either:
+    assert service is not None
+    assert agent is not None
+    arguments: FrozenDict = execution.arguments  # type: ignore[assignment]
+    store = call.plan.approval_store
+    keys = approval_keys(call)
+    known = remembered(call, keys)
+    if known is not None:
+        return known
+    request = ApprovalRequest(agent, name, execution.call_id, arguments, ask.reason, call.signal)
+    outcome, any_arguments = await _answer(call, service, request)
+    if outcome in REMEMBERED_OUTCOMES:
+        if call.cancelled():
+            raise Interrupted
+        _remember(call, store, keys[1] if any_arguments else keys[0], outcome)
+    return _decision(call, outcome)
+
+
+def approval_keys(call: Call) -> tuple[ApprovalKey, ApprovalKey]:
+    """Where an answer about a routable call is remembered: for its exact arguments, and
+    for any arguments of its tool."""
+    agent, name = call.execution.agent, call.name
+    assert agent is not None  # a call with no agent is unroutable()
+    arguments: FrozenDict = call.execution.arguments  # type: ignore[assignment]
+    return ApprovalKey.for_call(agent, name, arguments), ApprovalKey.for_tool(agent, name)
+
+
+def remembered(call: Call, keys: tuple[ApprovalKey, ...]) -> Allow | Deny | None:
+    """What the answer the approval store remembers under ``keys`` decides, or ``None``
+    when it has none. Only reads the store (``explain`` asks it too)."""
+    outcome = _recalled(call, call.plan.approval_store, keys)
+    return None if outcome is None else _decision(call, outcome, remembered=True)
+
+
+def unroutable(call: Call, ask: Ask) -> Deny | None:
+    """The denial of an ``Ask`` nobody can be asked about: no approval service, or a call
+    without an agent to route it through."""
+    name = call.name
+    if call.plan.approval is None:
+        return Deny(
+            ask.reason or f'tool "{name}" requires approval, but no approval service is configured'
+        )
+    if call.execution.agent is None:
+        return Deny(
+            f'tool "{name}" requires approval, but the call has no agent to route it through'
+        )
+    return None
+
+
+async def _answer(
+    call: Call, service: ApprovalService, request: ApprovalRequest
+) -> tuple[ApprovalOutcome, bool]:
+    """The service's answer, exactly an outcome (and whether it covers any arguments);
+    anything else fails the call closed."""
+    try:
+        answer = service.request(request)
+        if is_awaitable(answer):
+            answer = await call.settle(answer)
+    except Interrupted:
+        call.trace("approval", "approval service", "interrupted", origin=APPROVAL)
+        raise
+    except BaseException as error:
+        if stops_the_caller(error):
+            raise
+        call.trace("approval", "approval service", f"raised {message(error)}", error, APPROVAL)
+        prefix = "approval service failed: "
+        raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
+    outcome, any_arguments = exact_outcome(answer), False
+    if type(answer) is ApprovalAnswer:
+        outcome, any_arguments = exact_outcome(answer.outcome), answer.any_arguments is True
+    if outcome is None:
+        call.trace("approval", "approval service", f"returned {shown(answer)}", answer, APPROVAL)
+        raise StageFailed(
+            failure_result(
+                f"approval service returned {shown(answer)}; expected an ApprovalAnswer or "
+                "one of " + ", ".join(repr(o.value) for o in ApprovalOutcome),
+                ErrorCode.POLICY_ERROR,
+            )
+        )
+    if call.plan.traced:
+        call.trace("approval", "approval service", outcome.value, answer, APPROVAL)
+    return outcome, any_arguments
+
+
+def _recalled(
+    call: Call, store: ApprovalStore, keys: tuple[ApprovalKey, ...]
+) -> ApprovalOutcome | None:
+    """The answer the store remembers for this call (a rejection wins over an allowance),
+    or ``None``: nothing remembered, or the store failed, and then the service is asked."""
+    found: ApprovalOutcome | None = None
+    for key in keys:
+        try:
+            value = store.recall(key)
+            outcome = exact_outcome(value)
+            if value is not None and outcome not in REMEMBERED_OUTCOMES:
+                raise TypeError(f"recall() returned {shown(value)}; expected an always-outcome")
+        except BaseException as error:
+            if stops_the_caller(error):
+                raise
+            call.trace(
+                "approval", "approval store", f"recall raised {message(error)}", error, STORE
+            )
+            logger.warning(
+                'tool "%s" (%s): approval store %s failed to recall; asking again: %s',
+                call.name,
+                call.execution.call_id,
+                type(store).__qualname__,
+                message(error),
+            )
+            return None
+        if outcome is ApprovalOutcome.REJECTED_ALWAYS or found is None:
+            found = outcome
+    if found is not None and call.plan.traced:
+        call.trace("approval", "approval store", f"remembered {found.value}", keys, STORE)
+    return found
+
+
+def _remember(call: Call, store: ApprovalStore, key: ApprovalKey, outcome: ApprovalOutcome) -> None:
+    """Keep an ``*-always`` answer; a store that cannot fails the call closed."""
+    try:
+        store.remember(key, outcome)
+    except BaseException as error:
+        if stops_the_caller(error):
+            raise
+        call.trace("approval", "approval store", f"remember raised {message(error)}", error, STORE)
+        prefix = f'approval store failed to remember {outcome.value} for tool "{call.name}": '
+        raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
+    if call.plan.traced:
+        call.trace("approval", "approval store", f"stored {outcome.value}", key, STORE)
+
+
+def _decision(call: Call, outcome: ApprovalOutcome, *, remembered: bool = False) -> Allow | Deny:
+    """What an outcome means for the call; an allowance (or a cancelled request) for a
+    call the caller cancelled meanwhile is an interruption."""
+    name = call.name
+    if outcome in _ALLOWING or outcome is ApprovalOutcome.CANCELLED:
+        if call.cancelled():
+            raise Interrupted
+        if outcome is not ApprovalOutcome.CANCELLED:
+            return ALLOW
+        return Deny(f'approval for tool "{name}" was cancelled')
+    if outcome is ApprovalOutcome.REJECTED_ALWAYS and remembered:
+        return Deny(f'the user rejected tool "{name}" (a remembered answer)')
+    if outcome is ApprovalOutcome.REJECTED or outcome is ApprovalOutcome.REJECTED_ALWAYS:
+        return Deny(f'the user rejected tool "{name}"')
+    return Deny(f'tool "{name}" requires approval, but no approval channel is available')

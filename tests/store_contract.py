@@ -1,0 +1,199 @@
+"""What every approval store must do, as tests a store's own test module inherits.
+
+A store's tests subclass :class:`StoreContract` and provide a ``store`` fixture that
+returns a fresh, empty store (both :class:`~dsh_tools.approvals.ApprovalStore` and
+:class:`~dsh_tools.approvals.TicketStore`); ``tests/test_ticket_stores.py`` runs it on the
+memory and SQLite stores. Expiry is judged by the store's own clock, so the contract
+never sets one: a ticket that "has expired" was made with an ``expires_at`` in the past.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from dsh_tools.approvals import (
+    ApprovalKey,
+    ApprovalTicket,
+    TicketAnswer,
+    TicketAnsweredError,
+    TicketExpiredError,
+    TicketNotFoundError,
+    TicketState,
+)
+from dsh_tools.json import snapshot
+from dsh_tools.models import ApprovalOutcome
+
+HOUR = 3600.0
+
+
+def ticket(
+    path: str = "a.txt", *, agent: str = "coder", expires_in: float = HOUR, **fields: Any
+) -> ApprovalTicket:
+    """A new pending ticket for ``write(path=...)`` by ``agent``."""
+    arguments = snapshot({"path": path})
+    now = time.time()
+    return ApprovalTicket.new(
+        ApprovalKey.for_call(agent, "write", arguments),
+        "call-1",
+        arguments,  # type: ignore[arg-type]
+        created_at=now,
+        expires_at=now + expires_in,
+        **fields,
+    )
+
+
+def answer(outcome: str = "allowed-once", by: str = "ana") -> TicketAnswer:
+    return TicketAnswer(outcome, by, "cli", feedback="fine" if outcome == "rejected" else None)  # type: ignore[arg-type]
+
+
+class StoreContract:
+    """The behaviour of a store; a subclass provides the ``store`` fixture (a fresh,
+    empty store per test)."""
+
+    # ---------------------------------------------------------- remembered answers
+
+    def test_remembers_always_answers_per_key(self, store: Any) -> None:
+        key = ApprovalKey.for_call("coder", "write", {"path": "a"})
+        assert store.recall(key) is None
+        store.remember(key, ApprovalOutcome.ALLOWED_ALWAYS)
+        assert store.recall(key) is ApprovalOutcome.ALLOWED_ALWAYS
+        store.remember(key, ApprovalOutcome.REJECTED_ALWAYS)
+        assert store.recall(key) is ApprovalOutcome.REJECTED_ALWAYS
+        assert store.recall(ApprovalKey.for_call("other", "write", {"path": "a"})) is None
+        assert store.recall(ApprovalKey.for_tool("coder", "write")) is None
+
+    # ---------------------------------------------------------- tickets
+
+    def test_a_ticket_is_kept_whole(self, store: Any) -> None:
+        made = ticket(
+            reason="writes files",
+            card=snapshot({"card": "generic", "title": "write a.txt"}),
+            asked_by=snapshot({"plugin": "permissions", "rule": "ask write", "line": 3}),
+        )
+        assert store.open_ticket(made) == made
+        assert store.get_ticket(made.id) == made
+        assert store.get_ticket(made.id).intact()
+        assert store.get_ticket("t-unknown") is None
+
+    def test_the_same_call_gets_its_open_ticket_back(self, store: Any) -> None:
+        first = store.open_ticket(ticket())
+        assert store.open_ticket(ticket()) == first
+        assert store.find_ticket(first.key) == first
+        other = store.open_ticket(ticket("b.txt"))
+        assert other.id != first.id
+        elsewhere = store.open_ticket(ticket(agent="reviewer"))
+        assert elsewhere.id != first.id
+        assert [t.id for t in store.list_tickets()] == [first.id, other.id, elsewhere.id]
+        assert [t.id for t in store.list_tickets(agent="reviewer")] == [elsewhere.id]
+
+    def test_an_answered_ticket_is_still_open_and_a_resumed_one_is_not(self, store: Any) -> None:
+        first = store.open_ticket(ticket())
+        store.answer_ticket(first.id, answer())
+        assert store.open_ticket(ticket()).id == first.id
+        assert store.consume_ticket(first.id) is not None
+        assert store.find_ticket(first.key) is None
+        assert store.open_ticket(ticket()).id != first.id
+
+    def test_one_answer_wins_and_a_second_is_too_late(self, store: Any) -> None:
+        made = store.open_ticket(ticket())
+        answered = store.answer_ticket(made.id, answer("allowed-always", by="ana"))
+        assert answered.state is TicketState.ANSWERED
+        assert answered.answer == answer("allowed-always", by="ana")
+        assert answered.answered_at is not None
+        with pytest.raises(TicketAnsweredError, match="too late"):
+            store.answer_ticket(made.id, answer("rejected", by="bo"))
+        assert store.get_ticket(made.id).answer.by == "ana"
+
+    def test_an_answer_keeps_its_feedback(self, store: Any) -> None:
+        made = store.open_ticket(ticket())
+        store.answer_ticket(made.id, answer("rejected"))
+        assert store.get_ticket(made.id).answer.feedback == "fine"
+
+    def test_answers_to_unknown_or_expired_tickets_are_refused(self, store: Any) -> None:
+        with pytest.raises(TicketNotFoundError):
+            store.answer_ticket("t-unknown", answer())
+        old = store.open_ticket(ticket(expires_in=-1.0))
+        assert store.get_ticket(old.id).state is TicketState.EXPIRED
+        with pytest.raises(TicketExpiredError):
+            store.answer_ticket(old.id, answer())
+        assert store.find_ticket(old.key) is None
+        assert store.open_ticket(ticket()).id != old.id
+
+    def test_a_ticket_is_consumed_once_and_only_when_answered(self, store: Any) -> None:
+        made = store.open_ticket(ticket())
+        assert store.consume_ticket(made.id) is None  # pending
+        store.answer_ticket(made.id, answer())
+        won = store.consume_ticket(made.id)
+        assert won is not None
+        assert won.state is TicketState.RESUMED
+        assert won.resumed_at is not None
+        assert store.consume_ticket(made.id) is None
+        assert store.consume_ticket("t-unknown") is None
+        assert store.get_ticket(made.id).state is TicketState.RESUMED
+
+    def test_an_expired_answer_is_not_consumed(self, store: Any) -> None:
+        made = store.open_ticket(ticket(expires_in=0.5))
+        store.answer_ticket(made.id, answer())
+        deadline = time.time() + 30
+        while store.get_ticket(made.id).state is not TicketState.EXPIRED:
+            assert time.time() < deadline, "the ticket never expired"
+            time.sleep(0.05)
+        assert store.consume_ticket(made.id) is None
+
+    def test_list_by_state(self, store: Any) -> None:
+        waiting = store.open_ticket(ticket("a"))
+        answered = store.open_ticket(ticket("b"))
+        store.answer_ticket(answered.id, answer())
+        assert [t.id for t in store.list_tickets(state=TicketState.PENDING)] == [waiting.id]
+        assert [t.id for t in store.list_tickets(state=TicketState.ANSWERED)] == [answered.id]
+
+    def test_eight_threads_consume_one_ticket_once(self, store: Any) -> None:
+        made = store.open_ticket(ticket())
+        store.answer_ticket(made.id, answer())
+        barrier = threading.Barrier(8)
+
+        def consume(_: int) -> object:
+            barrier.wait()
+            return store.consume_ticket(made.id)
+
+        with ThreadPoolExecutor(8) as pool:
+            won = [r for r in pool.map(consume, range(8)) if r is not None]
+        assert len(won) == 1
+
+    def test_eight_threads_answer_one_ticket_once(self, store: Any) -> None:
+        made = store.open_ticket(ticket())
+        barrier = threading.Barrier(8)
+
+        def respond(index: int) -> str:
+            barrier.wait()
+            try:
+                store.answer_ticket(made.id, answer(by=f"person-{index}"))
+            except TicketAnsweredError:
+                return "late"
+            return "won"
+
+        with ThreadPoolExecutor(8) as pool:
+            outcomes = sorted(pool.map(respond, range(8)))
+        assert outcomes == ["late"] * 7 + ["won"]
+
+    def test_a_waiter_is_woken_by_an_answer(self, store: Any) -> None:
+        made = store.open_ticket(ticket())
+        assert store.wait_for_answer(made.id, 0.0).state is TicketState.PENDING
+        answered = threading.Event()
+
+        def respond() -> None:
+            answered.wait()
+            store.answer_ticket(made.id, answer())
+
+        thread = threading.Thread(target=respond)
+        thread.start()
+        answered.set()
+        seen = store.wait_for_answer(made.id, 60.0)
+        thread.join()
+        assert seen.state is TicketState.ANSWERED
+        assert store.wait_for_answer("t-unknown", 0.0) is None
