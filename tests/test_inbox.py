@@ -19,9 +19,16 @@ pytest.importorskip("uvicorn")
 from anyio.from_thread import start_blocking_portal
 
 from dsh_tools._inbox import InboxSecrets, serve_inbox
-from dsh_tools._inbox_page import InboxTicket
+from dsh_tools.approvals import (
+    ApprovalKey,
+    ApprovalTicket,
+    MemoryApprovalStore,
+    TicketAnswer,
+    TicketState,
+)
+from dsh_tools.json import snapshot
 from dsh_tools.models import ApprovalOutcome
-from dsh_tools.presentation import DiffCallView, TerminalCallView, file_diffs
+from dsh_tools.presentation import DiffCallView, TerminalCallView, file_diffs, unstructure_view
 
 CHROMIUM = "/usr/lib/chromium/chromium"
 ARGS = [
@@ -55,56 +62,39 @@ def browser() -> Iterator[Any]:
         launched.close()
 
 
-class Tickets:
-    """A store of pending tickets the inbox reads and answers (as a ticket store would)."""
-
-    def __init__(self, *tickets: InboxTicket) -> None:
-        self.open = list(tickets)
-        self.answers: list[tuple[str, ApprovalOutcome, str | None, str]] = []
-        self.lock = threading.Lock()
-
-    def pending(self) -> list[InboxTicket]:
-        with self.lock:
-            return list(self.open)
-
-    def answer(
-        self, ticket_id: str, outcome: ApprovalOutcome, feedback: str | None, who: str
-    ) -> bool:
-        with self.lock:
-            for ticket in self.open:
-                if ticket.id == ticket_id:
-                    self.open.remove(ticket)
-                    self.answers.append((ticket_id, outcome, feedback, who))
-                    return True
-        raise LookupError(ticket_id)
-
-
-def _ticket(ticket_id: str, command: str) -> InboxTicket:
-    return InboxTicket(
-        ticket_id,
-        "agent-1",
-        "run_command",
-        f"call-{ticket_id}",
-        TerminalCallView(command, sandboxed=True, network=False),
-        "default_permissions: ask run_command (rules.toml:4)",
-        None,
-        time.time(),
-        None,
+def _ticket(store: MemoryApprovalStore, command: str, **card: Any) -> str:
+    """Open a pending ticket for a ``run_command`` call; returns its id."""
+    arguments = snapshot({"command": command})
+    view = TerminalCallView(command, sandboxed=True, network=False)
+    ticket = ApprovalTicket.new(
+        ApprovalKey.for_call("agent-1", "run_command", arguments),
+        f"call-{len(store.list_tickets())}",
+        arguments,
+        created_at=time.time(),
+        expires_at=time.time() + 600,
+        card=snapshot(card or unstructure_view(view)),
+        asked_by=snapshot(
+            {"plugin": "default_permissions", "rule": "ask", "file": "rules.toml", "line": 4}
+        ),
     )
+    return store.open_ticket(ticket).id
+
+
+def _answers(store: MemoryApprovalStore) -> list[TicketAnswer]:
+    return [t.answer for t in store.list_tickets() if t.answer is not None]
 
 
 @pytest.fixture
-def inbox() -> Iterator[tuple[Tickets, str]]:
+def inbox() -> Iterator[tuple[MemoryApprovalStore, str]]:
     """A running inbox over a few pending tickets; yields them and the URL to open."""
+    store = MemoryApprovalStore()
     diff = DiffCallView("Write notes.txt", file_diffs("notes.txt", "old line\n", "new line\n"))
-    written = InboxTicket(
-        "t-write", "agent-1", "write_file", "call-1", diff, None, None, time.time(), None
-    )
-    tickets = Tickets(written, _ticket("t-echo", "echo hello > w2.txt"))
+    _ticket(store, "write notes.txt", **unstructure_view(diff))
+    _ticket(store, "echo hello > w2.txt")
     with start_blocking_portal() as portal:
-        future, url = portal.start_task(functools.partial(serve_inbox, tickets, port=0))
+        future, url = portal.start_task(functools.partial(serve_inbox, store, port=0))
         try:
-            yield tickets, url
+            yield store, url
         finally:
             future.cancel()
 
@@ -119,12 +109,15 @@ def test_a_person_approves_a_pending_call_in_the_browser(browser: Any, inbox: An
     assert "+new line" in page.locator("article", has_text="notes.txt").inner_text()
     assert "?token=" not in page.url  # the token moved to a cookie
 
+    ticket_id = card.get_attribute("data-ticket")
     card.get_by_role("button", name="Approve once").click()
-    page.wait_for_selector("text=Ticket t-echo: allowed-once.")
+    page.wait_for_selector(f"text=Ticket {ticket_id}: allowed-once.")
     assert page.locator("article", has_text="echo hello").count() == 0
-    [(ticket_id, outcome, feedback, who)] = tickets.answers
-    assert (ticket_id, outcome, feedback) == ("t-echo", ApprovalOutcome.ALLOWED_ONCE, None)
-    assert who.startswith("web")
+    answered = tickets.get_ticket(ticket_id)
+    assert answered.state is TicketState.ANSWERED
+    assert answered.answer.outcome is ApprovalOutcome.ALLOWED_ONCE
+    assert (answered.answer.channel, answered.answer.feedback) == ("inbox", None)
+    assert answered.answer.by.startswith("web")
 
 
 def test_the_page_follows_tickets_as_they_arrive_and_are_answered(browser: Any, inbox: Any) -> None:
@@ -132,9 +125,9 @@ def test_the_page_follows_tickets_as_they_arrive_and_are_answered(browser: Any, 
     page = browser.new_page()
     page.goto(url)
     page.locator("article", has_text="notes.txt").locator("input[name=feedback]").fill("typing")
-    with tickets.lock:
-        tickets.open.append(_ticket("t-late", "make deploy"))
-        tickets.open.pop(1)  # answered elsewhere
+    _ticket(tickets, "make deploy")
+    echo = next(t for t in tickets.list_tickets() if t.arguments["command"].startswith("echo"))
+    tickets.answer_ticket(echo.id, TicketAnswer("rejected", "alice", "cli"))  # elsewhere
     page.wait_for_selector("article:has-text('make deploy')", timeout=10_000)
     page.wait_for_selector("article:has-text('echo hello')", state="detached", timeout=10_000)
     assert page.title() == "(2) approvals"
@@ -149,8 +142,12 @@ def test_a_rejection_carries_the_persons_feedback(browser: Any, inbox: Any) -> N
     card = page.locator("article", has_text="notes.txt")
     card.locator("input[name=feedback]").fill("write it to docs/ instead")
     card.get_by_role("button", name="Reject").click()
-    page.wait_for_selector("text=Ticket t-write: rejected.")
-    assert tickets.answers[0][1:3] == (ApprovalOutcome.REJECTED, "write it to docs/ instead")
+    page.wait_for_selector("text=: rejected.")
+    [answer] = _answers(tickets)
+    assert (answer.outcome, answer.feedback) == (
+        ApprovalOutcome.REJECTED,
+        "write it to docs/ instead",
+    )
 
 
 def test_without_the_token_the_inbox_answers_401(browser: Any, inbox: Any) -> None:
@@ -160,10 +157,10 @@ def test_without_the_token_the_inbox_answers_401(browser: Any, inbox: Any) -> No
     assert page.goto(base).status == 401
     assert page.goto(base + "?token=wrong").status == 401
     assert "echo hello" not in page.content()
-    assert (
-        page.request.post(base + "tickets/t-echo", form={"outcome": "allowed-once"}).status == 401
-    )
-    assert tickets.answers == []
+    some = tickets.list_tickets()[0].id
+    posted = page.request.post(base + f"tickets/{some}", form={"outcome": "allowed-once"})
+    assert posted.status == 401
+    assert _answers(tickets) == []
 
 
 def _attacker_site(target: str, csrf: str) -> http.server.ThreadingHTTPServer:
@@ -196,15 +193,16 @@ def test_a_cross_site_post_is_refused(browser: Any, inbox: Any) -> None:
     page = context.new_page()
     page.goto(url)  # the person's browser holds the inbox's cookie
     csrf = page.locator("#tickets").get_attribute("data-csrf")
-    attacker = _attacker_site(url.split("?")[0] + "tickets/t-echo", csrf)
+    target = page.locator("article", has_text="echo hello").get_attribute("data-ticket")
+    attacker = _attacker_site(url.split("?")[0] + f"tickets/{target}", csrf)
     try:
-        with page.expect_response(lambda response: "/tickets/t-echo" in response.url) as posted:
+        with page.expect_response(lambda response: f"/tickets/{target}" in response.url) as posted:
             page.goto(f"http://127.0.0.1:{attacker.server_address[1]}/")
         assert posted.value.status == 403
     finally:
         attacker.shutdown()
         attacker.server_close()
-    assert tickets.answers == []
+    assert _answers(tickets) == []
     page.goto(url.split("?")[0])
     assert page.locator("article", has_text="echo hello").count() == 1
 
@@ -218,14 +216,15 @@ def test_a_post_from_the_page_without_its_csrf_token_is_refused(browser: Any, in
         "button", name="Approve once"
     ).click()
     assert "cross-site request refused" in page.content()
-    assert tickets.answers == []
+    assert _answers(tickets) == []
 
 
 def test_text_from_the_model_is_shown_inert(browser: Any) -> None:
     hostile = "echo <img src=x onerror=alert(1)>\x1b]0;owned\x07\u202eexe.txt"
-    tickets = Tickets(_ticket("t-x", hostile))
+    store = MemoryApprovalStore()
+    _ticket(store, hostile)
     with start_blocking_portal() as portal:
-        serve = functools.partial(serve_inbox, tickets, port=0, secrets_=InboxSecrets("tok-en"))
+        serve = functools.partial(serve_inbox, store, port=0, secrets_=InboxSecrets("tok-en"))
         future, url = portal.start_task(serve)
         try:
             page = browser.new_page()

@@ -31,13 +31,21 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 import anyio
 import attrs
 
-from ._inbox_page import InboxTicket, Notice, fragment, page
+from ._inbox_page import Notice, fragment, page
+from .approvals import (
+    ApprovalTicket,
+    TicketAnswer,
+    TicketError,
+    TicketNotFoundError,
+    TicketState,
+    TicketStore,
+)
 from .models import ApprovalOutcome
 from .safetext import safe_text
 
@@ -46,7 +54,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
-__all__ = ["InboxBackend", "InboxSecrets", "build_app", "serve_inbox"]
+__all__ = ["CHANNEL", "InboxSecrets", "build_app", "serve_inbox"]
 
 _ANSWERS = {
     ApprovalOutcome.ALLOWED_ONCE.value: ApprovalOutcome.ALLOWED_ONCE,
@@ -56,24 +64,9 @@ _ANSWERS = {
 """What the page's buttons send, and the outcome each means."""
 
 _MAX_FEEDBACK = 2000
+CHANNEL = "inbox"
+"""The channel the inbox's answers name."""
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
-
-
-class InboxBackend(Protocol):
-    """Where the inbox reads pending tickets and sends answers (blocking calls: the inbox
-    runs them in a worker thread)."""
-
-    def pending(self) -> Sequence[InboxTicket]:
-        """The tickets awaiting an answer, oldest first."""
-        ...
-
-    def answer(
-        self, ticket_id: str, outcome: ApprovalOutcome, feedback: str | None, who: str
-    ) -> bool:
-        """Answer ``ticket_id`` through the web channel: ``True`` when this answer won,
-        ``False`` when the ticket was answered (or expired) first; :class:`LookupError`
-        when there is no such ticket."""
-        ...
 
 
 @attrs.frozen
@@ -120,7 +113,7 @@ def _headers(nonce: str | None = None) -> dict[str, str]:
     }
 
 
-def _etag(tickets: Sequence[InboxTicket]) -> str:
+def _etag(tickets: Sequence[ApprovalTicket]) -> str:
     digest = hashlib.sha256("\n".join(ticket.id for ticket in tickets).encode())
     return '"' + digest.hexdigest()[:32] + '"'
 
@@ -130,12 +123,12 @@ def _host_ok(host: str | None, port: int) -> bool:
 
 
 class _Inbox:
-    """The request handlers, sharing the backend, the secrets and the listening port."""
+    """The request handlers, sharing the store, the secrets and the listening port."""
 
     def __init__(
-        self, backend: InboxBackend, secrets_: InboxSecrets, port: int, loopback: bool
+        self, store: TicketStore, secrets_: InboxSecrets, port: int, loopback: bool
     ) -> None:
-        self.backend = backend
+        self.store = store
         self.secrets = secrets_
         self.port = port
         self.loopback = loopback
@@ -175,7 +168,7 @@ class _Inbox:
         turned_away = self.refused(request)
         if turned_away is not None:
             return turned_away
-        tickets = await anyio.to_thread.run_sync(self.backend.pending)
+        tickets = await anyio.to_thread.run_sync(self.pending)
         nonce = secrets.token_urlsafe(16)
         notice = _notice(request, self.secrets)
         body = page(tickets, self.secrets.csrf(), _etag(tickets), nonce, notice)
@@ -190,7 +183,7 @@ class _Inbox:
         csrf = request.query_params.get("csrf", "")
         if not self.secrets.csrf_ok(csrf):
             return Response("stale page: reload it\n", 403, headers=_headers())
-        tickets = await anyio.to_thread.run_sync(self.backend.pending)
+        tickets = await anyio.to_thread.run_sync(self.pending)
         etag = _etag(tickets)
         headers = {**_headers(), "ETag": etag}
         if request.headers.get("if-none-match") == etag:
@@ -218,17 +211,20 @@ class _Inbox:
         signed = urlencode({"mac": self.secrets.sign(query)})
         return RedirectResponse(f"/?{query}&{signed}", 303, headers=_headers())
 
+    def pending(self) -> Sequence[ApprovalTicket]:
+        return self.store.list_tickets(state=TicketState.PENDING)
+
     async def _answered(
         self, ticket: str, outcome: ApprovalOutcome, feedback: str | None, who: str
     ) -> str:
-        def send() -> bool:
-            return self.backend.answer(ticket, outcome, feedback, who)
-
+        answer = TicketAnswer(outcome, who, CHANNEL, feedback=feedback)
         try:
-            won = await anyio.to_thread.run_sync(send)
-        except LookupError:
+            await anyio.to_thread.run_sync(self.store.answer_ticket, ticket, answer)
+        except TicketNotFoundError:
             return "unknown"
-        return "ok" if won else "late"
+        except TicketError:
+            return "late"  # answered elsewhere first, or expired
+        return "ok"
 
 
 _STATUS_TEXT = {
@@ -252,14 +248,14 @@ def _notice(request: Request, secrets_: InboxSecrets) -> Notice | None:
 
 
 def build_app(
-    backend: InboxBackend, secrets_: InboxSecrets, *, port: int, loopback: bool = True
+    store: TicketStore, secrets_: InboxSecrets, *, port: int, loopback: bool = True
 ) -> Starlette:
     """The inbox as a Starlette app for a server listening on ``port``; ``loopback``
     accepts only loopback ``Host`` headers."""
     from starlette.applications import Starlette
     from starlette.routing import Route
 
-    inbox = _Inbox(backend, secrets_, port, loopback)
+    inbox = _Inbox(store, secrets_, port, loopback)
     return Starlette(
         routes=[
             Route("/", inbox.home, methods=["GET"]),
@@ -270,7 +266,7 @@ def build_app(
 
 
 async def serve_inbox(
-    backend: InboxBackend,
+    store: TicketStore,
     *,
     host: str = "127.0.0.1",
     port: int = 8765,
@@ -296,7 +292,7 @@ async def serve_inbox(
     chosen = secrets_ or InboxSecrets()
     sock = _bound_socket(host, port)
     bound = sock.getsockname()[1]
-    app = build_app(backend, chosen, port=bound, loopback=loopback)
+    app = build_app(store, chosen, port=bound, loopback=loopback)
     url = _url(host, bound, "/?" + urlencode({"token": chosen.token}))
     config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2)
     await _run_until_cancelled(uvicorn.Server(config), sock, url, task_status)

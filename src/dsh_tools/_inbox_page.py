@@ -11,35 +11,19 @@ a command, a diff or a path exactly as ``dsh-tools approvals show`` prints it.
 
 from __future__ import annotations
 
-import datetime
 import html
 from collections.abc import Sequence
 
 import attrs
 
+from ._ticket_text import ticket_card, ticket_fields
+from .approvals import ApprovalTicket
 from .models import ApprovalOutcome
 from .presentation import DiffCallView, ToolCallView
 from .safetext import safe_text
 from .terminal import render_call_view
 
-__all__ = ["InboxTicket", "Notice", "fragment", "page"]
-
-
-@attrs.frozen
-class InboxTicket:
-    """What the inbox shows of one pending ticket."""
-
-    id: str
-    agent: str
-    tool_name: str
-    call_id: str
-    card: ToolCallView
-    asked_by: str | None
-    """The plugin or rule that asked, with its file and line when known."""
-    reason: str | None
-    created: float
-    """Seconds since the epoch."""
-    expires: float | None
+__all__ = ["Notice", "fragment", "page"]
 
 
 @attrs.frozen
@@ -106,11 +90,6 @@ def _text(value: str, *, multiline: bool = False) -> str:
     return html.escape(safe_text(value, multiline=multiline), quote=True)
 
 
-def _when(seconds: float) -> str:
-    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc)
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
 _DIFF_KINDS = {"+": "add", "-": "del"}
 
 
@@ -135,21 +114,13 @@ def _card(view: ToolCallView) -> str:
     return "<pre>" + "\n".join(shown) + "</pre>"
 
 
-def _record(ticket: InboxTicket) -> str:
-    rows = [
-        ("tool", ticket.tool_name),
-        ("agent", ticket.agent),
-        ("call", ticket.call_id),
-        ("asked by", ticket.asked_by),
-        ("reason", ticket.reason),
-        ("created", _when(ticket.created)),
-        ("expires", None if ticket.expires is None else _when(ticket.expires)),
-    ]
-    cells = "".join(f"<dt>{name}</dt><dd>{_text(value)}</dd>" for name, value in rows if value)
+def _record(ticket: ApprovalTicket) -> str:
+    rows = ticket_fields(ticket)
+    cells = "".join(f"<dt>{_text(name)}</dt><dd>{_text(value)}</dd>" for name, value in rows)
     return f"<dl>{cells}</dl>"
 
 
-def _answer_form(ticket: InboxTicket, csrf: str) -> str:
+def _answer_form(ticket: ApprovalTicket, csrf: str) -> str:
     action = f"tickets/{_text(ticket.id)}"
     buttons = (
         (ApprovalOutcome.ALLOWED_ONCE, "Approve once"),
@@ -168,19 +139,19 @@ def _answer_form(ticket: InboxTicket, csrf: str) -> str:
     )
 
 
-def _article(ticket: InboxTicket, csrf: str) -> str:
+def _article(ticket: ApprovalTicket, csrf: str) -> str:
     return (
         f'<article id="t-{_text(ticket.id)}" data-ticket="{_text(ticket.id)}">'
         f"<h2>{_text(ticket.tool_name)} <small>{_text(ticket.id)}</small></h2>"
-        f"{_card(ticket.card)}{_record(ticket)}{_answer_form(ticket, csrf)}</article>"
+        f"{_card(ticket_card(ticket))}{_record(ticket)}{_answer_form(ticket, csrf)}</article>"
     )
 
 
-def _title(tickets: Sequence[InboxTicket]) -> str:
+def _title(tickets: Sequence[ApprovalTicket]) -> str:
     return f"({len(tickets)}) approvals" if tickets else "approvals"
 
 
-def fragment(tickets: Sequence[InboxTicket], csrf: str) -> str:
+def fragment(tickets: Sequence[ApprovalTicket], csrf: str) -> str:
     """The list of pending tickets, as the page holds it and as its script fetches it."""
     cards = "".join(_article(ticket, csrf) for ticket in tickets)
     return (
@@ -190,7 +161,7 @@ def fragment(tickets: Sequence[InboxTicket], csrf: str) -> str:
 
 
 def page(
-    tickets: Sequence[InboxTicket], csrf: str, etag: str, nonce: str, notice: Notice | None
+    tickets: Sequence[ApprovalTicket], csrf: str, etag: str, nonce: str, notice: Notice | None
 ) -> str:
     """The whole inbox page; ``nonce`` lets the page's own style and script run."""
     shown = ""

@@ -25,6 +25,7 @@ import attrs
 from mcp import types as mcp_types
 from mcp.shared.exceptions import NoBackChannelError
 
+from .._approval import channel
 from ..approvals import ApprovalKey
 from ..models import ApprovalOutcome, ApprovalReply, ApprovalRequest, ToolExecutionInput
 from ..safetext import safe_text
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
     from mcp.server.session import ServerSession
 
-    from ..models import ApprovalService
+    from ..models import ApprovalChannel
     from ..registry import ToolRegistry, ToolScope
 
 __all__ = ["ANSWER_SCHEMA", "ApprovalsMode", "McpApprovals", "input_required"]
@@ -115,10 +116,10 @@ class McpApprovals:
     :param mode: what an ask becomes when the client cannot elicit.
     """
 
-    def __init__(self, fallback: ApprovalService | None, mode: ApprovalsMode = "deny") -> None:
+    def __init__(self, fallback: ApprovalChannel | None, mode: ApprovalsMode = "deny") -> None:
         if mode not in ("pending", "deny"):
             raise ValueError(f"approvals mode must be 'pending' or 'deny', got {mode!r}")
-        self.fallback = fallback
+        self.fallback = channel(fallback)
         self.mode = mode
         self._calls: dict[str, _Caller] = {}
         self._agents: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
