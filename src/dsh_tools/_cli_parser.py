@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
+from ._cli_approvals import add_approvals_parser
 from ._version import __version__
 
 __all__ = ["ArgumentsRejected", "build_parser"]
@@ -86,6 +87,14 @@ def _policy_options(parser: argparse.ArgumentParser) -> None:
         help="let sandboxed commands use the network (default: the rules file's, or off)",
     )
     parser.add_argument("--audit-log", metavar="FILE", help="append every call to this JSONL log")
+    parser.add_argument(
+        "--approvals-store",
+        metavar="FILE|URL",
+        help=(
+            "where approval tickets live: a SQLite file or a postgresql:// URL (default: "
+            "$DSH_TOOLS_APPROVALS_URL, else the workspace's store outside the workspace)"
+        ),
+    )
 
 
 def _commands(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -122,6 +131,7 @@ def _commands(commands: argparse._SubParsersAction[_Parser]) -> None:
     replay.add_argument("log", help="the JSON Lines audit log (from --audit-log)")
     replay.add_argument("--rotated", action="store_true", help="include rotated files (LOG.N)")
     replay.add_argument("--explain", action="store_true", help="print each call's decision record")
+    add_approvals_parser(commands)
     serve = commands.add_parser("serve-mcp", help="serve the tools over MCP (extra: mcp)")
     serve.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP host (loopback by default)")

@@ -35,7 +35,7 @@ def asked_by_text(asked_by: FrozenDict | None) -> str | None:
     file, line = parts.pop("file", None), parts.pop("line", None)
     text = ": ".join(str(part) for part in (plugin, rule) if part is not None)
     if file is not None or line is not None:
-        place = f"{file or ''}{'' if line is None else f':{line}'}"
+        place = f"line {line}" if file is None else str(file) if line is None else f"{file}:{line}"
         text = f"{text} ({place})" if text else place
     rest = ", ".join(f"{key}={value}" for key, value in sorted(parts.items()))
     return f"{text}; {rest}" if text and rest else text or rest

@@ -25,6 +25,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
+from ._cli_approvals import cmd_approvals
 from ._cli_exits import (
     EXIT_CALL_FAILED,
     EXIT_INTERNAL,
@@ -103,6 +104,8 @@ def _run(options: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO) -
         return _failed(options, out, err, error, message, code, exit_code)
 
     try:
+        if options.command == "approvals":  # answers run nothing: no plugin is loaded
+            return cmd_approvals(options, out, err)
         registry, report = build(options, stdin, err)
         return _commands(registry, report, options, stdin, out, err)[options.command]()
     except BrokenPipeError:
