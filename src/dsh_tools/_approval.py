@@ -18,11 +18,13 @@ from typing import Any, cast
 from ._call import Call, Interrupted, StageFailed
 from ._loops import is_awaitable, stops_the_caller
 from ._results import error_result, message, shown
+from ._tickets import pending, stored, taken, ticket_store
 from .approvals import (
     REMEMBERED_OUTCOMES,
     ApprovalAnswer,
     ApprovalKey,
     ApprovalStore,
+    TicketAnswer,
     exact_outcome,
 )
 from .errors import ErrorCode, RegistrationError
@@ -38,6 +40,7 @@ from .models import (
     failure_result,
 )
 from .records import Origin
+from .safetext import safe_text
 
 logger = logging.getLogger("dsh_tools")
 
@@ -86,9 +89,10 @@ def unrunnable(call: Call) -> ToolExecutionFailure | None:
 
 
 async def approve(call: Call, ask: Ask) -> Allow | Deny:
-    """Route an ``Ask`` about a call that can run to the approval store, then to the
-    approval service; only an allowed outcome allows, and only an ``*-always`` answer is
-    remembered."""
+    """Route an ``Ask`` about a call that can run to the approval store (a remembered
+    answer, then the call's open ticket), then to the approval service; only an allowed
+    outcome allows, and only an ``*-always`` answer is remembered. A ``pending`` answer
+    opens a ticket (:mod:`dsh_tools._tickets`)."""
     name, execution, service = call.name, call.execution, call.plan.approval
     failure = unrunnable(call)
     if failure is not None:
@@ -102,17 +106,73 @@ async def approve(call: Call, ask: Ask) -> Allow | Deny:
     assert service is not None
     assert agent is not None
     arguments: FrozenDict = execution.arguments  # type: ignore[assignment]
-    store = call.plan.approval_store
     keys = approval_keys(call)
     known = remembered(call, keys)
     if known is not None:
         return known
+    tickets = ticket_store(call)
+    if tickets is not None:
+        ticket = stored(call, "find a ticket", lambda: tickets.find_ticket(keys[0]))
+        if ticket is not None:
+            return _answered(call, keys, taken(call, tickets, ticket))
     request = ApprovalRequest(agent, name, execution.call_id, arguments, ask.reason, call.signal)
     outcome, any_arguments = await _answer(call, service, request)
+    if outcome is ApprovalOutcome.PENDING:
+        if tickets is None:
+            kind = type(call.plan.approval_store).__qualname__
+            raise StageFailed(
+                failure_result(
+                    f'approval service answered pending for tool "{name}", but the approval '
+                    f"store {kind} keeps no tickets",
+                    ErrorCode.POLICY_ERROR,
+                )
+            )
+        return _answered(call, keys, await pending(call, tickets, ask, call.asker))
+    return _kept(call, keys, outcome, any_arguments)
+
+
+def resumed(call: Call, decision: Allow | Ask) -> Allow | Deny:
+    """A call that resumes an approval ticket (``registry.resume``): policy did not deny
+    it now, so the ticket's answer, taken once, decides (a rejection still wins over a
+    policy that allows now)."""
+    if isinstance(decision, Ask):
+        failure = unrunnable(call)
+        if failure is not None:
+            raise StageFailed(failure)
+    tickets = ticket_store(call)
+    ticket_id = call.resumes
+    assert ticket_id is not None
+    if tickets is None:
+        kind = type(call.plan.approval_store).__qualname__
+        raise StageFailed(
+            failure_result(f"the approval store {kind} keeps no tickets", ErrorCode.POLICY_ERROR)
+        )
+    ticket = stored(call, "read a ticket", lambda: tickets.get_ticket(ticket_id))
+    if ticket is None:
+        raise StageFailed(
+            failure_result(f"approval ticket {ticket_id} does not exist", ErrorCode.POLICY_ERROR)
+        )
+    return _answered(call, approval_keys(call), taken(call, tickets, ticket))
+
+
+def _answered(
+    call: Call, keys: tuple[ApprovalKey, ApprovalKey], answer: TicketAnswer
+) -> Allow | Deny:
+    """A person's answer to the call's ticket, remembered when it says always."""
+    decision = _kept(call, keys, answer.outcome, answer.any_arguments)
+    if isinstance(decision, Deny) and answer.feedback:
+        return Deny(f"{decision.reason}: {safe_text(answer.feedback, multiline=True)}")
+    return decision
+
+
+def _kept(
+    call: Call, keys: tuple[ApprovalKey, ApprovalKey], outcome: ApprovalOutcome, widened: bool
+) -> Allow | Deny:
+    """An answer's decision, after keeping an ``*-always`` answer."""
     if outcome in REMEMBERED_OUTCOMES:
         if call.cancelled():
             raise Interrupted
-        _remember(call, store, keys[1] if any_arguments else keys[0], outcome)
+        _remember(call, call.plan.approval_store, keys[1] if widened else keys[0], outcome)
     return _decision(call, outcome)
 
 

@@ -66,6 +66,7 @@ class Call:
 
     __slots__ = (
         "arguments",
+        "asker",
         "concluded",
         "contexts",
         "entry",
@@ -76,6 +77,7 @@ class Call:
         "parsed_by",
         "plan",
         "registry",
+        "resumes",
         "signal",
         "started",
         "tool",
@@ -93,6 +95,7 @@ class Call:
         arguments: FrozenDict | JsonValueError,
         entry: ToolEntry | None,
         admitted: FrozenDict | None = None,
+        resumes: str | None = None,
     ) -> None:
         self.plan = plan
         self.registry = registry
@@ -111,6 +114,10 @@ class Call:
         self.started = False
         self.events: list[tuple[Any, ...]] | None = [] if plan.recording else None
         """The call's steps, kept when its decision record is wanted."""
+        self.resumes = resumes
+        """The approval ticket this call resumes (``registry.resume``), or ``None``."""
+        self.asker: Origin | None = None
+        """The pre-execute implementation whose ``Ask`` stage 1 returned."""
 
     def record(self, dry_run: bool = False) -> ToolExecution:
         """:attr:`execution`, made on first request (``dry_run`` for ``explain``)."""

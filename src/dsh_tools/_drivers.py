@@ -47,30 +47,38 @@ if TYPE_CHECKING:
 Run = Coroutine[Any, Any, ToolExecutionResult]
 
 
-def start(plan: Plan, registry: ToolRegistry, call: ToolExecutionInput) -> Run:
+def start(
+    plan: Plan, registry: ToolRegistry, call: ToolExecutionInput, resumes: str | None = None
+) -> Run:
     """The call, ready to run: its arguments frozen now (so no later change by the caller
     reaches a stage), its runner chosen by the plan.
 
     Arguments the tool's model admits (a flat dict of scalars its schema accepts) are
     snapshotted and validated in one step; anything else is snapshotted here and
-    validated by the body step.
+    validated by the body step. ``resumes`` names the approval ticket a resumed call
+    takes its answer from (such a call is always staged).
     """
     name, raw = call.name, call.arguments
     entry = plan.tools.get(name)
     admitted = None if entry is None else entry.admit(raw)
     arguments = admitted if admitted is not None else frozen_arguments(raw)
-    state = Call(plan, registry, call, arguments, entry, admitted)
-    if state.signal is None and name in plan.direct and type(arguments) is FrozenDict:
+    state = Call(plan, registry, call, arguments, entry, admitted, resumes)
+    if (
+        state.signal is None
+        and name in plan.direct
+        and type(arguments) is FrozenDict
+        and resumes is None
+    ):
         return run_body(state)
     return run_staged(state)
 
 
 def execute_sync(
-    plan: Plan, registry: ToolRegistry, call: ToolExecutionInput
+    plan: Plan, registry: ToolRegistry, call: ToolExecutionInput, resumes: str | None = None
 ) -> ToolExecutionResult:
     """The sync driver: by hand, with no event loop, unless the plan or the tool has
     something ``async def`` to await (then on a loop of its own)."""
-    run = start(plan, registry, call)
+    run = start(plan, registry, call, resumes)
     entry = plan.tools.get(call.name)
     if plan.needs_loop or (entry is not None and entry.is_async):
         return run_on_own_loop(run)
@@ -129,7 +137,7 @@ async def _decided_and_dispatched(call: Call) -> ToolExecutionResult:
     if call.cancelled():
         raise StageFailed(call.aborted())
     try:
-        decision = await decide(call) if plan.pre else ALLOW
+        decision = await decide(call) if plan.pre or call.resumes is not None else ALLOW
     except Interrupted:
         # The caller cancelled while a policy was still deciding: nothing allowed the
         # call, so no guard runs and the body never does.

@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 
 from . import cancel
-from ._approval import ALLOW, approve
+from ._approval import ALLOW, approve, resumed
 from ._call import Call, Interrupted, StageFailed
 from ._loops import is_awaitable, stops_the_caller
 from ._render import render
@@ -47,8 +47,11 @@ logger = logging.getLogger("dsh_tools")
 
 async def decide(call: Call) -> Allow | Deny:
     """Stage 1, pre-execute: the first decision wins; an ``Ask`` goes to the approval
-    service. Raises :class:`Interrupted` when the caller cancels meanwhile."""
+    service. A call that resumes an approval ticket takes the ticket's answer unless
+    policy now denies. Raises :class:`Interrupted` when the caller cancels meanwhile."""
     decision = await first_decision(call)
+    if call.resumes is not None and not isinstance(decision, Deny):
+        return resumed(call, decision)
     if isinstance(decision, Ask):
         return await approve(call, decision)
     return decision
@@ -79,7 +82,10 @@ async def first_decision(call: Call) -> Allow | Deny | Ask:
             call.trace("pre_execute", impl.label, outcome(decision), decision, impl.origin)
         if decision is None:
             continue
-        if isinstance(decision, (Allow, Deny, Ask)):
+        if isinstance(decision, (Allow, Deny)):
+            return decision
+        if isinstance(decision, Ask):
+            call.asker = impl.origin
             return decision
         raise StageFailed(
             failure_result(

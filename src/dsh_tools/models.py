@@ -206,6 +206,8 @@ class ToolExecutionFailure:
     content: FrozenList = attrs.field(converter=content_blocks)
     meta: JsonValue = attrs.field(default=None, converter=_frozen_json)
     additional_contexts: tuple[ContextMessage, ...] = attrs.field(default=(), converter=_contexts)
+    concludes_turn: bool = False
+    """Set on ``APPROVAL_PENDING``: the model should end its turn and wait for a person."""
     is_error: Literal[True] = attrs.field(default=True, init=False)
 
     @property
@@ -241,7 +243,7 @@ def result_to_json(result: ToolExecutionResult) -> dict[str, Any]:
         data["meta"] = thaw(result.meta)
     if result.additional_contexts:
         data["additionalContexts"] = [thaw(c.to_json()) for c in result.additional_contexts]
-    if isinstance(result, ToolExecutionSuccess) and result.concludes_turn:
+    if result.concludes_turn:
         data["concludesTurn"] = True
     return data
 
@@ -286,16 +288,28 @@ class Deny:
     )
 
 
+def _lifetime(instance: object, attribute: object, value: Any) -> None:
+    if value is None:
+        return
+    if type(value) not in (int, float) or not 0 < value < math.inf:
+        raise ValueError(f"expires_in_s must be a positive number of seconds, got {value!r}")
+
+
 @attrs.frozen
 class Ask:
     """Pre-execute: ask the approval service; anything but an allowed outcome denies.
-    ``detail`` (a JSON object) says what asked, for decision records."""
+    ``detail`` (a JSON object) says what asked, for decision records. ``expires_in_s``
+    bounds how long an approval ticket opened for this ask stays open (default: the
+    registry's ``approval_expiry_s``)."""
 
     reason: str | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
     )
     detail: FrozenDict | None = attrs.field(
         default=None, kw_only=True, eq=False, repr=False, converter=detail_object
+    )
+    expires_in_s: float | None = attrs.field(
+        default=None, kw_only=True, eq=False, repr=False, validator=_lifetime
     )
 
 
@@ -363,6 +377,9 @@ class ApprovalOutcome(str, enum.Enum):
     REJECTED_ALWAYS = "rejected-always"
     CANCELLED = "cancelled"
     UNAVAILABLE = "unavailable"
+    PENDING = "pending"
+    """Nobody can answer now: the call ends ``APPROVAL_PENDING`` with an open approval
+    ticket a person answers later (see :mod:`dsh_tools.approvals`)."""
 
 
 @attrs.frozen

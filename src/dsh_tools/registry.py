@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pluggy
 
@@ -22,7 +22,8 @@ from ._layers import Layer, restriction, visible
 from ._loops import drive, refuse_inside_a_loop, run_on_own_loop
 from ._manager import PluginManager
 from ._plan import Plan, ToolEntry, build_plan, guard_impl, label
-from .approvals import ApprovalStore, MemoryApprovalStore
+from ._tickets import resumed_call, waiting
+from .approvals import ApprovalStore, ApprovalTicket, MemoryApprovalStore
 from .errors import DefinitionError, RegistrationError
 from .models import (
     ApprovalChannel,
@@ -167,6 +168,27 @@ class _ViewBase:
         plan, routed = self._planned(call)
         return _drivers.execute_sync(plan, registry, routed)
 
+    def resume(self, ticket: ApprovalTicket | str) -> Awaitable[ToolExecutionResult]:
+        """Run the call an approval ticket holds, on its frozen arguments, once.
+
+        Pre-execute and the guards run again (a policy that denies now wins over the
+        approval); the ticket's answer is then taken, atomically: the body runs at most
+        once however many processes resume the ticket. The others, and a ticket still
+        pending, expired, rejected or changed in the store, get a failure result saying
+        so. Raises :class:`~dsh_tools.approvals.TicketError` for an unknown ticket, a
+        store that cannot be read, or (through a scope) another agent's ticket.
+        """
+        call, ticket_id = resumed_call(self._registry.approval_store, ticket, self.agent)
+        plan, routed = self._planned(call)
+        return _drivers.start(plan, self._registry, routed, ticket_id)
+
+    def resume_sync(self, ticket: ApprovalTicket | str) -> ToolExecutionResult:
+        """:meth:`resume` for synchronous hosts (no event loop unless the call needs one)."""
+        refuse_inside_a_loop()
+        call, ticket_id = resumed_call(self._registry.approval_store, ticket, self.agent)
+        plan, routed = self._planned(call)
+        return _drivers.execute_sync(plan, self._registry, routed, ticket_id)
+
     def explain(self, call: ToolExecutionInput) -> Explanation:
         """What would happen to ``call``, without running it: a policy dry run.
 
@@ -226,6 +248,13 @@ class ToolRegistry(_ViewBase):
     :param default_timeout_ms: timeout for tools that declare none (``None``: no limit).
     :param tracer: called with a :class:`~dsh_tools.tracing.TraceEvent` for every step of
         every call (what each stage decided); for debugging, metrics and tests.
+    :param approval_timeout_ms: when the approval service answers ``pending``, how long
+        ``execute`` waits for a person's answer from any channel (``None``: it does not
+        wait; the call ends ``APPROVAL_PENDING`` at once).
+    :param approval_timeout: how a call that waited in vain ends: ``"pending"`` (its
+        ticket stays open) or ``"expired"`` (the ticket expires with the wait).
+    :param approval_expiry_s: how long an approval ticket stays open unless the ``Ask``
+        says (``Ask(expires_in_s=...)``); a day by default.
     """
 
     def __init__(
@@ -235,8 +264,13 @@ class ToolRegistry(_ViewBase):
         approval_store: ApprovalStore | None = None,
         default_timeout_ms: float | None = None,
         tracer: Tracer | None = None,
+        approval_timeout_ms: float | None = None,
+        approval_timeout: Literal["pending", "expired"] = "pending",
+        approval_expiry_s: float = 86400.0,
     ) -> None:
         self._registry = self
+        self.approval_waiting = waiting(approval_timeout_ms, approval_timeout, approval_expiry_s)
+        """``(approval_timeout_ms, approval_timeout, approval_expiry_s)``, as given."""
         self._path = ()
         self._layers: dict[tuple[str, ...], Layer] = {(): Layer(())}
         self._plugins: dict[str, object] = {}
