@@ -3,6 +3,11 @@ the client can elicit; each client is its own agent."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -10,7 +15,7 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp import types as mcp_types
 
 from dsh_tools import ToolRegistry, define_tool
@@ -150,3 +155,70 @@ async def test_a_client_that_cannot_elicit_is_refused_under_approvals_deny(mode:
     assert result.is_error
     assert "no approval channel is available" in texts(result)
     assert runs == []
+
+
+def _dsh(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dsh_tools", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.anyio
+async def test_a_client_that_cannot_elicit_waits_for_a_person_at_the_cli_and_runs_once(
+    tmp_path: Path,
+) -> None:
+    """``serve-mcp --approvals pending`` over stdio with the SDK's client: the ask ends
+    ``APPROVAL_PENDING``; a person approves from the CLI in another process; the model's
+    repeated call runs once, and the one after it waits for a person again."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    store = tmp_path / "approvals.sqlite3"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_TOOLS_")}
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    common = ["--workspace", str(workspace), "--approvals-store", str(store)]
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "dsh_tools", *common, "serve-mcp", "--approvals", "pending"],
+        env=env,
+    )
+    arguments = {"path": "w2.txt", "content": "hello\n"}
+    with anyio.fail_after(60):
+        async with Client(server) as client:
+            pending = await client.call_tool("write_file", arguments)
+            assert pending.is_error
+            text = texts(pending)
+            assert "APPROVAL_PENDING" in text or "waiting for a person" in text
+            ticket = re.search(r"dsh-tools approvals approve (t-[0-9a-f]+)", text)
+            assert ticket is not None, text
+            assert not (workspace / "w2.txt").exists()
+
+            again = await client.call_tool("write_file", arguments)  # still pending
+            assert again.is_error
+            assert ticket.group(1) in texts(again)  # the same ticket, not a second one
+
+            approved = await anyio.to_thread.run_sync(
+                lambda: _dsh(
+                    "--approvals-store",
+                    str(store),
+                    "approvals",
+                    "approve",
+                    ticket.group(1),
+                    env=env,
+                )
+            )
+            assert approved.returncode == 0, approved.stderr
+
+            ran = await client.call_tool("write_file", arguments)
+            assert not ran.is_error, texts(ran)
+            assert (workspace / "w2.txt").read_text() == "hello\n"
+            (workspace / "w2.txt").unlink()
+
+            once = await client.call_tool("write_file", arguments)
+            assert once.is_error  # the approval was used up: a new ticket waits
+            assert ticket.group(1) not in texts(once)
+    assert not (workspace / "w2.txt").exists()

@@ -137,6 +137,15 @@ def _commands(commands: argparse._SubParsersAction[_Parser]) -> None:
     serve.add_argument("--host", default="127.0.0.1", help="HTTP host (loopback by default)")
     serve.add_argument("--port", type=int, default=8000, help="HTTP port")
     serve.add_argument("--allow-remote", action="store_true", help="allow a non-loopback HTTP host")
+    serve.add_argument(
+        "--approvals",
+        choices=("pending", "deny"),
+        default="deny",
+        help=(
+            "a call that asks, from a client that cannot elicit: pending (a ticket a person "
+            "answers with `dsh-tools approvals`) or deny (default)"
+        ),
+    )
 
 
 def _call_arguments(command: argparse.ArgumentParser) -> None:

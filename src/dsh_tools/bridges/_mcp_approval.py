@@ -27,7 +27,16 @@ from mcp.shared.exceptions import NoBackChannelError
 
 from .._approval import channel
 from ..approvals import ApprovalKey
-from ..models import ApprovalOutcome, ApprovalReply, ApprovalRequest, ToolExecutionInput
+from ..content import TextContent
+from ..errors import ErrorCode
+from ..models import (
+    ApprovalOutcome,
+    ApprovalReply,
+    ApprovalRequest,
+    ToolExecutionFailure,
+    ToolExecutionInput,
+    ToolExecutionResult,
+)
 from ..safetext import safe_text
 from ..terminal import render_call_view
 
@@ -38,7 +47,13 @@ if TYPE_CHECKING:
     from ..models import ApprovalChannel
     from ..registry import ToolRegistry, ToolScope
 
-__all__ = ["ANSWER_SCHEMA", "ApprovalsMode", "McpApprovals", "input_required"]
+__all__ = [
+    "ANSWER_SCHEMA",
+    "ApprovalsMode",
+    "McpApprovals",
+    "input_required",
+    "with_approval_hint",
+]
 
 ApprovalsMode = Literal["pending", "deny"]
 """What an ask becomes when the client cannot elicit."""
@@ -114,13 +129,21 @@ class McpApprovals:
 
     :param fallback: answers asks of calls that did not come over MCP.
     :param mode: what an ask becomes when the client cannot elicit.
+    :param one_client: every request comes from the server's one client (stdio).
     """
 
-    def __init__(self, fallback: ApprovalChannel | None, mode: ApprovalsMode = "deny") -> None:
+    def __init__(
+        self,
+        fallback: ApprovalChannel | None,
+        mode: ApprovalsMode = "deny",
+        *,
+        one_client: bool = False,
+    ) -> None:
         if mode not in ("pending", "deny"):
             raise ValueError(f"approvals mode must be 'pending' or 'deny', got {mode!r}")
         self.fallback = channel(fallback)
         self.mode = mode
+        self.one_client = one_client
         self._calls: dict[str, _Caller] = {}
         self._agents: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
 
@@ -133,7 +156,7 @@ class McpApprovals:
         connection that outlives a request, so there every request is a client of its
         own and nothing it answers is remembered for another.
         """
-        connection = getattr(session, "_connection", session)
+        connection = self if self.one_client else getattr(session, "_connection", session)
         key = self._agents.get(connection)
         if key is None:
             key = self._agents[connection] = f"mcp-{secrets.token_hex(4)}"
@@ -167,7 +190,7 @@ class McpApprovals:
         if caller.answer is not None:
             return _outcome(caller.answer)
         if not _elicits(session):
-            return ApprovalOutcome.UNAVAILABLE
+            return self._unasked()
         message = _message(request, caller.view)
         try:
             answer = await session.elicit_form(message, ANSWER_SCHEMA, caller.ctx.request_id)
@@ -180,6 +203,29 @@ class McpApprovals:
             caller.question = mcp_types.ElicitRequest(params=params)
             return ApprovalOutcome.UNAVAILABLE
         return _outcome(answer)
+
+    def _unasked(self) -> ApprovalOutcome:
+        """The answer for a client that cannot be asked: pending (a ticket a person
+        answers elsewhere) or unavailable (the call is refused)."""
+        return ApprovalOutcome.PENDING if self.mode == "pending" else ApprovalOutcome.UNAVAILABLE
+
+
+def with_approval_hint(result: ToolExecutionResult) -> ToolExecutionResult:
+    """An ``APPROVAL_PENDING`` result with a line saying how a person approves its
+    ticket; any other result as it is."""
+    if not isinstance(result, ToolExecutionFailure) or result.code != ErrorCode.APPROVAL_PENDING:
+        return result
+    meta = result.meta
+    approval = meta.get("approval") if isinstance(meta, Mapping) else None
+    ticket = approval.get("ticket") if isinstance(approval, Mapping) else None
+    if not isinstance(ticket, str):
+        return result
+    hint = TextContent(
+        f"A person approves it with `dsh-tools approvals approve {ticket}` (or rejects it "
+        f"with `dsh-tools approvals reject {ticket}`), or in the web inbox "
+        "(`dsh-tools approvals serve`)."
+    )
+    return attrs.evolve(result, content=(*result.content, hint))
 
 
 _ANSWER_KEY = "dsh-tools/approval"

@@ -20,7 +20,7 @@ from ..errors import RegistrationError
 from ..json import FrozenDict, thaw
 from ..models import ToolDefinition, ToolExecutionInput, ToolExecutionResult
 from ..registry import ToolRegistry, ToolScope
-from ._mcp_approval import ApprovalsMode, McpApprovals, input_required
+from ._mcp_approval import ApprovalsMode, McpApprovals, input_required, with_approval_hint
 from .wire import to_mcp_call_result, to_mcp_tools
 
 View: TypeAlias = "ToolRegistry | ToolScope"
@@ -99,11 +99,11 @@ def _call_tool_result(result: ToolExecutionResult, structured: bool) -> mcp_type
     )
 
 
-def _install_approvals(view: View, mode: ApprovalsMode) -> McpApprovals:
+def _install_approvals(view: View, mode: ApprovalsMode, one_client: bool) -> McpApprovals:
     """Route the registry's asks of MCP calls to their clients (the service it had still
     answers every other call)."""
     registry = view if isinstance(view, ToolRegistry) else view._registry
-    approvals = McpApprovals(registry.approval, mode)
+    approvals = McpApprovals(registry.approval, mode, one_client=one_client)
     registry.approval = approvals
     return approvals
 
@@ -114,6 +114,7 @@ def build_mcp_server(
     name: str = "dsh-tools",
     agent: str | None = None,
     approvals: ApprovalsMode = "deny",
+    one_client: bool = False,
 ) -> Server[Any]:
     """An MCP SDK low-level ``Server`` exposing the tools visible to ``view``.
 
@@ -127,16 +128,20 @@ def build_mcp_server(
 
     ``agent`` serves a registry as that agent (``"parent/child"`` for nested scopes):
     tools, guards and plugins are that scope's. A ``ToolScope`` serves as its own agent.
-    Each MCP session calls through an agent scope of its own under it (``mcp-<hex>``),
-    so remembered answers never pass from one client to another.
+    Each client connection calls through an agent scope of its own under it
+    (``mcp-<hex>``), so remembered answers never pass from one client to another;
+    ``one_client=True`` says every request comes from the one client of this server
+    (stdio), which the per-request protocol could not tell otherwise.
 
     An ``Ask`` of a call made over MCP becomes an elicitation when the client supports
-    it; otherwise ``approvals`` decides (``"deny"``, or ``"pending"``). The registry's
-    approval service is replaced by one that does this and hands every other call's ask
-    to the service it replaced (see :mod:`dsh_tools.bridges._mcp_approval`).
+    it; otherwise ``approvals`` decides: ``"deny"`` refuses the call, ``"pending"`` ends
+    it ``APPROVAL_PENDING`` with a ticket a person answers (``dsh-tools approvals``), and
+    the client's same call, repeated, runs once approved. The registry's approval service
+    is replaced by one that does this and hands every other call's ask to the service it
+    replaced (see :mod:`dsh_tools.bridges._mcp_approval`).
     """
     target = _serving_view(view, agent)
-    asking = _install_approvals(target, approvals)
+    asking = _install_approvals(target, approvals, one_client)
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
@@ -154,7 +159,7 @@ def build_mcp_server(
         )
         session_view = asking.session_view(target, ctx.session)
         with asking.calling(call, ctx, params, session_view) as caller:
-            result = await session_view.execute(call)
+            result = with_approval_hint(await session_view.execute(call))
         return input_required(call, caller) or _call_tool_result(result, structured)
 
     return Server(name, version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
@@ -174,6 +179,6 @@ async def serve_stdio(
     """
     from mcp.server.stdio import stdio_server
 
-    server = build_mcp_server(view, name=name, agent=agent, approvals=approvals)
+    server = build_mcp_server(view, name=name, agent=agent, approvals=approvals, one_client=True)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
