@@ -237,3 +237,60 @@ def test_text_from_the_model_is_shown_inert(browser: Any) -> None:
     assert "<img src=x onerror=alert(1)>\\x1b]0;owned\\x07\\u202eexe.txt" in shown
     assert page.locator("article img").count() == 0
     assert dialogs == []
+
+
+def test_the_inbox_approves_a_pending_call_end_to_end(browser: Any) -> None:
+    """A call asks; nobody can answer now, so it ends APPROVAL_PENDING with a ticket; a
+    person approves it in the inbox; resuming the ticket runs the body exactly once."""
+    from dsh_tools import ToolRegistry, define_tool
+    from dsh_tools.errors import ErrorCode
+    from dsh_tools.hookspecs import hookimpl
+    from dsh_tools.models import Ask, ToolExecution, ToolExecutionInput
+
+    runs: list[str] = []
+    store = MemoryApprovalStore()
+    registry = ToolRegistry(approval=lambda request: "pending", approval_store=store)
+    registry.register(
+        define_tool(
+            name="deploy",
+            description="deploy a service",
+            parameters={"service": {"type": "string", "required": True}},
+            execute=lambda arguments, context: runs.append(arguments["service"]) or "deployed",
+        )
+    )
+
+    class AskFirst:
+        @hookimpl
+        def dsh_tools_pre_execute(self, execution: ToolExecution) -> Ask:
+            return Ask("deploys to production")
+
+    registry.add_plugin(AskFirst())
+    agent = registry.scope("agent-1")
+    call = ToolExecutionInput("call-1", "deploy", {"service": "billing"})
+
+    async def resume(ticket: str) -> Any:
+        return await agent.resume(ticket)
+
+    # Playwright's sync API keeps an event loop in this thread: the calls run on the
+    # portal's, as a host's would.
+    with start_blocking_portal() as portal:
+        pending = portal.call(agent.execute, call)
+        assert pending.code == ErrorCode.APPROVAL_PENDING
+        ticket_id = pending.meta["approval"]["ticket"]
+        future, url = portal.start_task(functools.partial(serve_inbox, store, port=0))
+        try:
+            page = browser.new_page()
+            page.goto(url)
+            card = page.locator(f"article[data-ticket='{ticket_id}']")
+            assert "deploys to production" in card.inner_text()
+            card.get_by_role("button", name="Approve once").click()
+            page.wait_for_selector(f"text=Ticket {ticket_id}: allowed-once.")
+        finally:
+            future.cancel()
+        assert runs == []
+        resumed = portal.call(resume, ticket_id)
+        assert not resumed.is_error
+        assert runs == ["billing"]
+        again = portal.call(resume, ticket_id)
+    assert again.is_error  # already resumed: the body does not run twice
+    assert runs == ["billing"]
