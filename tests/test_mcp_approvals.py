@@ -19,9 +19,9 @@ from mcp import Client, StdioServerParameters
 from mcp import types as mcp_types
 
 from dsh_tools import ToolRegistry, define_tool
-from dsh_tools.bridges.mcp import build_mcp_server
+from dsh_tools.bridges.mcp import McpToolSource, build_mcp_server
 from dsh_tools.hookspecs import hookimpl
-from dsh_tools.models import Ask, ToolExecution
+from dsh_tools.models import ApprovalRequest, Ask, ToolExecution, ToolExecutionInput
 
 
 def asking_registry(runs: list[str]) -> ToolRegistry:
@@ -222,3 +222,50 @@ async def test_a_client_that_cannot_elicit_waits_for_a_person_at_the_cli_and_run
             assert once.is_error  # the approval was used up: a new ticket waits
             assert ticket.group(1) not in texts(once)
     assert not (workspace / "w2.txt").exists()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("answer", "ran"), [("allowed-once", True), ("rejected", False)])
+async def test_a_remote_servers_elicitation_is_answered_through_the_hosts_channel(
+    answer: str, ran: bool
+) -> None:
+    runs: list[str] = []
+    remote = build_mcp_server(asking_registry(runs))
+    asked: list[ApprovalRequest] = []
+
+    def person(request: ApprovalRequest) -> str:
+        asked.append(request)
+        return answer
+
+    host = ToolRegistry()
+    with anyio.fail_after(10):
+        async with McpToolSource(remote, prefix="remote_", approval=person) as source:
+            source.register(host)
+            result = await host.scope("me").execute(
+                ToolExecutionInput("local-1", "remote_write", {"path": "x.txt"})
+            )
+    assert result.is_error is not ran
+    assert runs == (["x.txt"] if ran else [])
+    [request] = asked
+    assert (request.agent, request.tool_name, request.call_id) == ("me", "remote_write", "local-1")
+    assert request.reason is not None
+    assert "x.txt" in request.reason  # the remote call's card
+    assert "\x1b" not in request.reason
+
+
+@pytest.mark.anyio
+async def test_an_elicitation_the_channel_cannot_fill_is_declined() -> None:
+    from dsh_tools.bridges._mcp_elicit import elicitation_answerer
+
+    answer = elicitation_answerer(lambda request: "allowed-once")
+    form = mcp_types.ElicitRequestFormParams(
+        message="your API key?",
+        requested_schema={
+            "type": "object",
+            "properties": {"key": {"type": "string"}},
+            "required": ["key"],
+        },
+    )
+    assert (await answer(None, form)).action == "decline"
+    empty = mcp_types.ElicitRequestFormParams(message="go on?", requested_schema={"type": "object"})
+    assert (await answer(None, empty)).action == "accept"
