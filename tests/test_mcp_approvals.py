@@ -126,6 +126,20 @@ async def test_anything_but_an_allowing_answer_leaves_the_body_unrun(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_rejection_tells_the_model_the_users_feedback(mode: str) -> None:
+    runs: list[str] = []
+    server = build_mcp_server(asking_registry(runs))
+    user = User(accept("reject", "write it under docs/\x1b[2J instead"))
+    with anyio.fail_after(10):
+        async with Client(server, mode=mode, elicitation_callback=user) as client:
+            result = await client.call_tool("write", {"path": "notes.txt"})
+    assert result.is_error
+    assert "The user said: write it under docs/\\x1b[2J instead" in texts(result)
+    assert runs == []
+
+
+@pytest.mark.anyio
 async def test_an_always_answer_holds_for_its_client_connection_only() -> None:
     runs: list[str] = []
     server = build_mcp_server(asking_registry(runs))

@@ -58,6 +58,7 @@ __all__ = [
 ApprovalsMode = Literal["pending", "deny"]
 """What an ask becomes when the client cannot elicit."""
 
+_ALLOWING = frozenset({ApprovalOutcome.ALLOWED_ONCE, ApprovalOutcome.ALLOWED_ALWAYS})
 _DECISIONS = {
     "allow-once": ApprovalOutcome.ALLOWED_ONCE,
     "allow-always": ApprovalOutcome.ALLOWED_ALWAYS,
@@ -93,6 +94,16 @@ class _Caller:
     view: ToolRegistry | ToolScope
     answer: mcp_types.ElicitResult | None = None
     question: mcp_types.ElicitRequest | None = None
+    feedback: str | None = None
+    """What the user wrote when refusing the call, for the model."""
+
+    def decided(self, answer: mcp_types.ElicitResult) -> ApprovalOutcome:
+        """The outcome of the user's answer; a refusal's feedback is kept."""
+        outcome = _outcome(answer)
+        written = (answer.content or {}).get("feedback")
+        if outcome not in _ALLOWING and isinstance(written, str) and written.strip():
+            self.feedback = written.strip()
+        return outcome
 
 
 def _elicits(session: ServerSession) -> bool:
@@ -188,7 +199,7 @@ class McpApprovals:
             return await reply if inspect.isawaitable(reply) else reply
         session = caller.ctx.session
         if caller.answer is not None:
-            return _outcome(caller.answer)
+            return caller.decided(caller.answer)
         if not _elicits(session):
             return self._unasked()
         message = _message(request, caller.view)
@@ -202,7 +213,7 @@ class McpApprovals:
             )
             caller.question = mcp_types.ElicitRequest(params=params)
             return ApprovalOutcome.UNAVAILABLE
-        return _outcome(answer)
+        return caller.decided(answer)
 
     def _unasked(self) -> ApprovalOutcome:
         """The answer for a client that cannot be asked: pending (a ticket a person
@@ -210,10 +221,16 @@ class McpApprovals:
         return ApprovalOutcome.PENDING if self.mode == "pending" else ApprovalOutcome.UNAVAILABLE
 
 
-def with_approval_hint(result: ToolExecutionResult) -> ToolExecutionResult:
-    """An ``APPROVAL_PENDING`` result with a line saying how a person approves its
-    ticket; any other result as it is."""
-    if not isinstance(result, ToolExecutionFailure) or result.code != ErrorCode.APPROVAL_PENDING:
+def with_approval_hint(result: ToolExecutionResult, caller: _Caller) -> ToolExecutionResult:
+    """The result the client gets: a refusal with the user's feedback for the model, an
+    ``APPROVAL_PENDING`` result with a line saying how a person approves its ticket;
+    any other result as it is."""
+    if not isinstance(result, ToolExecutionFailure):
+        return result
+    if caller.feedback is not None:
+        said = TextContent(f"The user said: {safe_text(caller.feedback, multiline=True)}")
+        return attrs.evolve(result, content=(*result.content, said))
+    if result.code != ErrorCode.APPROVAL_PENDING:
         return result
     meta = result.meta
     approval = meta.get("approval") if isinstance(meta, Mapping) else None

@@ -159,7 +159,7 @@ def build_mcp_server(
         )
         session_view = asking.session_view(target, ctx.session)
         with asking.calling(call, ctx, params, session_view) as caller:
-            result = with_approval_hint(await session_view.execute(call))
+            result = with_approval_hint(await session_view.execute(call), caller)
         return input_required(call, caller) or _call_tool_result(result, structured)
 
     return Server(name, version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
