@@ -242,22 +242,15 @@ def test_text_from_the_model_is_shown_inert(browser: Any) -> None:
 def test_the_inbox_approves_a_pending_call_end_to_end(browser: Any) -> None:
     """A call asks; nobody can answer now, so it ends APPROVAL_PENDING with a ticket; a
     person approves it in the inbox; resuming the ticket runs the body exactly once."""
-    from dsh_tools import ToolRegistry, define_tool
+    from approval_helpers import add_write_tool
+    from dsh_tools import ToolRegistry
     from dsh_tools.errors import ErrorCode
     from dsh_tools.hookspecs import hookimpl
     from dsh_tools.models import Ask, ToolExecution, ToolExecutionInput
 
-    runs: list[str] = []
     store = MemoryApprovalStore()
     registry = ToolRegistry(approval=lambda request: "pending", approval_store=store)
-    registry.register(
-        define_tool(
-            name="deploy",
-            description="deploy a service",
-            parameters={"service": {"type": "string", "required": True}},
-            execute=lambda arguments, context: runs.append(arguments["service"]) or "deployed",
-        )
-    )
+    runs = add_write_tool(registry)
 
     class AskFirst:
         @hookimpl
@@ -266,7 +259,7 @@ def test_the_inbox_approves_a_pending_call_end_to_end(browser: Any) -> None:
 
     registry.add_plugin(AskFirst())
     agent = registry.scope("agent-1")
-    call = ToolExecutionInput("call-1", "deploy", {"service": "billing"})
+    call = ToolExecutionInput("call-1", "write", {"path": "billing.txt"})
 
     async def resume(ticket: str) -> Any:
         return await agent.resume(ticket)
@@ -290,7 +283,23 @@ def test_the_inbox_approves_a_pending_call_end_to_end(browser: Any) -> None:
         assert runs == []
         resumed = portal.call(resume, ticket_id)
         assert not resumed.is_error
-        assert runs == ["billing"]
+        assert runs == ["billing.txt"]
         again = portal.call(resume, ticket_id)
     assert again.is_error  # already resumed: the body does not run twice
-    assert runs == ["billing"]
+    assert runs == ["billing.txt"]
+
+
+def test_a_store_that_fails_is_reported_and_nothing_is_answered(browser: Any) -> None:
+    class Broken(MemoryApprovalStore):
+        def list_tickets(self, **filters: Any) -> Any:
+            raise OSError("disk is gone")
+
+    with start_blocking_portal() as portal:
+        future, url = portal.start_task(functools.partial(serve_inbox, Broken(), port=0))
+        try:
+            page = browser.new_page()
+            response = page.goto(url)
+            assert response.status == 503
+            assert "disk is gone" in page.content()
+        finally:
+            future.cancel()

@@ -18,28 +18,17 @@ pytest.importorskip("mcp")
 from mcp import Client, StdioServerParameters
 from mcp import types as mcp_types
 
-from dsh_tools import ToolRegistry, define_tool
+from approval_helpers import add_write_tool
+from dsh_tools import ToolRegistry
 from dsh_tools.bridges.mcp import McpToolSource, build_mcp_server
 from dsh_tools.hookspecs import hookimpl
 from dsh_tools.models import ApprovalRequest, Ask, ToolExecution, ToolExecutionInput
 
 
-def asking_registry(runs: list[str]) -> ToolRegistry:
-    """A registry whose ``write`` tool always asks, and counts its runs."""
+def asking_registry() -> tuple[ToolRegistry, list[str]]:
+    """A registry whose ``write`` tool always asks, and the paths its body wrote."""
     registry = ToolRegistry()
-
-    def write(arguments: Any, context: Any) -> str:
-        runs.append(arguments["path"])
-        return f"wrote {arguments['path']}"
-
-    registry.register(
-        define_tool(
-            name="write",
-            description="write a file",
-            parameters={"path": {"type": "string", "required": True}},
-            execute=write,
-        )
-    )
+    runs = add_write_tool(registry)
 
     class AskFirst:
         @hookimpl
@@ -47,7 +36,7 @@ def asking_registry(runs: list[str]) -> ToolRegistry:
             return Ask("writes files\x1b[2J")
 
     registry.add_plugin(AskFirst())
-    return registry
+    return registry, runs
 
 
 class User:
@@ -81,14 +70,14 @@ def texts(result: mcp_types.CallToolResult) -> str:
 async def test_an_ask_elicits_with_the_calls_card_and_an_accepted_answer_runs_it_once(
     mode: str,
 ) -> None:
-    runs: list[str] = []
+    registry, runs = asking_registry()
     user = User(accept("allow-once"))
-    server = build_mcp_server(asking_registry(runs))
+    server = build_mcp_server(registry)
     with anyio.fail_after(10):
         async with Client(server, mode=mode, elicitation_callback=user) as client:
             result = await client.call_tool("write", {"path": "notes.txt"})
     assert not result.is_error
-    assert texts(result) == "wrote notes.txt"
+    assert texts(result) == "written"
     assert runs == ["notes.txt"]
     [asked] = user.asked
     assert '"write"' in asked.message
@@ -116,8 +105,8 @@ async def test_an_ask_elicits_with_the_calls_card_and_an_accepted_answer_runs_it
 async def test_anything_but_an_allowing_answer_leaves_the_body_unrun(
     answer: mcp_types.ElicitResult, mode: str
 ) -> None:
-    runs: list[str] = []
-    server = build_mcp_server(asking_registry(runs))
+    registry, runs = asking_registry()
+    server = build_mcp_server(registry)
     with anyio.fail_after(10):
         async with Client(server, mode=mode, elicitation_callback=User(answer)) as client:
             result = await client.call_tool("write", {"path": "notes.txt"})
@@ -128,8 +117,8 @@ async def test_anything_but_an_allowing_answer_leaves_the_body_unrun(
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_a_rejection_tells_the_model_the_users_feedback(mode: str) -> None:
-    runs: list[str] = []
-    server = build_mcp_server(asking_registry(runs))
+    registry, runs = asking_registry()
+    server = build_mcp_server(registry)
     user = User(accept("reject", "write it under docs/\x1b[2J instead"))
     with anyio.fail_after(10):
         async with Client(server, mode=mode, elicitation_callback=user) as client:
@@ -141,8 +130,8 @@ async def test_a_rejection_tells_the_model_the_users_feedback(mode: str) -> None
 
 @pytest.mark.anyio
 async def test_an_always_answer_holds_for_its_client_connection_only() -> None:
-    runs: list[str] = []
-    server = build_mcp_server(asking_registry(runs))
+    registry, runs = asking_registry()
+    server = build_mcp_server(registry)
     first = User(accept("allow-always"))
     second = User(accept("reject"))
     with anyio.fail_after(10):
@@ -161,8 +150,8 @@ async def test_an_always_answer_holds_for_its_client_connection_only() -> None:
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_a_client_that_cannot_elicit_is_refused_under_approvals_deny(mode: str) -> None:
-    runs: list[str] = []
-    server = build_mcp_server(asking_registry(runs), approvals="deny")
+    registry, runs = asking_registry()
+    server = build_mcp_server(registry, approvals="deny")
     with anyio.fail_after(10):
         async with Client(server, mode=mode) as client:
             result = await client.call_tool("write", {"path": "notes.txt"})
@@ -243,8 +232,8 @@ async def test_a_client_that_cannot_elicit_waits_for_a_person_at_the_cli_and_run
 async def test_a_remote_servers_elicitation_is_answered_through_the_hosts_channel(
     answer: str, ran: bool
 ) -> None:
-    runs: list[str] = []
-    remote = build_mcp_server(asking_registry(runs))
+    registry, runs = asking_registry()
+    remote = build_mcp_server(registry)
     asked: list[ApprovalRequest] = []
 
     def person(request: ApprovalRequest) -> str:

@@ -30,8 +30,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlencode
 
 import anyio
@@ -63,6 +63,7 @@ _ANSWERS = {
 }
 """What the page's buttons send, and the outcome each means."""
 
+T = TypeVar("T")
 _MAX_FEEDBACK = 2000
 CHANNEL = "inbox"
 """The channel the inbox's answers name."""
@@ -168,7 +169,7 @@ class _Inbox:
         turned_away = self.refused(request)
         if turned_away is not None:
             return turned_away
-        tickets = await anyio.to_thread.run_sync(self.pending)
+        tickets = await _stored(self.pending)
         nonce = secrets.token_urlsafe(16)
         notice = _notice(request, self.secrets)
         body = page(tickets, self.secrets.csrf(), _etag(tickets), nonce, notice)
@@ -183,7 +184,7 @@ class _Inbox:
         csrf = request.query_params.get("csrf", "")
         if not self.secrets.csrf_ok(csrf):
             return Response("stale page: reload it\n", 403, headers=_headers())
-        tickets = await anyio.to_thread.run_sync(self.pending)
+        tickets = await _stored(self.pending)
         etag = _etag(tickets)
         headers = {**_headers(), "ETag": etag}
         if request.headers.get("if-none-match") == etag:
@@ -219,12 +220,35 @@ class _Inbox:
     ) -> str:
         answer = TicketAnswer(outcome, who, CHANNEL, feedback=feedback)
         try:
-            await anyio.to_thread.run_sync(self.store.answer_ticket, ticket, answer)
+            await _stored(self.store.answer_ticket, ticket, answer)
         except TicketNotFoundError:
             return "unknown"
         except TicketError:
             return "late"  # answered elsewhere first, or expired
         return "ok"
+
+
+class _StoreFailed(Exception):
+    """The ticket store could not be read or written: the inbox answers ``503`` and
+    nothing is answered."""
+
+
+async def _stored(operation: Callable[..., T], *arguments: object) -> T:
+    """``operation`` on the store, in a worker thread (stores block); a failure other
+    than a ticket's own (:class:`TicketError`) becomes :class:`_StoreFailed`."""
+    try:
+        return await anyio.to_thread.run_sync(operation, *arguments)
+    except TicketError:
+        raise
+    except Exception as error:
+        raise _StoreFailed(f"{type(error).__name__}: {error}") from error
+
+
+async def _store_failed(request: Request, error: Exception) -> Response:
+    from starlette.responses import PlainTextResponse
+
+    text = f"the approvals store cannot be used; nothing was answered: {error}"
+    return PlainTextResponse(safe_text(text) + "\n", 503, headers=_headers())
 
 
 _STATUS_TEXT = {
@@ -257,11 +281,12 @@ def build_app(
 
     inbox = _Inbox(store, secrets_, port, loopback)
     return Starlette(
+        exception_handlers={_StoreFailed: _store_failed},
         routes=[
             Route("/", inbox.home, methods=["GET"]),
             Route("/tickets", inbox.tickets, methods=["GET"]),
             Route("/tickets/{ticket}", inbox.answer, methods=["POST"]),
-        ]
+        ],
     )
 
 
