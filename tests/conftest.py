@@ -1,6 +1,13 @@
-"""Shared pytest configuration: async tests run on both anyio backends."""
+"""Shared pytest configuration: async tests run on both anyio backends; the PostgreSQL
+tests get a server's URL."""
 
 from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -9,3 +16,58 @@ import pytest
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     """Run every ``@pytest.mark.anyio`` test once on asyncio and once on trio."""
     return str(request.param)
+
+
+POSTGRES_URL_VARIABLE = "DSH_TOOLS_TEST_POSTGRES_URL"
+"""The PostgreSQL server the store tests use; `.ci/postgres start DIR` prints it."""
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """The test server's URL with a schema of this test's own first in ``search_path``
+    (dropped afterwards). Skips without a server, except under CI, where it fails."""
+    url = os.environ.get(POSTGRES_URL_VARIABLE, "")
+    missing = "" if url else f"no PostgreSQL server: {POSTGRES_URL_VARIABLE} is not set"
+    try:
+        import psycopg
+    except ImportError:
+        missing = missing or "no PostgreSQL driver: psycopg is not installed"
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"{missing}, and CI is set: the PostgreSQL tests must run in CI")
+        pytest.skip(f"{missing} (see .ci/postgres)")
+    schema = f"test_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Which approval store a contract test runs on: each first-party store in turn."""
+    return str(request.param)
+
+
+@pytest.fixture
+def approval_store(
+    store_kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Any]:
+    """A new, empty first-party approval store of kind ``store_kind``."""
+    if store_kind == "memory":
+        from dsh_tools import MemoryApprovalStore
+
+        yield MemoryApprovalStore()
+    elif store_kind == "sqlite":
+        from dsh_tools_plugins.approval_store import SqliteApprovalStore
+
+        yield SqliteApprovalStore(tmp_path / "approvals.sqlite3")
+    else:
+        from dsh_tools_plugins.approval_postgres import PostgresApprovalStore
+
+        store = PostgresApprovalStore(request.getfixturevalue("postgres_url"))
+        yield store
+        store.close()

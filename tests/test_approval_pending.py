@@ -224,6 +224,27 @@ def test_a_ticket_whose_stored_arguments_changed_is_refused(tmp_path: Path) -> N
     assert ran == []
 
 
+@pytest.mark.parametrize(
+    ("column", "value"), [("state", "approved-ish"), ("arguments", "not json"), ("answer", "[]")]
+)
+def test_a_malformed_ticket_runs_nothing(tmp_path: Path, column: str, value: str) -> None:
+    store = SqliteApprovalStore(tmp_path / "approvals.sqlite3")
+    registry, _, ran = make_registry(store)
+    ticket_id = ticket_of(registry.execute_sync(call()))
+    approve(store, ticket_id)
+    with sqlite3.connect(tmp_path / "approvals.sqlite3") as connection:
+        connection.execute(f"UPDATE tickets SET {column} = ? WHERE id = ?", (value, ticket_id))
+    with pytest.raises(TicketError, match="could not be read from the approval store"):
+        registry.resume_sync(ticket_id)
+    result = registry.execute_sync(call())
+    if column == "state":  # not an open ticket: the repeated call opens a new one
+        assert ticket_of(result) != ticket_id
+    else:
+        assert code(result) == "POLICY_ERROR"
+        assert "approval store SqliteApprovalStore failed to find a ticket" in result.error.message
+    assert ran == []
+
+
 def test_another_agents_ticket_and_an_unknown_one_are_refused() -> None:
     store = MemoryApprovalStore()
     registry, _, ran = make_registry(store)

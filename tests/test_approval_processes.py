@@ -1,5 +1,6 @@
-"""Approvals across processes, on one SQLite file: one process asks and exits, a second
-approves, a third resumes, and the body runs exactly once, however many resume at once."""
+"""Approvals across processes, on one SQLite file and on one PostgreSQL database: one
+process asks and exits, a second approves, a third resumes, and the body runs exactly
+once, however many resume at once."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 HOST = """
 import json, sys
 from dsh_tools import Ask, TicketAnswer, ToolExecutionInput, ToolRegistry, define_tool, hookimpl
-from dsh_tools_plugins.approval_store import SqliteApprovalStore
+from dsh_tools_plugins.approval_store import open_approval_store
 
 mode, database, ran, *rest = sys.argv[1:]
-store = SqliteApprovalStore(database, timeout_s=60)
+store = open_approval_store(database, timeout_s=60)
 
 class AskAlways:
     @hookimpl
@@ -45,8 +48,16 @@ elif mode == "repeat":
 """
 
 
-def host(tmp_path: Path, *arguments: str) -> subprocess.Popen[str]:
-    database, ran = str(tmp_path / "approvals.sqlite3"), str(tmp_path / "ran.log")
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the processes keep their tickets: a SQLite file, or a PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "approvals.sqlite3")
+    return str(request.getfixturevalue("postgres_url"))
+
+
+def host(tmp_path: Path, database: str, *arguments: str) -> subprocess.Popen[str]:
+    ran = str(tmp_path / "ran.log")
     command = [sys.executable, "-c", HOST, arguments[0], database, ran, *arguments[1:]]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -62,29 +73,35 @@ def runs(tmp_path: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
-def test_ask_in_one_process_approve_in_a_second_resume_in_a_third(tmp_path: Path) -> None:
-    asked = finished(host(tmp_path, "ask"))
+def test_ask_in_one_process_approve_in_a_second_resume_in_a_third(
+    tmp_path: Path, database: str
+) -> None:
+    asked = finished(host(tmp_path, database, "ask"))
     assert asked["code"] == "APPROVAL_PENDING"
-    finished(host(tmp_path, "approve", asked["ticket"]))
+    finished(host(tmp_path, database, "approve", asked["ticket"]))
     assert runs(tmp_path) == []
-    assert finished(host(tmp_path, "resume", asked["ticket"])) == {"code": "ok"}
-    assert finished(host(tmp_path, "resume", asked["ticket"])) == {"code": "DENIED"}
+    assert finished(host(tmp_path, database, "resume", asked["ticket"])) == {"code": "ok"}
+    assert finished(host(tmp_path, database, "resume", asked["ticket"])) == {"code": "DENIED"}
     assert runs(tmp_path) == ["a.txt"]
 
 
-def test_eight_processes_resume_one_ticket_and_the_body_runs_once(tmp_path: Path) -> None:
-    asked = finished(host(tmp_path, "ask"))
-    finished(host(tmp_path, "approve", asked["ticket"]))
-    processes = [host(tmp_path, "resume", asked["ticket"]) for _ in range(8)]
+def test_eight_processes_resume_one_ticket_and_the_body_runs_once(
+    tmp_path: Path, database: str
+) -> None:
+    asked = finished(host(tmp_path, database, "ask"))
+    finished(host(tmp_path, database, "approve", asked["ticket"]))
+    processes = [host(tmp_path, database, "resume", asked["ticket"]) for _ in range(8)]
     codes = sorted(finished(process)["code"] for process in processes)
     assert runs(tmp_path) == ["a.txt"]
     assert codes == ["DENIED"] * 7 + ["ok"]
 
 
-def test_the_model_repeating_the_call_after_approval_runs_it_once(tmp_path: Path) -> None:
-    asked = finished(host(tmp_path, "ask"))
-    finished(host(tmp_path, "approve", asked["ticket"]))
-    processes = [host(tmp_path, "repeat") for _ in range(4)]
+def test_the_model_repeating_the_call_after_approval_runs_it_once(
+    tmp_path: Path, database: str
+) -> None:
+    asked = finished(host(tmp_path, database, "ask"))
+    finished(host(tmp_path, database, "approve", asked["ticket"]))
+    processes = [host(tmp_path, database, "repeat") for _ in range(4)]
     codes = sorted(finished(process)["code"] for process in processes)
     assert runs(tmp_path) == ["a.txt"]
     assert codes.count("ok") == 1

@@ -1,142 +1,132 @@
-"""``dsh-tools approvals``: list, show, approve and reject tickets in a store another
-process opened them in."""
+"""``dsh-tools approvals``: a person lists, reads, approves and rejects the tickets of calls
+that wait for them, from another process than the one that asked."""
 
 from __future__ import annotations
 
 import io
 import json
-import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from dsh_tools.approvals import ApprovalKey, ApprovalTicket, TicketState
+from approval_helpers import add_write_tool, code
+from dsh_tools import Ask, ToolExecutionInput, ToolRegistry, hookimpl
 from dsh_tools.cli import EXIT_CALL_FAILED, EXIT_OK, EXIT_USAGE, main
-from dsh_tools.json import snapshot
-from dsh_tools.models import ApprovalOutcome
-from dsh_tools.presentation import DiffCallView, file_diffs, unstructure_view
 from dsh_tools_plugins.approval_store import SqliteApprovalStore
 
 
-def dsh(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
+class AskAlways:
+    @hookimpl
+    def dsh_tools_pre_execute(self, execution: Any) -> Ask:
+        return Ask("writes \x1b]0;pwned\x07files", detail={"rule": "ask write"})
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> SqliteApprovalStore:
-    return SqliteApprovalStore(tmp_path / "approvals.sqlite3")
-
-
-def open_ticket(store: SqliteApprovalStore, path: str = "notes.txt", text: str = "new\n") -> str:
-    arguments = snapshot({"path": path, "content": text})
-    card = DiffCallView(f"Write {path}", file_diffs(path, "old\n", text))
-    ticket = ApprovalTicket.new(
-        ApprovalKey.for_call("agent-1", "write_file", arguments),
-        "call-1",
-        arguments,
-        created_at=time.time(),
-        expires_at=time.time() + 600,
-        reason="writes files",
-        card=snapshot(unstructure_view(card)),
-        asked_by=snapshot({"plugin": "permissions", "rule": "ask write_file", "line": 3}),
-    )
-    return store.open_ticket(ticket).id
-
-
-def test_list_shows_pending_tickets_one_line_each(store: SqliteApprovalStore) -> None:
-    first = open_ticket(store)
-    second = open_ticket(store, "other.txt")
-    code, out, _ = dsh("--approvals-store", str(store.path), "approvals", "list")
-    assert code == EXIT_OK
-    lines = out.splitlines()
-    assert [line.split()[0] for line in lines] == [first, second]
-    assert "write_file" in lines[0]
-    assert "Write notes.txt" in lines[0]
-
-
-def test_show_prints_the_card_and_the_record(store: SqliteApprovalStore) -> None:
-    ticket = open_ticket(store)
-    code, out, _ = dsh("--approvals-store", str(store.path), "approvals", "show", ticket)
-    assert code == EXIT_OK
-    assert "+new" in out
-    assert "-old" in out
-    assert "asked by: permissions: ask write_file (line 3)" in out
-    assert "state: pending" in out
-
-
-def test_approve_answers_once_and_a_second_answer_is_too_late(
-    store: SqliteApprovalStore,
-) -> None:
-    ticket = open_ticket(store)
-    where = ("--approvals-store", str(store.path), "approvals")
-    code, out, _ = dsh(*where, "approve", ticket, "--json")
-    assert code == EXIT_OK
-    answered = json.loads(out)
-    assert answered["state"] == "answered"
-    assert answered["answer"]["outcome"] == "allowed-once"
-    assert answered["answer"]["channel"] == "cli"
-    code, _, err = dsh(*where, "reject", ticket, "--feedback", "no")
-    assert code == EXIT_CALL_FAILED
-    assert "too late" in err
-    kept = store.get_ticket(ticket)
-    assert kept is not None
-    assert kept.answer is not None
-    assert kept.answer.outcome is ApprovalOutcome.ALLOWED_ONCE
-
-
-def test_reject_carries_feedback_and_approve_always_is_remembered_kind(
-    store: SqliteApprovalStore,
-) -> None:
-    rejected, approved = open_ticket(store), open_ticket(store, "b.txt")
-    where = ("--approvals-store", str(store.path), "approvals")
-    assert dsh(*where, "reject", rejected, "--feedback", "write to docs/")[0] == EXIT_OK
-    assert dsh(*where, "approve", approved, "--always")[0] == EXIT_OK
-    no, yes = store.get_ticket(rejected), store.get_ticket(approved)
-    assert no is not None
-    assert no.answer is not None
-    assert yes is not None
-    assert yes.answer
-    assert (no.answer.outcome, no.answer.feedback) == (ApprovalOutcome.REJECTED, "write to docs/")
-    assert yes.answer.outcome is ApprovalOutcome.ALLOWED_ALWAYS
-    _, out, _ = dsh(*where, "list", "--json")
-    assert json.loads(out) == []
-    _, out, _ = dsh(*where, "list", "--all", "--json")
-    assert {item["state"] for item in json.loads(out)} == {TicketState.ANSWERED.value}
-
-
-def test_an_unknown_ticket_is_a_clear_error(store: SqliteApprovalStore) -> None:
-    code, _, err = dsh("--approvals-store", str(store.path), "approvals", "approve", "t-nope")
-    assert code == EXIT_USAGE
-    assert "no approval ticket 't-nope'" in err
-
-
-def test_hostile_text_in_a_ticket_is_shown_inert(store: SqliteApprovalStore) -> None:
-    ticket = open_ticket(store, "a\x1b]0;owned\x07.txt", "x\u202e\n")
-    where = ("--approvals-store", str(store.path), "approvals")
-    for argv in (("list",), ("show", ticket), ("list", "--json")):
-        code, out, _ = dsh(*where, *argv)
-        assert code == EXIT_OK
-        assert "\x1b" not in out
-        assert "\u202e" not in out
-
-
-def test_the_default_store_is_the_workspaces_own(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A workspace, and a state directory outside it for the approval store."""
+    root = tmp_path / "workspace"
+    root.mkdir()
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("DSH_TOOLS_WORKSPACE", str(root))
     monkeypatch.delenv("DSH_TOOLS_APPROVALS_URL", raising=False)
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    ticket = open_ticket(SqliteApprovalStore.for_workspace(workspace))
-    code, out, _ = dsh("--workspace", str(workspace), "approvals", "list")
-    assert code == EXIT_OK
-    assert out.startswith(ticket)
+    monkeypatch.setenv("DSH_TOOLS_RULES", "")
+    return root
 
 
-def test_serving_the_inbox_beyond_loopback_needs_allow_remote(store: SqliteApprovalStore) -> None:
-    where = ("--approvals-store", str(store.path), "approvals")
-    code, _, err = dsh(*where, "serve", "--host", "0.0.0.0")
-    assert code == EXIT_USAGE
-    assert "--allow-remote" in err
+def host(workspace: Path) -> tuple[ToolRegistry, list[str]]:
+    """The host that asks: its approval store is the workspace's, outside it."""
+    store = SqliteApprovalStore.for_workspace(workspace)
+    registry = ToolRegistry(approval=lambda request: "pending", approval_store=store)
+    ran = add_write_tool(registry)
+    registry.add_plugin(AskAlways(), name="permissions")
+    return registry, ran
+
+
+def dsh(*argv: str) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    exit_code = main(["--no-plugins", *argv], stdout=out, stderr=err)
+    return exit_code, out.getvalue() + err.getvalue()
+
+
+CALL = ToolExecutionInput("c1", "write", {"path": "a.txt"}, agent="coder")
+
+
+def test_list_show_and_approve_then_the_repeated_call_runs_once(workspace: Path) -> None:
+    registry, ran = host(workspace)
+    ticket = registry.execute_sync(CALL).meta["approval"]["ticket"]  # type: ignore[index]
+
+    exit_code, listed = dsh("approvals", "list")
+    assert exit_code == EXIT_OK
+    assert ticket in listed
+    assert "coder write" in listed
+    assert "\x1b" not in listed
+    assert "\\x1b]0;pwned\\x07" in listed
+
+    exit_code, shown = dsh("approvals", "show", ticket)
+    assert exit_code == EXIT_OK
+    assert "write" in shown
+    assert "a.txt" in shown
+    assert "asked by plugin permissions, rule ask write" in shown
+
+    exit_code, said = dsh("approvals", "approve", ticket, "--by", "ana")
+    assert (exit_code, said) == (EXIT_OK, f"{ticket}: allowed-once by ana\n")
+    exit_code, late = dsh("approvals", "reject", ticket)
+    assert exit_code == EXIT_CALL_FAILED
+    assert "too late" in late
+
+    assert code(registry.execute_sync(CALL)) == "ok"
+    assert code(registry.resume_sync(ticket)) == "DENIED"
+    assert ran == ["a.txt"]
+    exit_code, listed = dsh("approvals", "list")
+    assert "no approval tickets waiting" in listed
+    exit_code, everything = dsh("approvals", "list", "--all", "--json")
+    (entry,) = json.loads(everything)
+    assert (entry["id"], entry["state"], entry["answer"]["by"]) == (ticket, "resumed", "ana")
+    assert entry["answer"]["channel"] == "cli"
+
+
+def test_reject_with_feedback_reaches_the_model(workspace: Path) -> None:
+    registry, ran = host(workspace)
+    ticket = registry.execute_sync(CALL).meta["approval"]["ticket"]  # type: ignore[index]
+    exit_code, said = dsh("approvals", "reject", ticket, "--feedback", "use b.txt", "--json")
+    assert exit_code == EXIT_OK
+    assert json.loads(said)["answer"]["outcome"] == "rejected"
+    result = registry.execute_sync(CALL)
+    assert result.error.message == 'the user rejected tool "write": use b.txt'
+    assert ran == []
+
+
+def test_approve_always_is_remembered_for_later_calls(workspace: Path) -> None:
+    registry, ran = host(workspace)
+    ticket = registry.execute_sync(CALL).meta["approval"]["ticket"]  # type: ignore[index]
+    assert dsh("approvals", "approve", ticket, "--always")[0] == EXIT_OK
+    assert code(registry.execute_sync(CALL)) == "ok"
+    assert code(registry.execute_sync(CALL)) == "ok"
+    assert ran == ["a.txt", "a.txt"]
+
+
+def test_an_unknown_ticket_is_a_clear_error(workspace: Path, tmp_path: Path) -> None:
+    exit_code, said = dsh("approvals", "show", "t-nope")
+    assert exit_code == EXIT_USAGE
+    assert "approval ticket 't-nope' does not exist" in said
+    exit_code, said = dsh("approvals", "approve", "t-nope", "--json")
+    assert exit_code == EXIT_CALL_FAILED
+    assert json.loads(said)["error"]["message"] == "approval ticket 't-nope' does not exist"
+
+
+def test_a_named_store_file_is_used(workspace: Path, tmp_path: Path) -> None:
+    path = tmp_path / "elsewhere.sqlite3"
+    store = SqliteApprovalStore(path)
+    registry = ToolRegistry(approval=lambda request: "pending", approval_store=store)
+    add_write_tool(registry)
+    registry.add_plugin(AskAlways())
+    ticket = registry.execute_sync(CALL).meta["approval"]["ticket"]  # type: ignore[index]
+    exit_code, listed = dsh("--approvals-store", str(path), "approvals", "list", "--json")
+    assert exit_code == EXIT_OK
+    assert [entry["id"] for entry in json.loads(listed)] == [ticket]
+
+
+def test_serving_the_inbox_beyond_loopback_needs_allow_remote(workspace: Path) -> None:
+    exit_code, _ = dsh("approvals", "serve", "--host", "0.0.0.0")
+    assert exit_code == EXIT_USAGE

@@ -108,6 +108,8 @@ async def approve(call: Call, ask: Ask) -> Allow | Deny:
     arguments: FrozenDict = execution.arguments  # type: ignore[assignment]
     keys = approval_keys(call)
     known = remembered(call, keys)
+    if isinstance(known, Allow) and not _used(call, call.plan.approval_store, keys):
+        known = None  # the grant ran out since it was recalled: ask again
     if known is not None:
         return known
     tickets = ticket_store(call)
@@ -116,8 +118,8 @@ async def approve(call: Call, ask: Ask) -> Allow | Deny:
         if ticket is not None:
             return _answered(call, keys, taken(call, tickets, ticket))
     request = ApprovalRequest(agent, name, execution.call_id, arguments, ask.reason, call.signal)
-    outcome, any_arguments = await _answer(call, service, request)
-    if outcome is ApprovalOutcome.PENDING:
+    answer = await _answer(call, service, request)
+    if answer.outcome is ApprovalOutcome.PENDING:
         if tickets is None:
             kind = type(call.plan.approval_store).__qualname__
             raise StageFailed(
@@ -128,7 +130,7 @@ async def approve(call: Call, ask: Ask) -> Allow | Deny:
                 )
             )
         return _answered(call, keys, await pending(call, tickets, ask, call.asker))
-    return _kept(call, keys, outcome, any_arguments)
+    return _kept(call, keys, answer)
 
 
 def resumed(call: Call, decision: Allow | Ask) -> Allow | Deny:
@@ -159,21 +161,22 @@ def _answered(
     call: Call, keys: tuple[ApprovalKey, ApprovalKey], answer: TicketAnswer
 ) -> Allow | Deny:
     """A person's answer to the call's ticket, remembered when it says always."""
-    decision = _kept(call, keys, answer.outcome, answer.any_arguments)
+    decision = _kept(call, keys, ApprovalAnswer(answer.outcome, any_arguments=answer.any_arguments))
     if isinstance(decision, Deny) and answer.feedback:
         return Deny(f"{decision.reason}: {safe_text(answer.feedback, multiline=True)}")
     return decision
 
 
 def _kept(
-    call: Call, keys: tuple[ApprovalKey, ApprovalKey], outcome: ApprovalOutcome, widened: bool
+    call: Call, keys: tuple[ApprovalKey, ApprovalKey], answer: ApprovalAnswer
 ) -> Allow | Deny:
     """An answer's decision, after keeping an ``*-always`` answer."""
-    if outcome in REMEMBERED_OUTCOMES:
+    if answer.outcome in REMEMBERED_OUTCOMES:
         if call.cancelled():
             raise Interrupted
-        _remember(call, call.plan.approval_store, keys[1] if widened else keys[0], outcome)
-    return _decision(call, outcome)
+        key = keys[1] if answer.any_arguments else keys[0]
+        _remember(call, call.plan.approval_store, key, answer)
+    return _decision(call, answer.outcome)
 
 
 def approval_keys(call: Call) -> tuple[ApprovalKey, ApprovalKey]:
@@ -207,11 +210,9 @@ def unroutable(call: Call, ask: Ask) -> Deny | None:
     return None
 
 
-async def _answer(
-    call: Call, service: ApprovalService, request: ApprovalRequest
-) -> tuple[ApprovalOutcome, bool]:
-    """The service's answer, exactly an outcome (and whether it covers any arguments);
-    anything else fails the call closed."""
+async def _answer(call: Call, service: ApprovalService, request: ApprovalRequest) -> ApprovalAnswer:
+    """The service's answer, exactly an outcome with its reach; anything else fails the
+    call closed."""
     try:
         answer = service.request(request)
         if is_awaitable(answer):
@@ -225,9 +226,7 @@ async def _answer(
         call.trace("approval", "approval service", f"raised {message(error)}", error, APPROVAL)
         prefix = "approval service failed: "
         raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
-    outcome, any_arguments = exact_outcome(answer), False
-    if type(answer) is ApprovalAnswer:
-        outcome, any_arguments = exact_outcome(answer.outcome), answer.any_arguments is True
+    outcome = exact_outcome(answer.outcome if type(answer) is ApprovalAnswer else answer)
     if outcome is None:
         call.trace("approval", "approval service", f"returned {shown(answer)}", answer, APPROVAL)
         raise StageFailed(
@@ -239,7 +238,7 @@ async def _answer(
         )
     if call.plan.traced:
         call.trace("approval", "approval service", outcome.value, answer, APPROVAL)
-    return outcome, any_arguments
+    return answer if type(answer) is ApprovalAnswer else ApprovalAnswer(outcome)
 
 
 def _recalled(
@@ -275,10 +274,22 @@ def _recalled(
     return found
 
 
-def _remember(call: Call, store: ApprovalStore, key: ApprovalKey, outcome: ApprovalOutcome) -> None:
-    """Keep an ``*-always`` answer; a store that cannot fails the call closed."""
+def _remember(call: Call, store: ApprovalStore, key: ApprovalKey, answer: ApprovalAnswer) -> None:
+    """Keep an ``*-always`` answer (with its end, if it has one); a store that cannot fails
+    the call closed."""
+    outcome = answer.outcome
+    limits = {
+        name: value
+        for name, value in (("expires_in_s", answer.expires_in_s), ("uses", answer.uses))
+        if value is not None
+    }
     try:
-        store.remember(key, outcome)
+        if limits and not callable(getattr(store, "use", None)):
+            raise TypeError(
+                f"{type(store).__qualname__} keeps no grants that end (it has no use()), "
+                f"and this answer ends ({', '.join(limits)})"
+            )
+        store.remember(key, outcome, **limits)
     except BaseException as error:
         if stops_the_caller(error):
             raise
@@ -287,6 +298,35 @@ def _remember(call: Call, store: ApprovalStore, key: ApprovalKey, outcome: Appro
         raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
     if call.plan.traced:
         call.trace("approval", "approval store", f"stored {outcome.value}", key, STORE)
+
+
+def _used(call: Call, store: ApprovalStore, keys: tuple[ApprovalKey, ...]) -> bool:
+    """Whether a use of a remembered allowance under ``keys`` was taken for this call (a
+    store without grants that end has nothing to take: always). False when the grant
+    expired or was used up since it was recalled, or the store failed: then the service
+    is asked."""
+    use = getattr(store, "use", None)
+    if not callable(use):
+        return True
+    for key in keys:
+        try:
+            outcome = exact_outcome(use(key))
+        except BaseException as error:
+            if stops_the_caller(error):
+                raise
+            call.trace("approval", "approval store", f"use raised {message(error)}", error, STORE)
+            logger.warning(
+                'tool "%s" (%s): approval store %s failed to use a grant; asking again: %s',
+                call.name,
+                call.execution.call_id,
+                type(store).__qualname__,
+                message(error),
+            )
+            return False
+        if outcome is ApprovalOutcome.ALLOWED_ALWAYS:
+            return True
+    call.trace("approval", "approval store", "grant ran out", keys, STORE)
+    return False
 
 
 def _decision(call: Call, outcome: ApprovalOutcome, *, remembered: bool = False) -> Allow | Deny:

@@ -1,102 +1,113 @@
-"""``dsh-tools approvals``: list, show, approve and reject pending approval tickets, or
-serve the web inbox where a person does the same.
+"""The ``approvals`` command: list, show, approve and reject approval tickets, or serve
+the web inbox where a person does the same (:mod:`dsh_tools._inbox`).
 
-The tickets live in the store ``--approvals-store`` names (a SQLite file, or a
-``postgresql://`` URL), else ``DSH_TOOLS_APPROVALS_URL``, else the workspace's own SQLite
-store (outside the workspace, see
-:meth:`~dsh_tools_plugins.approval_store.SqliteApprovalStore.for_workspace`). No plugin is
-loaded: answering a ticket runs nothing, so a broken rules file never stops a person from
-answering. :mod:`dsh_tools.cli` is the public entry point.
+It works on the store the command line names (``--approvals-store``, else
+``$DSH_TOOLS_APPROVALS_URL``), else the workspace's SQLite store outside the workspace
+(:meth:`~dsh_tools_plugins.approval_store.SqliteApprovalStore.for_workspace`), which is
+where a call that asked is waiting. Every text that came from a model, a workspace or a
+plugin passes :func:`~dsh_tools.safetext.safe_text` before it is shown.
+:mod:`dsh_tools.cli` is the public entry point.
 """
 
 from __future__ import annotations
 
 import argparse
 import getpass
-import importlib
+import json
 import os
-from typing import TYPE_CHECKING, Any, TextIO, cast
+import time
+from collections.abc import Sequence
+from typing import Any, TextIO
 
 from ._cli_exits import EXIT_CALL_FAILED, EXIT_OK, UsageError
-from ._cli_run import _json_text as json_text
-from ._ticket_text import ticket_card, ticket_fields, when
+from ._cli_setup import approval_store
 from .approvals import ApprovalTicket, TicketAnswer, TicketError, TicketState, TicketStore
 from .json import thaw
-from .models import ApprovalOutcome
 from .safetext import safe_text
-from .terminal import emit_card, render_call_view
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-__all__ = ["add_approvals_parser", "cmd_approvals", "ticket_json", "ticket_store"]
-
-CHANNEL = "cli"
-"""The channel the command's answers name."""
-_POSTGRES = ("postgresql://", "postgres://")
+__all__ = ["cmd_approvals", "ticket_json", "ticket_store"]
 
 
-def add_approvals_parser(commands: argparse._SubParsersAction[Any]) -> None:
-    """The ``approvals`` command and its subcommands."""
-    approvals = commands.add_parser(
-        "approvals", help="list, show, approve or reject pending approval tickets; serve the inbox"
-    )
-    actions = approvals.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listed = actions.add_parser("list", help="the pending tickets (--all: every ticket)")
-    listed.add_argument("--all", action="store_true", help="answered and resumed ones too")
-    show = actions.add_parser("show", help="a ticket's card and record")
-    approve = actions.add_parser("approve", help="let the ticket's call run")
-    approve.add_argument(
-        "--always", action="store_true", help="and remember it for this agent's same calls"
-    )
-    reject = actions.add_parser("reject", help="refuse the ticket's call")
-    reject.add_argument("--feedback", metavar="TEXT", help="what the model is told instead")
-    for action in (show, approve, reject):
-        action.add_argument("ticket", help="the ticket's id (t-...)")
-    for action in (listed, show, approve, reject):
-        action.add_argument("--json", action="store_true", help="print JSON")
-    serve = actions.add_parser("serve", help="the web inbox (a token guards it)")
-    serve.add_argument("--host", default="127.0.0.1", help="host (loopback by default)")
-    serve.add_argument("--port", type=int, default=8765, help="port (0: any free one)")
-    serve.add_argument("--allow-remote", action="store_true", help="allow a non-loopback host")
+def cmd_approvals(options: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``approvals list | show TICKET | approve TICKET | reject TICKET | serve``."""
+    store = ticket_store(options)
+    action = options.approvals_command
+    if action == "serve":
+        return _serve(store, options, err)
+    if action == "list":
+        state = None if options.all else TicketState.PENDING
+        return _listed(store.list_tickets(state=state), options.json, out)
+    if action == "show":
+        ticket = store.get_ticket(options.ticket)
+        if ticket is None:
+            raise UsageError(f"approval ticket {safe_text(options.ticket)!r} does not exist")
+        _write(out, ticket_json(ticket)) if options.json else _shown(ticket, out)
+        return EXIT_OK
+    return _answered(store, options, out)
 
 
 def ticket_store(options: argparse.Namespace) -> TicketStore:
-    """The ticket store the options (or ``DSH_TOOLS_APPROVALS_URL``) name."""
-    location = options.approvals_store or os.environ.get("DSH_TOOLS_APPROVALS_URL")
-    if not location:
+    """The store the options name, else the workspace's (a store keeping no tickets is
+    bad usage: there is nothing to answer in it)."""
+    store: object = approval_store(options)
+    if store is None:
         from dsh_tools_plugins.approval_store import SqliteApprovalStore
 
-        return SqliteApprovalStore.for_workspace(options.workspace or ".")
-    if location.startswith(_POSTGRES):
-        try:
-            module = importlib.import_module("dsh_tools_plugins.approval_postgres")
-        except ImportError as error:
-            raise UsageError(f"a PostgreSQL approvals store needs psycopg 3 ({error})") from None
-        return cast(TicketStore, module.PostgresApprovalStore(location))
-    if os.path.isdir(location):
-        raise UsageError(f"--approvals-store {location!r} is a directory, not a store file")
-    from dsh_tools_plugins.approval_store import SqliteApprovalStore
+        workspace = os.environ.get("DSH_TOOLS_WORKSPACE") or os.getcwd()
+        store = SqliteApprovalStore.for_workspace(workspace)
+    if not callable(getattr(store, "answer_ticket", None)):
+        raise UsageError(f"the approval store {type(store).__qualname__} keeps no tickets")
+    return store  # type: ignore[return-value]
 
-    return SqliteApprovalStore(location)
+
+def _answered(store: TicketStore, options: argparse.Namespace, out: TextIO) -> int:
+    """``approve`` / ``reject``: one answer, by this person, through the command line; an
+    answer that came too late, or to an expired or unknown ticket, exits 1."""
+    approve = options.approvals_command == "approve"
+    outcome = ("allowed" if approve else "rejected") + ("-always" if options.always else "")
+    if outcome == "allowed":
+        outcome = "allowed-once"
+    feedback = None if approve else options.feedback
+    answer = TicketAnswer(outcome, options.by or _person(), "cli", feedback=feedback)
+    try:
+        ticket = store.answer_ticket(options.ticket, answer)
+    except TicketError as error:
+        message = safe_text(str(error))
+        if options.json:
+            _write(out, {"error": {"message": message, "code": error.code}})
+        else:
+            out.write(f"{message}\n")
+        return EXIT_CALL_FAILED
+    if options.json:
+        _write(out, ticket_json(ticket))
+    else:
+        out.write(f"{ticket.id}: {outcome} by {safe_text(answer.by)}\n")
+    return EXIT_OK
+
+
+def _person() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
 
 
 def ticket_json(ticket: ApprovalTicket) -> dict[str, Any]:
-    """A ticket as the JSON the command prints."""
+    """A ticket as plain JSON data (what ``--json`` prints)."""
     answer = ticket.answer
     return {
         "id": ticket.id,
         "state": ticket.state.value,
         "agent": ticket.agent,
         "tool": ticket.tool_name,
-        "callId": ticket.call_id,
+        "call_id": ticket.call_id,
         "arguments": thaw(ticket.arguments),
-        "argumentsSha256": ticket.arguments_sha256,
+        "arguments_sha256": ticket.arguments_sha256,
         "reason": ticket.reason,
         "card": None if ticket.card is None else thaw(ticket.card),
-        "askedBy": None if ticket.asked_by is None else thaw(ticket.asked_by),
-        "createdAt": ticket.created_at,
-        "expiresAt": ticket.expires_at,
+        "asked_by": None if ticket.asked_by is None else thaw(ticket.asked_by),
+        "created_at": ticket.created_at,
+        "expires_at": ticket.expires_at,
         "answer": None
         if answer is None
         else {
@@ -104,88 +115,67 @@ def ticket_json(ticket: ApprovalTicket) -> dict[str, Any]:
             "by": answer.by,
             "channel": answer.channel,
             "feedback": answer.feedback,
-            "anyArguments": answer.any_arguments,
+            "any_arguments": answer.any_arguments,
         },
-        "answeredAt": ticket.answered_at,
-        "resumedAt": ticket.resumed_at,
+        "answered_at": ticket.answered_at,
+        "resumed_at": ticket.resumed_at,
     }
 
 
-def cmd_approvals(options: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    store = ticket_store(options)
-    actions: dict[str, Callable[[], int]] = {
-        "list": lambda: _list(store, options, out),
-        "show": lambda: _show(store, options, out),
-        "approve": lambda: _answer(store, options, out, err),
-        "reject": lambda: _answer(store, options, out, err),
-        "serve": lambda: _serve(store, options, err),
-    }
-    return actions[options.action]()
-
-
-def _list(store: TicketStore, options: argparse.Namespace, out: TextIO) -> int:
-    tickets = store.list_tickets(state=None if options.all else TicketState.PENDING)
-    if options.json:
-        out.write(json_text([ticket_json(ticket) for ticket in tickets]))
+def _listed(tickets: Sequence[ApprovalTicket], as_json: bool, out: TextIO) -> int:
+    if as_json:
+        _write(out, [ticket_json(ticket) for ticket in tickets])
         return EXIT_OK
-    for ticket in tickets:
-        title = ticket_card(ticket).title
-        line = f"{ticket.id}  {ticket.state.value}  {ticket.tool_name}  {ticket.agent}  {title}"
-        out.write(safe_text(line) + "\n")
     if not tickets:
-        out.write("no pending tickets\n" if not options.all else "no tickets\n")
+        out.write("no approval tickets waiting\n")
+    for ticket in tickets:
+        reason = f"  {safe_text(ticket.reason)}" if ticket.reason else ""
+        who = safe_text(f"{ticket.agent} {ticket.tool_name}")
+        out.write(f"{ticket.id}  {ticket.state.value:<8}  {who}  {_age(ticket)}{reason}\n")
     return EXIT_OK
 
 
-def _known(store: TicketStore, ticket_id: str) -> ApprovalTicket:
-    ticket = store.get_ticket(ticket_id)
-    if ticket is None:
-        raise UsageError(f"no approval ticket {safe_text(ticket_id)!r} in the store")
-    return ticket
+def _shown(ticket: ApprovalTicket, out: TextIO) -> None:
+    """The call's card, then the ticket's record: who asked, why, and what became of it."""
+    from ._ticket_text import ticket_card
+    from .terminal import emit_card, render_call_view
 
-
-def _show(store: TicketStore, options: argparse.Namespace, out: TextIO) -> int:
-    ticket = _known(store, options.ticket)
-    if options.json:
-        shown = {**ticket_json(ticket), "cardText": render_call_view(ticket_card(ticket))}
-        out.write(json_text(shown))
-        return EXIT_OK
     emit_card(render_call_view(ticket_card(ticket)), out)
-    out.write(
-        "".join(safe_text(f"  {name}: {value}") + "\n" for name, value in ticket_fields(ticket))
-    )
-    return EXIT_OK
+    lines = [
+        f"ticket {ticket.id}: {ticket.state.value}",
+        f"  {ticket.agent} asks to run {ticket.tool_name} (call {ticket.call_id})",
+        f"  asked {_age(ticket)}" + (f": {ticket.reason}" if ticket.reason else ""),
+    ]
+    if ticket.asked_by:
+        asker = ", ".join(f"{key} {_plain(value)}" for key, value in ticket.asked_by.items())
+        lines.append(f"  asked by {asker}")
+    answer = ticket.answer
+    if answer is not None:
+        said = f"  {answer.outcome.value} by {answer.by} via {answer.channel}"
+        lines.append(said + (f": {answer.feedback}" if answer.feedback else ""))
+    lines.append(f"  arguments sha256 {ticket.arguments_sha256}")
+    out.write("".join(safe_text(line) + "\n" for line in lines))
 
 
-def _answer(store: TicketStore, options: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    if options.action == "approve":
-        outcome = ApprovalOutcome.ALLOWED_ALWAYS if options.always else ApprovalOutcome.ALLOWED_ONCE
-        feedback = None
-    else:
-        outcome, feedback = ApprovalOutcome.REJECTED, options.feedback
-    _known(store, options.ticket)
-    answer = TicketAnswer(outcome, _who(), CHANNEL, feedback=feedback)
-    try:
-        ticket = store.answer_ticket(options.ticket, answer)
-    except TicketError as error:
-        err.write(f"dsh-tools: error: {safe_text(str(error))}\n")
-        return EXIT_CALL_FAILED
-    if options.json:
-        out.write(json_text(ticket_json(ticket)))
-    else:
-        at = "" if ticket.answered_at is None else f" at {when(ticket.answered_at)}"
-        out.write(safe_text(f"{ticket.id}: {outcome.value}{at}") + "\n")
-    return EXIT_OK
+def _plain(value: object) -> str:
+    thawed = thaw(value)
+    return thawed if isinstance(thawed, str) else json.dumps(thawed, ensure_ascii=False)
 
 
-def _who() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "cli"
+def _age(ticket: ApprovalTicket) -> str:
+    seconds = max(0, int(time.time() - ticket.created_at))
+    if seconds < 120:
+        return f"{seconds}s ago"
+    return f"{seconds // 60}m ago" if seconds < 7200 else f"{seconds // 3600}h ago"
+
+
+def _write(out: TextIO, data: object) -> None:
+    out.write(json.dumps(data, indent=2, ensure_ascii=True) + "\n")
 
 
 def _serve(store: TicketStore, options: argparse.Namespace, err: TextIO) -> int:
+    """``approvals serve``: the web inbox until Ctrl-C; its URL, token included, is
+    printed on standard error once it listens."""
     import functools
 
     import anyio
@@ -200,15 +190,11 @@ def _serve(store: TicketStore, options: argparse.Namespace, err: TextIO) -> int:
             f"--host {options.host!r} is not a loopback address; serving the inbox to other "
             "machines needs --allow-remote (its token is then all that guards it)"
         )
+    serve = functools.partial(
+        serve_inbox, store, host=options.host, port=options.port, allow_remote=options.allow_remote
+    )
 
     async def run() -> None:
-        serve = functools.partial(
-            serve_inbox,
-            store,
-            host=options.host,
-            port=options.port,
-            allow_remote=options.allow_remote,
-        )
         async with anyio.create_task_group() as group:
             url = await group.start(serve)
             err.write(f"dsh-tools: approvals inbox at {url} (Ctrl-C stops it)\n")

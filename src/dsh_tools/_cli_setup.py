@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ._cli_exits import PluginsFailed, UsageError
 
 if TYPE_CHECKING:
+    from .approvals import ApprovalStore
     from .models import ApprovalOutcome, ApprovalRequest
     from .plugins import LoadReport
     from .registry import ToolRegistry
 
-__all__ = ["TerminalApproval", "build", "unmatched_rule_problems"]
+__all__ = ["TerminalApproval", "approval_store", "build", "unmatched_rule_problems"]
 
 logger = logging.getLogger("dsh_tools")
 
@@ -66,6 +67,8 @@ def build(
 
     _export_options(options)
     registry = ToolRegistry(approval=TerminalApproval(stdin, stderr))
+    if options.command in _RUNS_TOOLS:
+        registry.approval_store = approval_store(options)
     report = LoadReport()
     if not options.no_plugins:
         # A broken rules file raises PluginConfigError here: exit 2, nothing runs.
@@ -77,6 +80,28 @@ def build(
 
         registry.add_plugin(AuditLog(options.audit_log), name="cli-audit-log")
     return registry, report
+
+
+def approval_store(options: argparse.Namespace) -> ApprovalStore | None:
+    """The store ``--approvals-store`` (else ``$DSH_TOOLS_APPROVALS_URL``) names, checked
+    now; ``None`` when neither is set. A store that cannot be used stops the command
+    (exit 2): it never falls back to another."""
+    from dsh_tools_plugins.approval_store import (
+        APPROVALS_URL_ENV,
+        ApprovalStoreError,
+        open_approval_store,
+    )
+
+    given, location = "--approvals-store", options.approvals_store
+    if location is None:
+        given, location = APPROVALS_URL_ENV, os.environ.get(APPROVALS_URL_ENV)
+    if location is None:
+        return None
+    workspace = os.environ.get("DSH_TOOLS_WORKSPACE") or os.getcwd()
+    try:
+        return open_approval_store(location, workspace=workspace)
+    except ApprovalStoreError as error:
+        raise UsageError(f"{given}: {error}") from None
 
 
 def _export_options(options: argparse.Namespace) -> None:

@@ -8,11 +8,18 @@ answer without asking again; another agent (a parent or child scope included) or
 argument value asks again. An :class:`ApprovalAnswer` with ``any_arguments=True`` widens
 the memory to every call of the tool by that agent.
 
-A store is anything with :meth:`ApprovalStore.recall` and :meth:`ApprovalStore.remember`.
+An ``allowed-always`` answer may end: ``ApprovalAnswer("allowed-always", expires_in_s=3600,
+uses=10)`` is a grant that lasts an hour and allows ten calls at most (each optional).
+An expired or used-up grant is no longer remembered, so the next call asks again. A use
+is taken atomically when a call runs on the grant, so concurrent calls never share one.
+
+A store is anything with :meth:`ApprovalStore.recall` and :meth:`ApprovalStore.remember`;
+one that also keeps grants that end is a :class:`LimitedGrantStore`.
 :class:`MemoryApprovalStore` (the default) forgets when the process ends;
-``dsh_tools_plugins.approval_store.SqliteApprovalStore`` keeps answers in a file. A store
-that raises fails closed: a failed recall asks the service again, a failed write fails
-the call with ``POLICY_ERROR``.
+``dsh_tools_plugins.approval_store.SqliteApprovalStore`` keeps answers in a file and
+``dsh_tools_plugins.approval_postgres.PostgresApprovalStore`` in a PostgreSQL database. A
+store that raises fails closed: a failed recall asks the service again, a failed write
+fails the call with ``POLICY_ERROR``.
 
 A question a person answers later is an :class:`ApprovalTicket`: bound to one call (the
 agent, the tool, the frozen arguments and their hash), answered once
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -41,6 +49,7 @@ __all__ = [
     "ApprovalAnswer",
     "ApprovalKey",
     "ApprovalStore",
+    "LimitedGrantStore",
     "ApprovalTicket",
     "MemoryApprovalStore",
     "TicketAnswer",
@@ -48,6 +57,7 @@ __all__ = [
     "TicketState",
     "TicketStore",
     "exact_outcome",
+    "grant_limits",
     "remembered_outcome",
     "stamped",
 ]
@@ -101,6 +111,27 @@ def _outcome(value: object) -> ApprovalOutcome:
     return outcome
 
 
+def _lifetime(value: object) -> float | None:
+    if value is None:
+        return None
+    if type(value) not in (int, float):
+        raise TypeError(f"expires_in_s must be a number, got {type(value).__qualname__}")
+    seconds = float(cast(float, value))
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"expires_in_s must be a positive number of seconds, got {seconds!r}")
+    return seconds
+
+
+def _uses(value: object) -> int | None:
+    if value is None:
+        return None
+    if type(value) is not int:
+        raise TypeError(f"uses must be an int, got {type(value).__qualname__}")
+    if value < 1:
+        raise ValueError(f"uses must be at least 1, got {value!r}")
+    return value
+
+
 @attrs.frozen
 class ApprovalAnswer:
     """An approval service's answer with its reach.
@@ -109,10 +140,16 @@ class ApprovalAnswer:
     every later call of the tool by the same agent, whatever its arguments. A plain outcome
     answer is ``ApprovalAnswer(outcome)``: an ``*-always`` outcome is then remembered for
     the exact arguments only.
+
+    An ``allowed-always`` answer may end: ``expires_in_s`` is its lifetime in seconds from
+    the moment it is stored (by the store's clock), ``uses`` the number of calls it allows
+    at most. Once either runs out the next call asks again.
     """
 
     outcome: ApprovalOutcome = attrs.field(converter=_outcome)
     any_arguments: bool = attrs.field(default=False, kw_only=True)
+    expires_in_s: float | None = attrs.field(default=None, kw_only=True, converter=_lifetime)
+    uses: int | None = attrs.field(default=None, kw_only=True, converter=_uses)
 
     @any_arguments.validator
     def _widened_only_when_remembered(self, attribute: object, value: object) -> None:
@@ -123,6 +160,22 @@ class ApprovalAnswer:
                 f"any_arguments widens a remembered answer, and {self.outcome.value!r} is not "
                 "remembered: use allowed-always or rejected-always"
             )
+
+    @uses.validator
+    def _ends_only_when_allowed_always(self, attribute: object, value: object) -> None:
+        grant_limits(self.outcome, self.expires_in_s, value)
+
+
+def grant_limits(
+    outcome: ApprovalOutcome, expires_in_s: object, uses: object
+) -> tuple[float | None, int | None]:
+    """``expires_in_s`` and ``uses`` of a grant of ``outcome``, checked as
+    :class:`ApprovalAnswer` checks them; a store's ``remember`` checks what it is given
+    with it."""
+    limits = _lifetime(expires_in_s), _uses(uses)
+    if limits != (None, None) and outcome is not ApprovalOutcome.ALLOWED_ALWAYS:
+        raise ValueError(f"only an allowed-always answer may end, not {outcome.value!r}")
+    return limits
 
 
 @attrs.frozen
@@ -333,13 +386,53 @@ class ApprovalStore(Protocol):
 
     def recall(self, key: ApprovalKey) -> ApprovalOutcome | None:
         """The outcome remembered under exactly ``key`` (one of
-        :data:`REMEMBERED_OUTCOMES`), or ``None``."""
+        :data:`REMEMBERED_OUTCOMES`), or ``None``; only reads the store."""
         ...
 
     def remember(self, key: ApprovalKey, outcome: ApprovalOutcome) -> None:
         """Keep ``outcome`` under ``key``, replacing what was there; return only once it
         is kept."""
         ...
+
+
+class LimitedGrantStore(ApprovalStore, Protocol):
+    """A store that also keeps grants that end (an ``allowed-always`` answer with
+    ``expires_in_s`` or ``uses``). Its :meth:`recall` no longer finds a grant that expired
+    or is used up; the pipeline calls :meth:`use` before a call runs on a grant. A store
+    without ``use`` is given only grants that never end (an answer that ends fails the call
+    with ``POLICY_ERROR``)."""
+
+    def remember(
+        self,
+        key: ApprovalKey,
+        outcome: ApprovalOutcome,
+        *,
+        expires_in_s: float | None = None,
+        uses: int | None = None,
+    ) -> None:
+        """Keep ``outcome`` under ``key`` as :meth:`ApprovalStore.remember` does, ending
+        ``expires_in_s`` seconds from now by the store's clock and after ``uses`` calls
+        (``None``: never)."""
+        ...
+
+    def use(self, key: ApprovalKey) -> ApprovalOutcome | None:
+        """Take one use of the allowance remembered under exactly ``key``, atomically (two
+        callers never take the last use both), and return ``allowed-always``; ``None`` when
+        there is no allowance there, or it expired or is used up. A grant without a use
+        count is returned without change."""
+        ...
+
+
+@attrs.frozen
+class _Grant:
+    outcome: ApprovalOutcome
+    expires_at: float | None
+    uses_left: int | None
+
+    def live(self, now: float) -> bool:
+        return (self.expires_at is None or now < self.expires_at) and (
+            self.uses_left is None or self.uses_left > 0
+        )
 
 
 class TicketStore(Protocol):
@@ -395,10 +488,10 @@ class TicketStore(Protocol):
 class MemoryApprovalStore:
     """The default store: remembered answers and tickets in dictionaries of this
     registry's process, gone when it ends. ``clock`` gives the time (seconds since the
-    epoch) tickets are created, answered and expire by."""
+    epoch) tickets are created, answered and expire by, and grants that end expire by."""
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
-        self._answers: dict[ApprovalKey, ApprovalOutcome] = {}
+        self._answers: dict[ApprovalKey, _Grant] = {}
         self._lock = threading.Lock()
         self._tickets: dict[str, ApprovalTicket] = {}
         self._changed = threading.Condition()
@@ -406,12 +499,33 @@ class MemoryApprovalStore:
 
     def recall(self, key: ApprovalKey) -> ApprovalOutcome | None:
         with self._lock:
-            return self._answers.get(key)
+            grant = self._answers.get(key)
+            return grant.outcome if grant is not None and grant.live(self._clock()) else None
 
-    def remember(self, key: ApprovalKey, outcome: ApprovalOutcome) -> None:
+    def remember(
+        self,
+        key: ApprovalKey,
+        outcome: ApprovalOutcome,
+        *,
+        expires_in_s: float | None = None,
+        uses: int | None = None,
+    ) -> None:
         kept = remembered_outcome(outcome)
+        lifetime, uses = grant_limits(kept, expires_in_s, uses)
+        expires_at = None if lifetime is None else self._clock() + lifetime
         with self._lock:
-            self._answers[key] = kept
+            self._answers[key] = _Grant(kept, expires_at, uses)
+
+    def use(self, key: ApprovalKey) -> ApprovalOutcome | None:
+        with self._lock:
+            grant = self._answers.get(key)
+            if grant is None or grant.outcome is not ApprovalOutcome.ALLOWED_ALWAYS:
+                return None
+            if not grant.live(self._clock()):
+                return None
+            if grant.uses_left is not None:
+                self._answers[key] = attrs.evolve(grant, uses_left=grant.uses_left - 1)
+            return grant.outcome
 
     def forget(self, agent: str | None = None) -> None:
         """Drop every remembered answer, or those of ``agent`` (and of no other scope)."""

@@ -104,8 +104,6 @@ def _run(options: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO) -
         return _failed(options, out, err, error, message, code, exit_code)
 
     try:
-        if options.command == "approvals":  # answers run nothing: no plugin is loaded
-            return cmd_approvals(options, out, err)
         registry, report = build(options, stdin, err)
         return _commands(registry, report, options, stdin, out, err)[options.command]()
     except BrokenPipeError:
@@ -143,6 +141,7 @@ def _commands(
         "check": lambda: cmd_check(registry, report, out),
         "replay": lambda: cmd_replay(registry, options, out),
         "serve-mcp": lambda: cmd_serve_mcp(registry, options),
+        "approvals": lambda: cmd_approvals(options, out, err),
     }
 
 

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from dsh_tools.approvals import (
     REMEMBERED_OUTCOMES,
@@ -39,20 +39,37 @@ from dsh_tools.approvals import (
     TicketError,
     TicketState,
     exact_outcome,
+    grant_limits,
     remembered_outcome,
 )
 from dsh_tools.models import ApprovalOutcome
 
-from ._sqlite_tickets import SCHEMA, TicketRows
+from ._approval_sqlite_schema import SchemaError, upgrade
+from ._sqlite_tickets import TicketRows
 
 T = TypeVar("T")
 
-__all__ = ["ApprovalStoreError", "SqliteApprovalStore", "approvals_directory"]
+if TYPE_CHECKING:
+    from .approval_postgres import PostgresApprovalStore
 
-_SCHEMA_VERSION = 1
+__all__ = [
+    "APPROVALS_URL_ENV",
+    "ApprovalStoreError",
+    "SqliteApprovalStore",
+    "approvals_directory",
+    "open_approval_store",
+]
+
+APPROVALS_URL_ENV = "DSH_TOOLS_APPROVALS_URL"
+"""The environment variable ``dsh-tools`` reads the approval store's location from when
+``--approvals-store`` is not given."""
+
 _ANY_ARGUMENTS = "*"
 """The ``arguments_sha256`` column of an answer widened to the tool (a primary key column
 cannot be NULL and stay unique)."""
+_KEY = "agent = ? AND tool = ? AND arguments_sha256 = ?"
+_LIVE = "(expires_at IS NULL OR expires_at > ?) AND (uses_left IS NULL OR uses_left > 0)"
+"""A grant that has not ended (its parameter: the time now)."""
 
 
 class ApprovalStoreError(Exception):
@@ -75,7 +92,7 @@ class SqliteApprovalStore:
     :param timeout_s: how long an operation waits for another connection's lock before it
         fails (closed).
     :param clock: the time (seconds since the epoch) tickets are answered, resumed and
-        expire by.
+        expire by, and grants that end expire by.
     :param poll_s: how often :meth:`wait_for_answer` looks at the file.
     """
 
@@ -105,10 +122,15 @@ class SqliteApprovalStore:
         name = hashlib.sha256(os.fsencode(real)).hexdigest()[:32] + ".sqlite3"
         return cls(Path(directory or approvals_directory()) / name)
 
+    def check(self) -> None:
+        """Create or upgrade the file now: raise :class:`ApprovalStoreError` when the
+        store cannot be used."""
+        self._run("SELECT 1", ())
+
     def recall(self, key: ApprovalKey) -> ApprovalOutcome | None:
         rows = self._run(
-            "SELECT outcome FROM approvals WHERE agent = ? AND tool = ? AND arguments_sha256 = ?",
-            _columns(key),
+            f"SELECT outcome FROM approvals WHERE {_KEY} AND {_LIVE}",
+            (*_columns(key), self._clock()),
         )
         if not rows:
             return None
@@ -117,13 +139,33 @@ class SqliteApprovalStore:
             raise ApprovalStoreError(f"{self.path} holds an unknown outcome {rows[0][0]!r}")
         return outcome
 
-    def remember(self, key: ApprovalKey, outcome: ApprovalOutcome) -> None:
+    def remember(
+        self,
+        key: ApprovalKey,
+        outcome: ApprovalOutcome,
+        *,
+        expires_in_s: float | None = None,
+        uses: int | None = None,
+    ) -> None:
         kept = remembered_outcome(outcome)
+        lifetime, uses = grant_limits(kept, expires_in_s, uses)
+        now = self._clock()
         self._run(
-            "INSERT OR REPLACE INTO approvals "
-            "(agent, tool, arguments_sha256, outcome, remembered_at) VALUES (?, ?, ?, ?, ?)",
-            (*_columns(key), kept.value, time.time()),
+            "INSERT OR REPLACE INTO approvals (agent, tool, arguments_sha256, outcome, "
+            "remembered_at, expires_at, uses_left) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (*_columns(key), kept.value, now, None if lifetime is None else now + lifetime, uses),
         )
+
+    def use(self, key: ApprovalKey) -> ApprovalOutcome | None:
+        """Take one use of the allowance under ``key`` (see
+        :meth:`dsh_tools.approvals.LimitedGrantStore.use`): one ``UPDATE`` that only
+        matches a grant with a use left, so two processes never take the last one both."""
+        taken = self._count(
+            f"UPDATE approvals SET uses_left = uses_left - 1 WHERE {_KEY} AND {_LIVE} "
+            "AND outcome = ?",
+            (*_columns(key), self._clock(), ApprovalOutcome.ALLOWED_ALWAYS.value),
+        )
+        return ApprovalOutcome.ALLOWED_ALWAYS if taken else None
 
     def forget(self, agent: str | None = None) -> None:
         """Drop every remembered answer, or those of ``agent`` (and of no other scope)."""
@@ -190,20 +232,36 @@ class SqliteApprovalStore:
             raise ApprovalStoreError(f"approval store {self.path}: {error}") from None
 
     def _run(self, statement: str, parameters: tuple[object, ...]) -> list[tuple[object, ...]]:
+        """The rows of one statement in a transaction of its own."""
+        return self._execute(statement, parameters, sqlite3.Cursor.fetchall)
+
+    def _count(self, statement: str, parameters: tuple[object, ...]) -> int:
+        """How many rows one statement in a transaction of its own changed."""
+        return self._execute(statement, parameters, lambda cursor: cursor.rowcount)
+
+    def _execute(
+        self,
+        statement: str,
+        parameters: tuple[object, ...],
+        collect: Callable[[sqlite3.Cursor], T],
+    ) -> T:
         """One statement in a transaction of its own, on a connection of its own."""
         try:
             self._prepare()
             connection = sqlite3.connect(self.path, timeout=self.timeout_s)
             try:
                 with connection:
-                    return connection.execute(statement, parameters).fetchall()
+                    return collect(connection.execute(statement, parameters))
             finally:
                 connection.close()
         except (sqlite3.Error, OSError, ValueError) as error:  # ValueError: unencodable text
             raise ApprovalStoreError(f"approval store {self.path}: {error}") from None
+        except SchemaError as error:
+            raise ApprovalStoreError(f"approval store {self.path}: {error}") from None
 
     def _prepare(self) -> None:
-        """Create the file and its table once per store; refuse a file of another kind."""
+        """Create the file and its table once per store, or upgrade a file an older
+        version made; refuse a file of another kind."""
         if self._ready:
             return
         with self._ready_lock:
@@ -212,22 +270,7 @@ class SqliteApprovalStore:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             connection = sqlite3.connect(self.path, timeout=self.timeout_s)
             try:
-                with connection:
-                    version = connection.execute("PRAGMA user_version").fetchone()[0]
-                    if version not in (0, _SCHEMA_VERSION):
-                        raise ApprovalStoreError(
-                            f"approval store {self.path}: schema version {version}, expected "
-                            f"{_SCHEMA_VERSION}"
-                        )
-                    connection.execute(
-                        "CREATE TABLE IF NOT EXISTS approvals (agent TEXT NOT NULL, "
-                        "tool TEXT NOT NULL, arguments_sha256 TEXT NOT NULL, "
-                        "outcome TEXT NOT NULL, remembered_at REAL NOT NULL, "
-                        "PRIMARY KEY (agent, tool, arguments_sha256))"
-                    )
-                    for statement in SCHEMA:
-                        connection.execute(statement)
-                    connection.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+                upgrade(connection)
             finally:
                 connection.close()
             self._ready = True
@@ -235,3 +278,39 @@ class SqliteApprovalStore:
 
 def _columns(key: ApprovalKey) -> tuple[str, str, str]:
     return key.agent, key.tool_name, key.arguments_sha256 or _ANY_ARGUMENTS
+
+
+def open_approval_store(
+    location: str, *, workspace: str | os.PathLike[str] | None = None, timeout_s: float = 5.0
+) -> SqliteApprovalStore | PostgresApprovalStore:
+    """The store at ``location``, checked (reachable, of a schema this version knows): a
+    ``postgresql://`` URL (extra: ``postgres``) or a SQLite file, which must lie outside
+    ``workspace`` (where tools write, an agent could approve itself). ``timeout_s`` is the
+    store's. Raises :class:`ApprovalStoreError` otherwise; never falls back to another
+    store."""
+    from .approval_postgres import PostgresApprovalStore, is_postgres_url
+
+    store: SqliteApprovalStore | PostgresApprovalStore
+    if is_postgres_url(location):
+        store = PostgresApprovalStore(location, timeout_s=timeout_s)
+    elif "://" in location or not location.strip():
+        scheme = location.split("://")[0] if location.strip() else ""
+        raise ApprovalStoreError(
+            f"approval store {scheme + '://...' if scheme else repr(location)}: expected a "
+            "postgresql:// URL or the path of a SQLite file"
+        )
+    else:
+        path = Path(location).expanduser()
+        if workspace is not None and _inside(path, Path(workspace)):
+            raise ApprovalStoreError(
+                f"approval store {path} lies inside the workspace {workspace}, where tools "
+                "write: keep it outside"
+            )
+        store = SqliteApprovalStore(path, timeout_s=timeout_s)
+    store.check()
+    return store
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    real, root = Path(os.path.realpath(path)), Path(os.path.realpath(directory))
+    return real == root or root in real.parents

@@ -1,0 +1,194 @@
+"""An approval store in PostgreSQL, shared by every process and machine that reaches it.
+
+:class:`PostgresApprovalStore` keeps remembered answers in one database (extra:
+``postgres``, psycopg 3)::
+
+    store = PostgresApprovalStore("postgresql://dsh@db.internal/approvals")
+    registry = ToolRegistry(approval=service, approval_store=store)
+
+It keeps approval tickets too (:class:`dsh_tools.approvals.TicketStore`): a call asked
+about on one machine can be answered from a second and resumed, exactly once, from a
+third, and a process waiting for an answer is woken by ``LISTEN``/``NOTIFY`` as soon as
+it is given.
+
+It creates its tables on first use (``dsh_tools_approvals``,
+``dsh_tools_approval_tickets``, and ``dsh_tools_schema`` with the schema's version) in
+the first schema of the connection's ``search_path``. When a grant ends, and whether a
+ticket has expired, is judged by the server's clock (``now()``), never the client's. A
+use of a counted grant, an answer and a resume are each one ``UPDATE`` that only matches
+a row in the state it expects, so concurrent callers never share one.
+
+A server that cannot be reached, a statement that fails or times out (``timeout_s``), or
+a database of an unknown schema version raises
+:class:`~dsh_tools_plugins.approval_store.ApprovalStoreError`, whose message names the
+store by its URL without the password; the pipeline then fails closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from dsh_tools.approvals import (
+    REMEMBERED_OUTCOMES,
+    ApprovalKey,
+    ApprovalTicket,
+    TicketAnswer,
+    TicketState,
+    exact_outcome,
+    grant_limits,
+    remembered_outcome,
+)
+from dsh_tools.models import ApprovalOutcome
+
+from ._postgres import Connections
+from ._postgres_tickets import Tickets
+from .approval_store import ApprovalStoreError
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["PostgresApprovalStore", "is_postgres_url"]
+
+_ANY_ARGUMENTS = "*"
+_KEY = "agent = %s AND tool = %s AND arguments_sha256 = %s"
+_LIVE = "(expires_at IS NULL OR expires_at > now()) AND (uses_left IS NULL OR uses_left > 0)"
+
+
+def is_postgres_url(location: str) -> bool:
+    """Whether ``location`` names a PostgreSQL database (``postgresql://`` or
+    ``postgres://``) rather than a file."""
+    return location.lower().startswith(("postgresql://", "postgres://"))
+
+
+class PostgresApprovalStore:
+    """Remembered approvals in the PostgreSQL database at ``url`` (a libpq connection
+    URI; ``?options=-csearch_path%3Dname`` picks the schema).
+
+    :param timeout_s: how long connecting, or any one statement, may take before the
+        operation fails (closed).
+    """
+
+    def __init__(self, url: str, *, timeout_s: float = 5.0) -> None:
+        if type(url) is not str or not is_postgres_url(url):
+            raise ApprovalStoreError(
+                "a PostgreSQL approval store needs a postgresql:// URL, got "
+                + (repr(url.split("://")[0] + "://...") if type(url) is str else type(url).__name__)
+            )
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            raise ApprovalStoreError(
+                "the PostgreSQL approval store needs psycopg: pip install 'dsh-tools[postgres]'"
+            ) from None
+        self._connections = Connections(url, timeout_s)
+        self._tickets = Tickets(self._connections)
+        with self._connections.errors():
+            from psycopg.conninfo import conninfo_to_dict
+
+            conninfo_to_dict(url)  # a malformed URL fails here, not at the first call
+
+    @property
+    def url(self) -> str:
+        """The store's URL as it may be shown (no password)."""
+        return self._connections.shown
+
+    def __repr__(self) -> str:
+        return f"PostgresApprovalStore({self.url!r})"
+
+    def check(self) -> None:
+        """Connect and create the tables now: raise :class:`ApprovalStoreError` when the
+        store cannot be used."""
+        self._connections.run(lambda connection: connection.execute("SELECT 1"))
+
+    def close(self) -> None:
+        """Close the idle connections; the store reconnects when used again."""
+        self._connections.close()
+
+    def recall(self, key: ApprovalKey) -> ApprovalOutcome | None:
+        rows = self._rows(
+            f"SELECT outcome FROM dsh_tools_approvals WHERE {_KEY} AND {_LIVE}", _columns(key)
+        )
+        if not rows:
+            return None
+        outcome = exact_outcome(rows[0][0])
+        if outcome not in REMEMBERED_OUTCOMES:
+            raise ApprovalStoreError(self._connections.redacted(f"unknown outcome {rows[0][0]!r}"))
+        return outcome
+
+    def remember(
+        self,
+        key: ApprovalKey,
+        outcome: ApprovalOutcome,
+        *,
+        expires_in_s: float | None = None,
+        uses: int | None = None,
+    ) -> None:
+        kept = remembered_outcome(outcome)
+        lifetime, uses = grant_limits(kept, expires_in_s, uses)
+        self._rows(
+            "INSERT INTO dsh_tools_approvals AS a (agent, tool, arguments_sha256, outcome, "
+            "expires_at, uses_left) VALUES (%s, %s, %s, %s, "
+            "now() + make_interval(secs => %s), %s) "
+            "ON CONFLICT (agent, tool, arguments_sha256) DO UPDATE SET outcome = "
+            "excluded.outcome, remembered_at = now(), expires_at = excluded.expires_at, "
+            "uses_left = excluded.uses_left",
+            (*_columns(key), kept.value, lifetime, uses),
+        )
+
+    def use(self, key: ApprovalKey) -> ApprovalOutcome | None:
+        """Take one use of the allowance under ``key`` (see
+        :meth:`dsh_tools.approvals.LimitedGrantStore.use`)."""
+        rows = self._rows(
+            f"UPDATE dsh_tools_approvals SET uses_left = uses_left - 1 WHERE {_KEY} "
+            f"AND {_LIVE} AND outcome = %s RETURNING outcome",
+            (*_columns(key), ApprovalOutcome.ALLOWED_ALWAYS.value),
+        )
+        return ApprovalOutcome.ALLOWED_ALWAYS if rows else None
+
+    def forget(self, agent: str | None = None) -> None:
+        """Drop every remembered answer, or those of ``agent`` (and of no other scope)."""
+        if agent is None:
+            self._rows("DELETE FROM dsh_tools_approvals", ())
+        else:
+            self._rows("DELETE FROM dsh_tools_approvals WHERE agent = %s", (agent,))
+
+    # ------------------------------------------------------------------ tickets
+
+    def open_ticket(self, ticket: ApprovalTicket) -> ApprovalTicket:
+        return self._tickets.open_ticket(ticket)
+
+    def get_ticket(self, ticket_id: str) -> ApprovalTicket | None:
+        return self._tickets.get_ticket(ticket_id)
+
+    def find_ticket(self, key: ApprovalKey) -> ApprovalTicket | None:
+        return self._tickets.find_ticket(key)
+
+    def list_tickets(
+        self, *, agent: str | None = None, state: TicketState | None = None
+    ) -> Sequence[ApprovalTicket]:
+        return self._tickets.list_tickets(agent=agent, state=state)
+
+    def answer_ticket(self, ticket_id: str, answer: TicketAnswer) -> ApprovalTicket:
+        return self._tickets.answer_ticket(ticket_id, answer)
+
+    def consume_ticket(self, ticket_id: str) -> ApprovalTicket | None:
+        return self._tickets.consume_ticket(ticket_id)
+
+    def wait_for_answer(self, ticket_id: str, timeout_s: float) -> ApprovalTicket | None:
+        """Wait on a connection that listens for answers (``LISTEN``): an answer from any
+        process wakes the waiter at once."""
+        return self._tickets.wait_for_answer(ticket_id, timeout_s)
+
+    # ------------------------------------------------------------------ connections
+
+    def _rows(self, statement: str, parameters: tuple[object, ...]) -> list[tuple[object, ...]]:
+        def work(connection: psycopg.Connection[tuple[object, ...]]) -> list[tuple[object, ...]]:
+            cursor = connection.execute(statement, parameters)
+            return cursor.fetchall() if cursor.description is not None else []
+
+        return self._connections.run(work)
+
+
+def _columns(key: ApprovalKey) -> tuple[str, str, str]:
+    return key.agent, key.tool_name, key.arguments_sha256 or _ANY_ARGUMENTS

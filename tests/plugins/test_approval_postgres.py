@@ -1,0 +1,216 @@
+"""The PostgreSQL approval store: shared between processes, timed by the server's clock,
+and failing closed (with a message that names the store but never its password) when the
+server cannot be reached or the database is not one it knows."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dsh_tools import (
+    ApprovalKey,
+    ApprovalOutcome,
+    Ask,
+    ToolExecutionInput,
+    ToolRegistry,
+    define_tool,
+    hookimpl,
+)
+from dsh_tools.testing import ScriptedApproval
+from dsh_tools_plugins.approval_store import ApprovalStoreError
+from store_contract import StoreContract
+
+psycopg = pytest.importorskip("psycopg", reason="PostgreSQL driver psycopg is not installed")
+
+from dsh_tools_plugins.approval_postgres import PostgresApprovalStore  # noqa: E402
+
+ALLOWED = ApprovalOutcome.ALLOWED_ALWAYS
+KEY = ApprovalKey.for_call("ops", "deploy", {"service": "web"})
+SECRET = "s3cr3t-pa55word"
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def make_registry(store: Any) -> tuple[ToolRegistry, ScriptedApproval, list[str]]:
+    class AskAlways:
+        @hookimpl
+        def dsh_tools_pre_execute(self, execution: Any) -> Ask:
+            return Ask("deploys")
+
+    approval = ScriptedApproval()
+    registry = ToolRegistry(approval=approval, approval_store=store)
+    ran: list[str] = []
+    registry.register(
+        define_tool(
+            name="deploy",
+            description="Deploy a service.",
+            parameters={"service": {"type": "string", "required": True}},
+            execute=lambda args, ctx: ran.append(args["service"]) or "deployed",
+        )
+    )
+    registry.add_plugin(AskAlways())
+    return registry, approval, ran
+
+
+def code(result: Any) -> str:
+    return result.error.info.code if result.is_error else "ok"
+
+
+def test_an_unreachable_server_fails_closed_and_never_shows_the_password() -> None:
+    port = closed_port()
+    store = PostgresApprovalStore(f"postgresql://dsh:{SECRET}@127.0.0.1:{port}/approvals")
+    with pytest.raises(ApprovalStoreError) as raised:
+        store.check()
+    message = str(raised.value)
+    assert message.startswith(f"approval store postgresql://dsh@127.0.0.1:{port}/approvals: ")
+    assert "Connection refused" in message
+    assert SECRET not in message
+    registry, approval, ran = make_registry(store)
+    approval.answer("allowed-always")
+    result = registry.execute_sync(
+        ToolExecutionInput("c1", "deploy", {"service": "web"}, agent="ops")
+    )
+    assert code(result) == "POLICY_ERROR"
+    assert "approval store postgresql://dsh@127.0.0.1" in result.error.message
+    assert SECRET not in result.error.message
+    assert ran == []
+
+
+def test_a_wrong_password_is_refused_without_showing_it(postgres_url: str) -> None:
+    parts = psycopg.conninfo.conninfo_to_dict(postgres_url)
+    url = f"postgresql://{parts['user']}:{SECRET}@{parts['host']}:{parts['port']}/{parts['dbname']}"
+    with pytest.raises(ApprovalStoreError, match="password authentication failed") as raised:
+        PostgresApprovalStore(url).check()
+    assert SECRET not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"postgresql://dsh:{SECRET}@db:notaport/approvals",
+        f"postgresql://dsh:{SECRET}@db/approvals?sslmode=sometimes",
+        f"postgresql://dsh:{SECRET}@db/approvals?no_such_option={SECRET}",
+    ],
+)
+def test_a_malformed_url_is_refused_at_once_without_showing_the_password(url: str) -> None:
+    with pytest.raises(ApprovalStoreError) as raised:
+        PostgresApprovalStore(url).check()
+    assert SECRET not in str(raised.value)
+
+
+@pytest.mark.parametrize("location", ["sqlite:///tmp/x", "/tmp/approvals.sqlite3", ""])
+def test_only_a_postgresql_url_makes_a_postgresql_store(location: str) -> None:
+    with pytest.raises(ApprovalStoreError, match=r"needs a postgresql:// URL"):
+        PostgresApprovalStore(location)
+
+
+def test_grants_end_by_the_server_clock_not_the_clients(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = PostgresApprovalStore(postgres_url)
+    monkeypatch.setattr(time, "time", lambda: 4_000_000_000.0)  # the client is in 2096
+    store.remember(KEY, ALLOWED, expires_in_s=3600)
+    monkeypatch.setattr(time, "time", lambda: 0.0)  # now in 1970
+    assert store.recall(KEY) is ALLOWED
+    assert store.use(KEY) is ALLOWED
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        row = connection.execute(
+            "SELECT expires_at - remembered_at, expires_at > now() FROM dsh_tools_approvals"
+        ).fetchone()
+    assert row is not None
+    assert (row[0].total_seconds(), row[1]) == (3600.0, True)
+    store.close()
+
+
+def test_processes_share_answers_and_grants(postgres_url: str) -> None:
+    script = textwrap.dedent(
+        """
+        import sys
+        from dsh_tools import ApprovalKey, ApprovalOutcome
+        from dsh_tools_plugins.approval_postgres import PostgresApprovalStore
+
+        store = PostgresApprovalStore(sys.argv[1])
+        key = ApprovalKey.for_call("ops", "deploy", {"service": "web"})
+        if sys.argv[2] == "remember":
+            store.remember(key, ApprovalOutcome.ALLOWED_ALWAYS, uses=6)
+        else:
+            print(sum(store.use(key) is not None for _ in range(3)))
+        """
+    )
+    command = [sys.executable, "-c", script, postgres_url]
+    subprocess.run([*command, "remember"], check=True, timeout=60)
+    users = [
+        subprocess.Popen([*command, "use"], stdout=subprocess.PIPE, text=True) for _ in range(4)
+    ]
+    taken = [int(process.communicate(timeout=120)[0]) for process in users]
+    assert [process.returncode for process in users] == [0] * 4
+    assert sum(taken) == 6
+    assert PostgresApprovalStore(postgres_url).recall(KEY) is None
+
+
+def test_a_database_of_another_schema_version_is_refused(postgres_url: str) -> None:
+    store = PostgresApprovalStore(postgres_url)
+    store.check()
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute("UPDATE dsh_tools_schema SET version = 9")
+    with pytest.raises(ApprovalStoreError, match="schema version 9, expected 1"):
+        PostgresApprovalStore(postgres_url).recall(KEY)
+    store.close()
+
+
+def test_a_tampered_outcome_is_refused(postgres_url: str) -> None:
+    store = PostgresApprovalStore(postgres_url)
+    store.remember(KEY, ApprovalOutcome.REJECTED_ALWAYS)
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute("UPDATE dsh_tools_approvals SET outcome = 'allowed-once'")
+    with pytest.raises(ApprovalStoreError, match="unknown outcome 'allowed-once'"):
+        store.recall(KEY)
+    store.close()
+
+
+@pytest.mark.parametrize("agent", ["agent-\x00", "agent-\udc80"])
+def test_text_the_server_cannot_hold_fails_as_a_store_error(postgres_url: str, agent: str) -> None:
+    store = PostgresApprovalStore(postgres_url)
+    with pytest.raises(ApprovalStoreError, match="approval store postgresql://"):
+        store.remember(ApprovalKey.for_tool(agent, "deploy"), ALLOWED)
+    assert store.recall(KEY) is None  # the store still works
+    store.close()
+
+
+def test_the_store_reconnects_after_the_server_dropped_its_connections(postgres_url: str) -> None:
+    store = PostgresApprovalStore(postgres_url)
+    store.remember(KEY, ALLOWED)
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = 'dsh-tools approvals'"
+        )
+    # The dropped connection fails one operation (closed), never more.
+    try:
+        first = store.recall(KEY)
+    except ApprovalStoreError:
+        first = None
+    assert first in (None, ALLOWED)
+    assert store.recall(KEY) is ALLOWED
+    store.close()
+
+
+class TestPostgresStore(StoreContract):
+    """The store contract (``tests/store_contract.py``) on PostgreSQL."""
+
+    @pytest.fixture
+    def store(self, postgres_url: str) -> Iterator[PostgresApprovalStore]:
+        store = PostgresApprovalStore(postgres_url)
+        yield store
+        store.close()

@@ -1,0 +1,115 @@
+"""``dsh-tools --approvals-store URL|FILE`` (or ``$DSH_TOOLS_APPROVALS_URL``): calls are
+decided by the answers that store remembers, and a store that cannot be used stops the
+command before anything runs."""
+
+from __future__ import annotations
+
+import io
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh_tools import ApprovalKey, ApprovalOutcome
+from dsh_tools.cli import EXIT_CALL_FAILED, EXIT_OK, EXIT_USAGE, EXIT_WOULD_ASK, main
+from dsh_tools_plugins.approval_store import SqliteApprovalStore
+
+SECRET = "s3cr3t-pa55word"
+WRITE = {"path": "out.txt", "content": "hello"}
+ARGUMENTS = '{"path": "out.txt", "content": "hello"}'
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "workspace"
+    root.mkdir()
+    monkeypatch.setenv("DSH_TOOLS_WORKSPACE", str(root))
+    monkeypatch.setenv("DSH_TOOLS_RULES", "")
+    monkeypatch.delenv("DSH_TOOLS_BLOCK_PLUGINS", raising=False)
+    monkeypatch.delenv("DSH_TOOLS_APPROVALS_URL", raising=False)
+    return root
+
+
+def dsh(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), stdin=io.StringIO(""), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def grant_one_write(store: Any) -> None:
+    key = ApprovalKey.for_call("cli", "write_file", WRITE)
+    store.remember(key, ApprovalOutcome.ALLOWED_ALWAYS, uses=1)
+
+
+def test_a_sqlite_store_decides_the_call_and_its_grant_runs_out(
+    workspace: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "approvals.sqlite3"
+    grant_one_write(SqliteApprovalStore(path))
+    assert dsh("--approvals-store", str(path), "explain", "write_file", ARGUMENTS)[0] == EXIT_OK
+    code, out, _ = dsh("--approvals-store", str(path), "call", "write_file", ARGUMENTS)
+    assert code == EXIT_OK, out
+    assert (workspace / "out.txt").read_text() == "hello"
+    # The one use is taken: the next call asks, and without a terminal nobody answers.
+    (workspace / "out.txt").unlink()
+    code, out, _ = dsh("--approvals-store", str(path), "call", "write_file", ARGUMENTS)
+    assert code == EXIT_CALL_FAILED
+    assert "DENIED" in out
+    assert not (workspace / "out.txt").exists()
+    assert dsh("--approvals-store", str(path), "explain", "write_file", ARGUMENTS)[0] == (
+        EXIT_WOULD_ASK
+    )
+
+
+def test_without_a_store_nothing_is_remembered_between_runs(workspace: Path) -> None:
+    code, out, _ = dsh("call", "write_file", ARGUMENTS)
+    assert code == EXIT_CALL_FAILED
+    assert "DENIED" in out
+
+
+def test_a_postgresql_store_from_the_environment(
+    workspace: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dsh_tools_plugins.approval_postgres import PostgresApprovalStore
+
+    store = PostgresApprovalStore(postgres_url)
+    grant_one_write(store)
+    monkeypatch.setenv("DSH_TOOLS_APPROVALS_URL", postgres_url)
+    code, out, _ = dsh("call", "write_file", ARGUMENTS)
+    assert code == EXIT_OK, out
+    assert store.recall(ApprovalKey.for_call("cli", "write_file", WRITE)) is None  # used up
+    store.close()
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("location", "message"),
+    [
+        (f"postgresql://dsh:{SECRET}@127.0.0.1:{{port}}/approvals", "Connection refused"),
+        (f"postgresql://dsh:{SECRET}@db:notaport/approvals", "approval store"),
+        (f"mysql://dsh:{SECRET}@db/approvals", "mysql://...: expected a postgresql:// URL"),
+        ("{workspace}/approvals.sqlite3", "lies inside the workspace"),
+        ("{workspace}", "lies inside the workspace"),
+        ("", "expected a postgresql:// URL or the path of a SQLite file"),
+    ],
+)
+@pytest.mark.parametrize("given", ["--approvals-store", "DSH_TOOLS_APPROVALS_URL"])
+def test_a_store_that_cannot_be_used_stops_the_command(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, location: str, message: str, given: str
+) -> None:
+    location = location.format(port=closed_port(), workspace=workspace)
+    options = ["--approvals-store", location] if given.startswith("--") else []
+    if not options:
+        monkeypatch.setenv(given, location)
+    code, out, err = dsh(*options, "call", "write_file", ARGUMENTS)
+    assert code == EXIT_USAGE
+    assert err.startswith(f"dsh-tools: error: {given}: ")
+    assert message in err
+    assert SECRET not in err + out
+    assert list(workspace.iterdir()) == []
