@@ -12,7 +12,7 @@ from .approvals import ApprovalTicket
 from .json import FrozenDict, thaw
 from .presentation import CardError, ToolCallView, fallback_call_view, structure_call_view
 
-__all__ = ["asked_by_text", "ticket_card", "ticket_fields", "when"]
+__all__ = ["asked_by_text", "ticket_card", "ticket_fields"]
 
 
 def ticket_card(ticket: ApprovalTicket) -> ToolCallView:
@@ -41,7 +41,7 @@ def asked_by_text(asked_by: FrozenDict | None) -> str | None:
     return f"{text}; {rest}" if text and rest else text or rest
 
 
-def when(seconds: float) -> str:
+def _when(seconds: float) -> str:
     """A moment as UTC text, to the second."""
     moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc)
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -57,14 +57,14 @@ def ticket_fields(ticket: ApprovalTicket) -> list[tuple[str, str]]:
         ("call", ticket.call_id),
         ("asked by", asked_by_text(ticket.asked_by)),
         ("reason", ticket.reason),
-        ("created", when(ticket.created_at)),
-        ("expires", when(ticket.expires_at)),
+        ("created", _when(ticket.created_at)),
+        ("expires", _when(ticket.expires_at)),
     ]
     answer = ticket.answer
     if answer is not None:
-        at = "" if ticket.answered_at is None else f" at {when(ticket.answered_at)}"
+        at = "" if ticket.answered_at is None else f" at {_when(ticket.answered_at)}"
         rows.append(("answer", f"{answer.outcome.value} by {answer.by} via {answer.channel}{at}"))
         rows.append(("feedback", answer.feedback))
     if ticket.resumed_at is not None:
-        rows.append(("resumed", when(ticket.resumed_at)))
+        rows.append(("resumed", _when(ticket.resumed_at)))
     return [(name, value) for name, value in rows if value]
