@@ -303,3 +303,26 @@ def test_a_store_that_fails_is_reported_and_nothing_is_answered(browser: Any) ->
             assert "disk is gone" in page.content()
         finally:
             future.cancel()
+
+
+def test_a_page_elsewhere_cannot_reach_the_inbox_by_dns_rebinding() -> None:
+    """On loopback only a loopback Host header is served, even with the right token."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    with start_blocking_portal() as portal:
+        serve = functools.partial(serve_inbox, MemoryApprovalStore(), port=0)
+        future, url = portal.start_task(serve)
+        try:
+            parts = urlsplit(url)
+            statuses = []
+            for host in (f"attacker.example:{parts.port}", parts.netloc):
+                connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+                connection.putrequest("GET", f"/?{parts.query}", skip_host=True)
+                connection.putheader("Host", host)
+                connection.endheaders()
+                statuses.append(connection.getresponse().status)
+                connection.close()
+        finally:
+            future.cancel()
+    assert statuses == [421, 303]

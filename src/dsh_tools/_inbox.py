@@ -141,7 +141,10 @@ class _Inbox:
 
         if self.loopback and not _host_ok(request.headers.get("host"), self.port):
             return PlainTextResponse("unknown host", 421, headers=_headers())
-        presented = request.cookies.get(self.cookie)
+        # The printed URL's ``?token=`` (a GET only), else the cookie it leaves, else a
+        # bearer token.
+        query = request.query_params.get("token") if request.method == "GET" else None
+        presented = query if query is not None else request.cookies.get(self.cookie)
         scheme, _, bearer = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer":
             presented = bearer
@@ -161,14 +164,14 @@ class _Inbox:
     async def home(self, request: Request) -> Response:
         from starlette.responses import HTMLResponse, RedirectResponse
 
-        token = request.query_params.get("token")
-        if token is not None and self.secrets.token_ok(token):
-            moved = RedirectResponse("/", 303, headers=_headers())
-            moved.set_cookie(self.cookie, token, httponly=True, samesite="strict", path="/")
-            return moved
         turned_away = self.refused(request)
         if turned_away is not None:
             return turned_away
+        token = request.query_params.get("token")
+        if token is not None:  # the printed URL: keep the token in a cookie, not the address
+            moved = RedirectResponse("/", 303, headers=_headers())
+            moved.set_cookie(self.cookie, token, httponly=True, samesite="strict", path="/")
+            return moved
         tickets = await _stored(self.pending)
         nonce = secrets.token_urlsafe(16)
         notice = _notice(request, self.secrets)
