@@ -3,6 +3,7 @@ the client can elicit; each client is its own agent."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -20,7 +21,7 @@ from mcp import types as mcp_types
 
 from approval_helpers import add_write_tool
 from dsh_tools import ToolRegistry
-from dsh_tools.bridges.mcp import McpToolSource, build_mcp_server
+from dsh_tools.bridges.mcp import McpToolSource, build_mcp_server, serve_http
 from dsh_tools.hookspecs import hookimpl
 from dsh_tools.models import ApprovalRequest, Ask, ToolExecution, ToolExecutionInput
 
@@ -272,3 +273,21 @@ async def test_an_elicitation_the_channel_cannot_fill_is_declined() -> None:
     assert (await answer(None, form)).action == "decline"
     empty = mcp_types.ElicitRequestFormParams(message="go on?", requested_schema={"type": "object"})
     assert (await answer(None, empty)).action == "accept"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_an_ask_elicits_over_streamable_http(anyio_backend: str, mode: str) -> None:
+    if anyio_backend != "asyncio":
+        pytest.skip("serve_http runs uvicorn, which needs asyncio")
+    registry, runs = asking_registry()
+    user = User(accept("allow-once"))
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as group:
+            url = await group.start(functools.partial(serve_http, registry, port=0))
+            async with Client(url, mode=mode, elicitation_callback=user) as client:
+                result = await client.call_tool("write", {"path": "web.txt"})
+            group.cancel_scope.cancel()
+    assert not result.is_error
+    assert runs == ["web.txt"]
+    assert len(user.asked) == 1
