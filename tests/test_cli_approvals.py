@@ -126,3 +126,8 @@ def test_a_named_store_file_is_used(workspace: Path, tmp_path: Path) -> None:
     exit_code, listed = dsh("--approvals-store", str(path), "approvals", "list", "--json")
     assert exit_code == EXIT_OK
     assert [entry["id"] for entry in json.loads(listed)] == [ticket]
+
+
+def test_serving_the_inbox_beyond_loopback_needs_allow_remote(workspace: Path) -> None:
+    exit_code, _ = dsh("approvals", "serve", "--host", "0.0.0.0")
+    assert exit_code == EXIT_USAGE

@@ -1,4 +1,5 @@
-"""The ``approvals`` command: list, show, approve and reject approval tickets.
+"""The ``approvals`` command: list, show, approve and reject approval tickets, or serve
+the web inbox where a person does the same (:mod:`dsh_tools._inbox`).
 
 It works on the store the command line names (``--approvals-store``, else
 ``$DSH_TOOLS_APPROVALS_URL``), else the workspace's SQLite store outside the workspace
@@ -24,13 +25,15 @@ from .approvals import ApprovalTicket, TicketAnswer, TicketError, TicketState, T
 from .json import thaw
 from .safetext import safe_text
 
-__all__ = ["cmd_approvals", "ticket_json"]
+__all__ = ["cmd_approvals", "ticket_json", "ticket_store"]
 
 
-def cmd_approvals(options: argparse.Namespace, out: TextIO) -> int:
-    """``approvals list | show TICKET | approve TICKET | reject TICKET``."""
-    store = _store(options)
+def cmd_approvals(options: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``approvals list | show TICKET | approve TICKET | reject TICKET | serve``."""
+    store = ticket_store(options)
     action = options.approvals_command
+    if action == "serve":
+        return _serve(store, options, err)
     if action == "list":
         state = None if options.all else TicketState.PENDING
         return _listed(store.list_tickets(state=state), options.json, out)
@@ -43,7 +46,7 @@ def cmd_approvals(options: argparse.Namespace, out: TextIO) -> int:
     return _answered(store, options, out)
 
 
-def _store(options: argparse.Namespace) -> TicketStore:
+def ticket_store(options: argparse.Namespace) -> TicketStore:
     """The store the options name, else the workspace's (a store keeping no tickets is
     bad usage: there is nothing to answer in it)."""
     store: object = approval_store(options)
@@ -136,17 +139,10 @@ def _listed(tickets: Sequence[ApprovalTicket], as_json: bool, out: TextIO) -> in
 
 def _shown(ticket: ApprovalTicket, out: TextIO) -> None:
     """The call's card, then the ticket's record: who asked, why, and what became of it."""
-    from .presentation import CardError, structure_call_view
+    from ._ticket_text import ticket_card
     from .terminal import emit_card, render_call_view
 
-    try:
-        card = None if ticket.card is None else structure_call_view(thaw(ticket.card))
-    except CardError:
-        card = None
-    if card is not None:
-        emit_card(render_call_view(card), out)
-    else:
-        out.write(safe_text(json.dumps(thaw(ticket.arguments), ensure_ascii=False)) + "\n")
+    emit_card(render_call_view(ticket_card(ticket)), out)
     lines = [
         f"ticket {ticket.id}: {ticket.state.value}",
         f"  {ticket.agent} asks to run {ticket.tool_name} (call {ticket.call_id})",
@@ -177,3 +173,37 @@ def _age(ticket: ApprovalTicket) -> str:
 
 def _write(out: TextIO, data: object) -> None:
     out.write(json.dumps(data, indent=2, ensure_ascii=True) + "\n")
+
+
+def _serve(store: TicketStore, options: argparse.Namespace, err: TextIO) -> int:
+    """``approvals serve``: the web inbox until Ctrl-C; its URL, token included, is
+    printed on standard error once it listens."""
+    import functools
+
+    import anyio
+
+    try:
+        from ._inbox import serve_inbox
+        from .bridges._mcp_http import is_loopback_host
+    except ImportError as error:
+        raise UsageError(f"the inbox needs the mcp extra (starlette, uvicorn) ({error})") from None
+    if not options.allow_remote and not is_loopback_host(options.host):
+        raise UsageError(
+            f"--host {options.host!r} is not a loopback address; serving the inbox to other "
+            "machines needs --allow-remote (its token is then all that guards it)"
+        )
+    serve = functools.partial(
+        serve_inbox, store, host=options.host, port=options.port, allow_remote=options.allow_remote
+    )
+
+    async def run() -> None:
+        async with anyio.create_task_group() as group:
+            url = await group.start(serve)
+            err.write(f"dsh-tools: approvals inbox at {url} (Ctrl-C stops it)\n")
+            err.flush()
+
+    try:
+        anyio.run(run)
+    except KeyboardInterrupt:
+        err.write("dsh-tools: approvals inbox stopped\n")
+    return EXIT_OK

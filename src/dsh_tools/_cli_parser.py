@@ -142,6 +142,15 @@ def _commands(commands: argparse._SubParsersAction[_Parser]) -> None:
     serve.add_argument("--host", default="127.0.0.1", help="HTTP host (loopback by default)")
     serve.add_argument("--port", type=int, default=8000, help="HTTP port")
     serve.add_argument("--allow-remote", action="store_true", help="allow a non-loopback HTTP host")
+    serve.add_argument(
+        "--approvals",
+        choices=("pending", "deny"),
+        default="deny",
+        help=(
+            "a call that asks, from a client that cannot elicit: pending (a ticket a person "
+            "answers with `dsh-tools approvals`) or deny (default)"
+        ),
+    )
 
 
 def _approvals_command(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -165,6 +174,10 @@ def _approvals_command(commands: argparse._SubParsersAction[_Parser]) -> None:
         action.add_argument("--by", metavar="NAME", help="who answers (default: your user name)")
     for action in (listing, show, approve, reject):
         action.add_argument("--json", action="store_true", help="print JSON")
+    serve = actions.add_parser("serve", help="the web inbox, guarded by a token it prints")
+    serve.add_argument("--host", default="127.0.0.1", help="host (loopback by default)")
+    serve.add_argument("--port", type=int, default=8765, help="port (0: any free one)")
+    serve.add_argument("--allow-remote", action="store_true", help="allow a non-loopback host")
 
 
 def _call_arguments(command: argparse.ArgumentParser) -> None:

@@ -213,6 +213,14 @@ def cmd_serve_mcp(registry: ToolRegistry, options: argparse.Namespace) -> int:
             "serve-mcp needs the mcp extra: install dsh-tools with it (in a clone: "
             f"pip install '.[mcp]') ({error})"
         ) from None
+    from .approvals import MemoryApprovalStore
+
+    if options.approvals == "pending" and isinstance(registry.approval_store, MemoryApprovalStore):
+        from ._cli_approvals import ticket_store
+
+        # Tickets where `dsh-tools approvals` (another process) answers them: the
+        # workspace's store, when the command line named no store.
+        registry.approval_store = ticket_store(options)  # type: ignore[assignment]
     if options.http:
         if not options.allow_remote and not is_loopback_host(options.host):
             raise UsageError(
@@ -225,8 +233,9 @@ def cmd_serve_mcp(registry: ToolRegistry, options: argparse.Namespace) -> int:
             host=options.host,
             port=options.port,
             allow_remote=options.allow_remote,
+            approvals=options.approvals,
         )
         anyio.run(serve)
     else:
-        anyio.run(functools.partial(serve_stdio, registry))
+        anyio.run(functools.partial(serve_stdio, registry, approvals=options.approvals))
     return EXIT_OK

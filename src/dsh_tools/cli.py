@@ -141,7 +141,7 @@ def _commands(
         "check": lambda: cmd_check(registry, report, out),
         "replay": lambda: cmd_replay(registry, options, out),
         "serve-mcp": lambda: cmd_serve_mcp(registry, options),
-        "approvals": lambda: cmd_approvals(options, out),
+        "approvals": lambda: cmd_approvals(options, out, err),
     }
 
 

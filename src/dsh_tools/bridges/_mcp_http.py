@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import anyio
 from mcp.server.transport_security import TransportSecuritySettings
 
+from ._mcp_approval import ApprovalsMode
 from ._mcp_serve import View, build_mcp_server
 
 if TYPE_CHECKING:
@@ -112,6 +113,7 @@ async def serve_http(
     path: str = "/mcp",
     name: str = "dsh-tools",
     agent: str | None = None,
+    approvals: ApprovalsMode = "deny",
     allow_remote: bool = False,
     json_response: bool = False,
     stateless: bool = False,
@@ -125,13 +127,14 @@ async def serve_http(
     of it). On loopback, DNS-rebinding protection only accepts loopback ``Host`` and
     ``Origin`` headers. ``port=0`` picks a free port; started with ``task_group.start``
     the call reports the URL once it is listening. Runs until cancelled, then shuts
-    down gracefully. Needs uvicorn and starlette, which the MCP SDK installs.
+    down gracefully. Needs uvicorn and starlette, which the MCP SDK installs. ``agent``
+    and ``approvals`` are :func:`build_mcp_server`'s.
     """
     import uvicorn
 
     loopback = _checked_host(host, allow_remote)
     _require_asyncio()
-    server = build_mcp_server(view, name=name, agent=agent)
+    server = build_mcp_server(view, name=name, agent=agent, approvals=approvals)
     app = server.streamable_http_app(
         streamable_http_path=path,
         json_response=json_response,

@@ -23,6 +23,7 @@ from ..json import FrozenDict, JsonValue, dumps, snapshot, thaw
 from ..jsonschema import assert_supported_json_schema
 from ..models import ToolDefinition, ToolOutput
 from ..registry import Disposer
+from ._mcp_elicit import calling_remote
 from ._mcp_serve import View
 
 McpClient: TypeAlias = "Client | ClientSession"
@@ -170,9 +171,10 @@ def _remote_tool(
     output, note = _output_declaration(tool)
 
     async def execute(arguments: FrozenDict, context: ToolRunContext) -> object:
-        result: mcp_types.CallToolResult = await _call_remote(
-            client, remote_name, thaw(arguments), context
-        )
+        with calling_remote(context.execution):
+            result: mcp_types.CallToolResult = await _call_remote(
+                client, remote_name, thaw(arguments), context
+            )
         blocks = [_local_block(block) for block in result.content]
         if result.is_error:
             # Servers (this bridge among them) often start the text with "Error: "; the

@@ -23,6 +23,7 @@ from ..models import ToolDefinition, ToolExecutionInput, ToolExecutionResult
 from ..progress import Output, Progress
 from ..registry import ToolRegistry, ToolScope
 from ..safetext import safe_text
+from ._mcp_approval import ApprovalsMode, McpApprovals, input_required, with_approval_hint
 from .wire import to_mcp_call_result, to_mcp_tools
 
 View: TypeAlias = "ToolRegistry | ToolScope"
@@ -156,8 +157,22 @@ def _may_want_progress(ctx: ServerRequestContext[Any]) -> bool:
     return known.get("progress_token") is not None or _PROTOCOL_VERSION_KEY in known
 
 
+def _install_approvals(view: View, mode: ApprovalsMode, one_client: bool) -> McpApprovals:
+    """Route the registry's asks of MCP calls to their clients (the service it had still
+    answers every other call)."""
+    registry = view if isinstance(view, ToolRegistry) else view._registry
+    approvals = McpApprovals(registry.approval, mode, one_client=one_client)
+    registry.approval = approvals
+    return approvals
+
+
 def build_mcp_server(
-    view: View, *, name: str = "dsh-tools", agent: str | None = None
+    view: View,
+    *,
+    name: str = "dsh-tools",
+    agent: str | None = None,
+    approvals: ApprovalsMode = "deny",
+    one_client: bool = False,
 ) -> Server[Any]:
     """An MCP SDK low-level ``Server`` exposing the tools visible to ``view``.
 
@@ -175,8 +190,20 @@ def build_mcp_server(
 
     ``agent`` serves a registry as that agent (``"parent/child"`` for nested scopes):
     tools, guards and plugins are that scope's. A ``ToolScope`` serves as its own agent.
+    Each client connection calls through an agent scope of its own under it
+    (``mcp-<hex>``), so remembered answers never pass from one client to another;
+    ``one_client=True`` says every request comes from the one client of this server
+    (stdio), which the per-request protocol could not tell otherwise.
+
+    An ``Ask`` of a call made over MCP becomes an elicitation when the client supports
+    it; otherwise ``approvals`` decides: ``"deny"`` refuses the call, ``"pending"`` ends
+    it ``APPROVAL_PENDING`` with a ticket a person answers (``dsh-tools approvals``), and
+    the client's same call, repeated, runs once approved. The registry's approval service
+    is replaced by one that does this and hands every other call's ask to the service it
+    replaced (see :mod:`dsh_tools.bridges._mcp_approval`).
     """
     target = _serving_view(view, agent)
+    asking = _install_approvals(target, approvals, one_client)
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
@@ -185,7 +212,7 @@ def build_mcp_server(
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
-    ) -> mcp_types.CallToolResult:
+    ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
         structured = _object_output_schema(target.get(params.name)) is not None
         relay = Relay(_ProgressNotifier(ctx.session).send) if _may_want_progress(ctx) else None
         call = ToolExecutionInput(
@@ -194,13 +221,23 @@ def build_mcp_server(
             arguments={} if params.arguments is None else params.arguments,
             on_progress=relay,
         )
-        run = target.execute(call)
-        return _call_tool_result(await (run if relay is None else relay.run(run)), structured)
+        session_view = asking.session_view(target, ctx.session)
+        with asking.calling(call, ctx, params, session_view) as caller:
+            run = session_view.execute(call)
+            outcome = await (run if relay is None else relay.run(run))
+            result = with_approval_hint(outcome, caller)
+        return input_required(call, caller) or _call_tool_result(result, structured)
 
     return Server(name, version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
 
 
-async def serve_stdio(view: View, *, name: str = "dsh-tools", agent: str | None = None) -> None:
+async def serve_stdio(
+    view: View,
+    *,
+    name: str = "dsh-tools",
+    agent: str | None = None,
+    approvals: ApprovalsMode = "deny",
+) -> None:
     """Serve ``view`` over this process's stdin/stdout until the client disconnects.
 
     Nothing else may write to stdout meanwhile (log to stderr). Synchronous callers:
@@ -208,6 +245,6 @@ async def serve_stdio(view: View, *, name: str = "dsh-tools", agent: str | None 
     """
     from mcp.server.stdio import stdio_server
 
-    server = build_mcp_server(view, name=name, agent=agent)
+    server = build_mcp_server(view, name=name, agent=agent, approvals=approvals, one_client=True)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())

@@ -11,7 +11,9 @@ from typing import Any, TypeAlias
 from mcp import Client, ClientSession, MCPError, StdioServerParameters
 from mcp.server.lowlevel import Server
 
+from ..models import ApprovalChannel
 from ..registry import Disposer
+from ._mcp_elicit import elicitation_answerer
 from ._mcp_remote import McpClient, McpConnectionError, McpRemoteTool, load_mcp_tools, register_all
 from ._mcp_serve import View
 
@@ -52,6 +54,13 @@ class McpToolSource:
     closed here) and lists the tools; :meth:`register` adds them to a view; leaving
     removes every registration made through the source, then closes the connection it
     opened. ``read_timeout_seconds`` bounds each request to the server.
+
+    ``approval`` (an approval service or a function, as ``ToolRegistry(approval=...)``
+    takes) answers what the server asks the user while its tools run (elicitations),
+    through the host's own channel: it is asked about the remote tool's call, with the
+    server's message as the reason (see :mod:`dsh_tools.bridges._mcp_elicit`). Without
+    it, the client declares no elicitation capability. A connected client given as
+    ``server`` keeps the callback it was made with.
     """
 
     def __init__(
@@ -61,8 +70,10 @@ class McpToolSource:
         prefix: str = "",
         timeout_ms: float | None = None,
         read_timeout_seconds: float | None = None,
+        approval: ApprovalChannel | None = None,
     ) -> None:
         self._server = server
+        self._elicit = None if approval is None else elicitation_answerer(approval)
         self._prefix = prefix
         self._timeout_ms = timeout_ms
         self._read_timeout = read_timeout_seconds
@@ -86,7 +97,9 @@ class McpToolSource:
         if isinstance(server, (Client, ClientSession)):
             client: McpClient = server
         else:
-            owned = Client(server, read_timeout_seconds=self._read_timeout)
+            owned = Client(
+                server, read_timeout_seconds=self._read_timeout, elicitation_callback=self._elicit
+            )
             try:
                 client = await owned.__aenter__()
             except Exception as error:

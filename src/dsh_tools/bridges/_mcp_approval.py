@@ -1,0 +1,278 @@
+"""Approvals over MCP: each client its own agent, and an ask put to the client's user.
+
+Serving gives every MCP session an agent scope of its own (``mcp-<hex>``), so what one
+client's user answers "always" is never applied to another client's calls. An ``Ask`` of
+a call that came over MCP is put to that client as an elicitation (``elicitation/create``,
+form mode) when the client declared the capability: the message is the call's card, made
+safe to show, and the form offers allow once, allow always or reject, with feedback for
+the model. A client that cannot elicit gets what the server's ``approvals`` mode says:
+``"deny"`` (nobody can be asked: the call is refused) or ``"pending"``. Asks of calls that
+did not come over MCP go to the approval service the registry had before.
+
+:mod:`dsh_tools.bridges.mcp` is the public import path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import secrets
+import weakref
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+from mcp import types as mcp_types
+from mcp.shared.exceptions import NoBackChannelError
+
+from .._approval import channel
+from ..approvals import ApprovalKey
+from ..content import TextContent
+from ..errors import ErrorCode
+from ..models import (
+    ApprovalOutcome,
+    ApprovalReply,
+    ApprovalRequest,
+    ToolExecutionFailure,
+    ToolExecutionInput,
+    ToolExecutionResult,
+)
+from ..safetext import safe_text
+from ..terminal import render_call_view
+
+if TYPE_CHECKING:
+    from mcp.server.context import ServerRequestContext
+    from mcp.server.session import ServerSession
+
+    from ..models import ApprovalChannel
+    from ..registry import ToolRegistry, ToolScope
+
+__all__ = [
+    "ANSWER_SCHEMA",
+    "ApprovalsMode",
+    "McpApprovals",
+    "input_required",
+    "with_approval_hint",
+]
+
+ApprovalsMode = Literal["pending", "deny"]
+"""What an ask becomes when the client cannot elicit."""
+
+_ALLOWING = frozenset({ApprovalOutcome.ALLOWED_ONCE, ApprovalOutcome.ALLOWED_ALWAYS})
+_DECISIONS = {
+    "allow-once": ApprovalOutcome.ALLOWED_ONCE,
+    "allow-always": ApprovalOutcome.ALLOWED_ALWAYS,
+    "reject": ApprovalOutcome.REJECTED,
+}
+
+ANSWER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "decision": {
+            "type": "string",
+            "title": "Decision",
+            "enum": list(_DECISIONS),
+            "enumNames": ["Allow once", "Allow always", "Reject"],
+        },
+        "feedback": {
+            "type": "string",
+            "title": "Feedback for the model",
+            "description": "Why the call was rejected, or what to do instead",
+        },
+    },
+    "required": ["decision"],
+}
+"""The form an elicited approval asks the user to fill in."""
+
+
+@attrs.define
+class _Caller:
+    """The MCP request a call came from, the scope that runs it, and, on the per-request
+    protocol (no back-channel), the answer the request carries or the question it needs."""
+
+    ctx: ServerRequestContext[Any]
+    view: ToolRegistry | ToolScope
+    answer: mcp_types.ElicitResult | None = None
+    question: mcp_types.ElicitRequest | None = None
+    feedback: str | None = None
+    """What the user wrote when refusing the call, for the model."""
+
+    def decided(self, answer: mcp_types.ElicitResult) -> ApprovalOutcome:
+        """The outcome of the user's answer; a refusal's feedback is kept."""
+        outcome = _outcome(answer)
+        written = (answer.content or {}).get("feedback")
+        if outcome not in _ALLOWING and isinstance(written, str) and written.strip():
+            self.feedback = written.strip()
+        return outcome
+
+
+def _elicits(session: ServerSession) -> bool:
+    """Whether the client declared form elicitation (an empty ``elicitation`` object, the
+    2025-06-18 spelling, means form)."""
+    capabilities = session.client_capabilities
+    elicitation = None if capabilities is None else capabilities.elicitation
+    return elicitation is not None and (elicitation.form is not None or elicitation.url is None)
+
+
+def _message(request: ApprovalRequest, view: ToolRegistry | ToolScope) -> str:
+    """The elicitation's text: the call's card and why it asks, safe to show."""
+    call = ToolExecutionInput(request.call_id, request.tool_name, request.arguments)
+    card = render_call_view(view.present_call(call))
+    reason = f"Why it asks: {request.reason}\n" if request.reason else ""
+    return safe_text(
+        f'Allow the tool "{request.tool_name}" to run this call?\n\n{card}\n{reason}',
+        multiline=True,
+    )
+
+
+def _outcome(answer: mcp_types.ElicitResult) -> ApprovalOutcome:
+    """What the user's answer decides: only an accepted form with a known decision allows."""
+    if answer.action == "cancel":
+        return ApprovalOutcome.CANCELLED
+    if answer.action != "accept":
+        return ApprovalOutcome.REJECTED
+    decision = (answer.content or {}).get("decision")
+    return _DECISIONS.get(decision, ApprovalOutcome.REJECTED)  # type: ignore[arg-type]
+
+
+class McpApprovals:
+    """The approval service of a registry served over MCP (see the module docstring).
+
+    :param fallback: answers asks of calls that did not come over MCP.
+    :param mode: what an ask becomes when the client cannot elicit.
+    :param one_client: every request comes from the server's one client (stdio).
+    """
+
+    def __init__(
+        self,
+        fallback: ApprovalChannel | None,
+        mode: ApprovalsMode = "deny",
+        *,
+        one_client: bool = False,
+    ) -> None:
+        if mode not in ("pending", "deny"):
+            raise ValueError(f"approvals mode must be 'pending' or 'deny', got {mode!r}")
+        self.fallback = channel(fallback)
+        self.mode = mode
+        self.one_client = one_client
+        self._calls: dict[str, _Caller] = {}
+        self._agents: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
+
+    def session_view(self, view: ToolRegistry | ToolScope, session: ServerSession) -> ToolScope:
+        """The agent scope of the client connection behind ``session`` under ``view``:
+        the same for every call made over it, another for every other connection.
+
+        The SDK makes a ``ServerSession`` per request and keeps the connection (the
+        initialize handshake's) behind it; the per-request protocol (2026-07-28) has no
+        connection that outlives a request, so there every request is a client of its
+        own and nothing it answers is remembered for another.
+        """
+        connection = self if self.one_client else getattr(session, "_connection", session)
+        key = self._agents.get(connection)
+        if key is None:
+            key = self._agents[connection] = f"mcp-{secrets.token_hex(4)}"
+        return view.scope(key)
+
+    @contextlib.contextmanager
+    def calling(
+        self,
+        call: ToolExecutionInput,
+        ctx: ServerRequestContext[Any],
+        params: mcp_types.CallToolRequestParams,
+        view: ToolRegistry | ToolScope,
+    ) -> Iterator[_Caller]:
+        """While the call runs, an ask about it goes to the client of ``ctx``; the
+        caller's ``question`` is set when the answer must come in a retried request."""
+        caller = _Caller(ctx, view, _carried_answer(params, _state(call)))
+        self._calls[call.call_id] = caller
+        try:
+            yield caller
+        finally:
+            del self._calls[call.call_id]
+
+    async def request(self, request: ApprovalRequest) -> ApprovalReply:
+        caller = self._calls.get(request.call_id)
+        if caller is None:
+            if self.fallback is None:
+                return ApprovalOutcome.UNAVAILABLE
+            reply = self.fallback.request(request)
+            return await reply if inspect.isawaitable(reply) else reply
+        session = caller.ctx.session
+        if caller.answer is not None:
+            return caller.decided(caller.answer)
+        if not _elicits(session):
+            return self._unasked()
+        message = _message(request, caller.view)
+        try:
+            answer = await session.elicit_form(message, ANSWER_SCHEMA, caller.ctx.request_id)
+        except NoBackChannelError:
+            # The per-request protocol: the call ends unrun, and the client retries it
+            # with the user's answer (see input_required).
+            params = mcp_types.ElicitRequestFormParams(
+                message=message, requested_schema=ANSWER_SCHEMA
+            )
+            caller.question = mcp_types.ElicitRequest(params=params)
+            return ApprovalOutcome.UNAVAILABLE
+        return caller.decided(answer)
+
+    def _unasked(self) -> ApprovalOutcome:
+        """The answer for a client that cannot be asked: pending (a ticket a person
+        answers elsewhere) or unavailable (the call is refused)."""
+        return ApprovalOutcome.PENDING if self.mode == "pending" else ApprovalOutcome.UNAVAILABLE
+
+
+def with_approval_hint(result: ToolExecutionResult, caller: _Caller) -> ToolExecutionResult:
+    """The result the client gets: a refusal with the user's feedback for the model, an
+    ``APPROVAL_PENDING`` result with a line saying how a person approves its ticket;
+    any other result as it is."""
+    if not isinstance(result, ToolExecutionFailure):
+        return result
+    if caller.feedback is not None:
+        said = TextContent(f"The user said: {safe_text(caller.feedback, multiline=True)}")
+        return attrs.evolve(result, content=(*result.content, said))
+    if result.code != ErrorCode.APPROVAL_PENDING:
+        return result
+    meta = result.meta
+    approval = meta.get("approval") if isinstance(meta, Mapping) else None
+    ticket = approval.get("ticket") if isinstance(approval, Mapping) else None
+    if not isinstance(ticket, str):
+        return result
+    hint = TextContent(
+        f"A person approves it with `dsh-tools approvals approve {ticket}` (or rejects it "
+        f"with `dsh-tools approvals reject {ticket}`), or in the web inbox "
+        "(`dsh-tools approvals serve`)."
+    )
+    return attrs.evolve(result, content=(*result.content, hint))
+
+
+_ANSWER_KEY = "dsh-tools/approval"
+
+
+def _state(call: ToolExecutionInput) -> str:
+    """What binds a retried request's answer to the call it was asked about."""
+    arguments = call.arguments if isinstance(call.arguments, Mapping) else {}
+    return ApprovalKey.for_call("", call.name, arguments).arguments_sha256 or ""
+
+
+def _carried_answer(
+    params: mcp_types.CallToolRequestParams, state: str
+) -> mcp_types.ElicitResult | None:
+    """The answer a retried request carries for this very call (same tool, same
+    arguments), or ``None``."""
+    responses = params.input_responses or {}
+    answer = responses.get(_ANSWER_KEY)
+    if params.request_state != state or not isinstance(answer, mcp_types.ElicitResult):
+        return None
+    return answer
+
+
+def input_required(
+    call: ToolExecutionInput, caller: _Caller
+) -> mcp_types.InputRequiredResult | None:
+    """What the request returns instead of its result when the ask must go to the user
+    in a retried request (the per-request protocol), or ``None``."""
+    if caller.question is None:
+        return None
+    return mcp_types.InputRequiredResult(
+        input_requests={_ANSWER_KEY: caller.question}, request_state=_state(call)
+    )
