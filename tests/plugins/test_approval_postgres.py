@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -214,3 +215,37 @@ class TestPostgresStore(StoreContract):
         store = PostgresApprovalStore(postgres_url)
         yield store
         store.close()
+
+
+def test_a_waiter_is_woken_by_the_notification_not_by_looking_again(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dsh_tools.approvals import TicketAnswer, TicketState
+    from dsh_tools_plugins import _postgres_tickets
+    from store_contract import ticket
+
+    looked = threading.Event()
+    read = _postgres_tickets._get
+
+    def get_and_tell(connection: Any, ticket_id: str) -> Any:
+        found = read(connection, ticket_id)
+        looked.set()  # the waiter listens, and saw the ticket pending
+        return found
+
+    monkeypatch.setattr(_postgres_tickets, "_RECHECK_S", 3600.0)
+    waiting, answering = PostgresApprovalStore(postgres_url), PostgresApprovalStore(postgres_url)
+    made = waiting.open_ticket(ticket())
+    monkeypatch.setattr(_postgres_tickets, "_get", get_and_tell)
+    seen: list[Any] = []
+    waiter = threading.Thread(
+        target=lambda: seen.append(waiting.wait_for_answer(made.id, 600)), daemon=True
+    )
+    waiter.start()
+    assert looked.wait(60)
+    answering.answer_ticket(made.id, TicketAnswer("allowed-once", "ana", "inbox"))
+    # Without NOTIFY the waiter would sleep for its whole ten minutes.
+    waiter.join(60)
+    assert not waiter.is_alive()
+    assert seen[0].state is TicketState.ANSWERED
+    waiting.close()
+    answering.close()
