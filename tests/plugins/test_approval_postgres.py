@@ -15,16 +15,12 @@ from typing import Any
 
 import pytest
 
+from deploy_calls import code, make_registry
 from dsh_tools import (
     ApprovalKey,
     ApprovalOutcome,
-    Ask,
     ToolExecutionInput,
-    ToolRegistry,
-    define_tool,
-    hookimpl,
 )
-from dsh_tools.testing import ScriptedApproval
 from dsh_tools_plugins.approval_store import ApprovalStoreError
 from store_contract import StoreContract
 
@@ -41,31 +37,6 @@ def closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def make_registry(store: Any) -> tuple[ToolRegistry, ScriptedApproval, list[str]]:
-    class AskAlways:
-        @hookimpl
-        def dsh_tools_pre_execute(self, execution: Any) -> Ask:
-            return Ask("deploys")
-
-    approval = ScriptedApproval()
-    registry = ToolRegistry(approval=approval, approval_store=store)
-    ran: list[str] = []
-    registry.register(
-        define_tool(
-            name="deploy",
-            description="Deploy a service.",
-            parameters={"service": {"type": "string", "required": True}},
-            execute=lambda args, ctx: ran.append(args["service"]) or "deployed",
-        )
-    )
-    registry.add_plugin(AskAlways())
-    return registry, approval, ran
-
-
-def code(result: Any) -> str:
-    return result.error.info.code if result.is_error else "ok"
 
 
 def test_an_unreachable_server_fails_closed_and_never_shows_the_password() -> None:
