@@ -14,6 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import attrs
 import pytest
 
 from dsh_tools.approvals import (
@@ -75,8 +76,13 @@ class StoreContract:
             card=snapshot({"card": "generic", "title": "write a.txt"}),
             asked_by=snapshot({"plugin": "permissions", "rule": "ask write", "line": 3}),
         )
-        assert store.open_ticket(made) == made
-        assert store.get_ticket(made.id) == made
+        kept = store.open_ticket(made)
+        assert attrs.evolve(kept, created_at=0, expires_at=0) == attrs.evolve(
+            made, created_at=0, expires_at=0
+        )
+        # Stamped by the store's clock, with the lifetime it was given.
+        assert kept.expires_at - kept.created_at == pytest.approx(HOUR)
+        assert store.get_ticket(made.id) == kept
         assert store.get_ticket(made.id).intact()
         assert store.get_ticket("t-unknown") is None
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from approval_helpers import add_write_tool, code
 from dsh_tools import (
     ApprovalOutcome,
     ApprovalRequest,
@@ -15,7 +16,6 @@ from dsh_tools import (
     RegistrationError,
     ToolExecutionInput,
     ToolRegistry,
-    define_tool,
     hookimpl,
 )
 from dsh_tools.testing import ScriptedApproval
@@ -32,15 +32,7 @@ class Decide:
 
 def make_registry(approval: Any, decision: object = None) -> tuple[ToolRegistry, list[str]]:
     registry = ToolRegistry(approval=approval)
-    ran: list[str] = []
-    registry.register(
-        define_tool(
-            name="write",
-            description="Write a file.",
-            parameters={"path": {"type": "string", "required": True}},
-            execute=lambda args, ctx: ran.append(args["path"]) or "written",
-        )
-    )
+    ran = add_write_tool(registry)
     registry.add_plugin(Decide(decision if decision is not None else Ask("writes files")))
     return registry, ran
 
@@ -48,10 +40,6 @@ def make_registry(approval: Any, decision: object = None) -> tuple[ToolRegistry,
 def call(arguments: object = None, tool: str = "write") -> ToolExecutionInput:
     arguments = {"path": "a.txt"} if arguments is None else arguments
     return ToolExecutionInput("c1", tool, arguments, agent="coder")
-
-
-def code(result: Any) -> str:
-    return result.error.info.code if result.is_error else "ok"
 
 
 # ------------------------------------------------------------------ runnable calls only

@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
+from approval_helpers import add_write_tool, code
 from dsh_tools import (
     ApprovalRequest,
     Ask,
@@ -21,7 +22,6 @@ from dsh_tools import (
     TicketState,
     ToolExecutionInput,
     ToolRegistry,
-    define_tool,
     hookimpl,
 )
 from dsh_tools.approvals import TicketError, TicketExpiredError, TicketNotFoundError
@@ -54,25 +54,13 @@ def make_registry(
 ) -> tuple[ToolRegistry, Channel, list[str]]:
     channel = Channel()
     registry = ToolRegistry(approval=channel, approval_store=store, **options)
-    ran: list[str] = []
-    registry.register(
-        define_tool(
-            name="write",
-            description="Write a file.",
-            parameters={"path": {"type": "string", "required": True}},
-            execute=lambda args, ctx: ran.append(args["path"]) or "written",
-        )
-    )
+    ran = add_write_tool(registry)
     registry.add_plugin(AskAlways(**(ask or {})), name="permissions")
     return registry, channel, ran
 
 
 def call(path: str = "a.txt", agent: str = "coder") -> ToolExecutionInput:
     return ToolExecutionInput("c1", "write", {"path": path}, agent=agent)
-
-
-def code(result: Any) -> str:
-    return result.error.info.code if result.is_error else "ok"
 
 
 def ticket_of(result: Any) -> str:
@@ -236,6 +224,27 @@ def test_a_ticket_whose_stored_arguments_changed_is_refused(tmp_path: Path) -> N
     assert ran == []
 
 
+@pytest.mark.parametrize(
+    ("column", "value"), [("state", "approved-ish"), ("arguments", "not json"), ("answer", "[]")]
+)
+def test_a_malformed_ticket_runs_nothing(tmp_path: Path, column: str, value: str) -> None:
+    store = SqliteApprovalStore(tmp_path / "approvals.sqlite3")
+    registry, _, ran = make_registry(store)
+    ticket_id = ticket_of(registry.execute_sync(call()))
+    approve(store, ticket_id)
+    with sqlite3.connect(tmp_path / "approvals.sqlite3") as connection:
+        connection.execute(f"UPDATE tickets SET {column} = ? WHERE id = ?", (value, ticket_id))
+    with pytest.raises(TicketError, match="could not be read from the approval store"):
+        registry.resume_sync(ticket_id)
+    result = registry.execute_sync(call())
+    if column == "state":  # not an open ticket: the repeated call opens a new one
+        assert ticket_of(result) != ticket_id
+    else:
+        assert code(result) == "POLICY_ERROR"
+        assert "approval store SqliteApprovalStore failed to find a ticket" in result.error.message
+    assert ran == []
+
+
 def test_another_agents_ticket_and_an_unknown_one_are_refused() -> None:
     store = MemoryApprovalStore()
     registry, _, ran = make_registry(store)
@@ -348,18 +357,52 @@ def test_bad_waiting_options_are_refused() -> None:
         Ask("x", expires_in_s=float("inf"))
 
 
-def test_the_trace_shows_the_ticket_and_who_answered() -> None:
+def test_records_and_the_audit_log_show_pending_answered_and_resumed(tmp_path: Path) -> None:
+    from dsh_tools_plugins.audit import AuditLog, replay
+
     store = MemoryApprovalStore()
-    recorder = CallRecorder()
-    registry, _, _ = make_registry(store, tracer=recorder)
+    registry, _, _ = make_registry(store)
+    registry.add_plugin(AuditLog(tmp_path / "audit.jsonl"))
     ticket_id = ticket_of(registry.execute_sync(call()))
     approve(store, ticket_id)
     registry.resume_sync(ticket_id)
-    opened, resumed = (
-        [(e.source, e.outcome) for e in recorded.events if e.stage == "approval"]
-        for recorded in recorder.calls
+    asked, resumed = (r.record for r in replay(tmp_path / "audit.jsonl", registry))
+    assert asked is not None
+    assert resumed is not None
+    assert [(s.source, s.decision) for s in asked.of("approval")] == [
+        ("approval service", "pending"),
+        ("approval tickets", "pending"),
+    ]
+    assert asked.of("approval")[1].detail["ticket"] == ticket_id  # type: ignore[index]
+    assert asked.outcome == "APPROVAL_PENDING"
+    assert asked.decided_by is not None
+    assert asked.decided_by.decision == "ask"
+    (step,) = resumed.of("approval")
+    assert (step.source, step.decision) == ("approval tickets", "allowed-once")
+    assert step.reason == "answered by ana via cli"
+    assert step.detail is not None
+    assert step.detail["ticket"] == ticket_id
+    assert step.detail["answered_at"] <= step.detail["resumed_at"]
+    assert "approval     approval tickets: allowed-once: answered by ana via cli" in "\n".join(
+        resumed.lines()
     )
-    assert opened[-1] == ("approval tickets", f"pending {ticket_id}")
-    assert resumed == [("approval tickets", "resumed allowed-once")]
-    step = next(e for e in recorder.calls[1].events if e.stage == "approval")
-    assert (step.detail["by"], step.detail["channel"]) == ("ana", "cli")
+    again = registry.resume_sync(ticket_id)
+    assert code(again) == "DENIED"
+
+
+def test_a_wait_and_its_expiry_are_steps_of_the_record() -> None:
+    store = MemoryApprovalStore()
+    recorder = CallRecorder()
+    registry, _, _ = make_registry(
+        store, tracer=recorder, approval_timeout_ms=1, approval_timeout="expired"
+    )
+    registry.execute_sync(call())
+    record = recorder.calls[0].record
+    steps = [(s.source, s.decision) for s in record.of("approval")]
+    assert steps == [
+        ("approval service", "pending"),
+        ("approval tickets", "waiting"),
+        ("approval tickets", "expired"),
+    ]
+    assert record.decided_by is not None
+    assert record.decided_by.decision == "expired"

@@ -9,6 +9,7 @@ from unittest import mock
 
 import pytest
 
+from approval_helpers import add_write_tool, code
 from dsh_tools import (
     ApprovalAnswer,
     ApprovalKey,
@@ -18,7 +19,6 @@ from dsh_tools import (
     RegistrationError,
     ToolExecutionInput,
     ToolRegistry,
-    define_tool,
     hookimpl,
 )
 from dsh_tools.testing import CallRecorder, ScriptedApproval
@@ -35,25 +35,13 @@ def make_registry(**options: Any) -> tuple[ToolRegistry, ScriptedApproval, list[
     its body wrote."""
     approval = ScriptedApproval()
     registry = ToolRegistry(approval=approval, **options)
-    ran: list[str] = []
-    registry.register(
-        define_tool(
-            name="write",
-            description="Write a file.",
-            parameters={"path": {"type": "string", "required": True}},
-            execute=lambda args, ctx: ran.append(args["path"]) or "written",
-        )
-    )
+    ran = add_write_tool(registry)
     registry.add_plugin(AskAlways())
     return registry, approval, ran
 
 
 def call(path: str = "a.txt", agent: str | None = "coder", **arguments: Any) -> ToolExecutionInput:
     return ToolExecutionInput("c1", "write", {"path": path, **arguments}, agent=agent)
-
-
-def code(result: Any) -> str:
-    return result.error.info.code if result.is_error else "ok"
 
 
 def test_allowed_always_is_remembered_for_the_same_arguments_only() -> None:

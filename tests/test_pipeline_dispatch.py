@@ -916,7 +916,7 @@ def test_block_returns_feedback_verbatim() -> None:
     assert result.code == "BLOCKED"
     assert result.meta is None
     assert not hasattr(result, "value")
-    assert not hasattr(result, "concludes_turn")
+    assert result.concludes_turn is False  # only APPROVAL_PENDING concludes a failure
 
 
 @pytest.mark.parametrize(
@@ -1450,7 +1450,7 @@ def test_conclude_turn_marks_successes_only() -> None:
     registry = ToolRegistry()
     registry.register(tool(body, output=string_output()))
     assert success(registry.execute_sync(call())).concludes_turn is True
-    assert not hasattr(registry.execute_sync(call(arguments={"text": "fail"})), "concludes_turn")
+    assert registry.execute_sync(call(arguments={"text": "fail"})).concludes_turn is False
     registry.add_plugin(post_plugin(lambda result: Accept(value="replaced")))
     replaced = success(registry.execute_sync(call()))
     assert (replaced.value, replaced.concludes_turn) == ("replaced", True)
@@ -1466,7 +1466,7 @@ def test_blocked_nested_success_has_no_conclusion() -> None:
     registry.register(tool(body))
     registry.add_plugin(post_plugin(lambda result: Block(["withheld"])))
     result = failure(registry.execute_sync(call(parent=ExecutionToken())))
-    assert not hasattr(result, "concludes_turn")
+    assert result.concludes_turn is False
 
 
 def test_denied_call_never_calls_the_body_even_through_a_wrapper() -> None:

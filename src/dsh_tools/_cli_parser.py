@@ -131,11 +131,35 @@ def _commands(commands: argparse._SubParsersAction[_Parser]) -> None:
     replay.add_argument("log", help="the JSON Lines audit log (from --audit-log)")
     replay.add_argument("--rotated", action="store_true", help="include rotated files (LOG.N)")
     replay.add_argument("--explain", action="store_true", help="print each call's decision record")
+    _approvals_command(commands)
     serve = commands.add_parser("serve-mcp", help="serve the tools over MCP (extra: mcp)")
     serve.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP host (loopback by default)")
     serve.add_argument("--port", type=int, default=8000, help="HTTP port")
     serve.add_argument("--allow-remote", action="store_true", help="allow a non-loopback HTTP host")
+
+
+def _approvals_command(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """``approvals list | show | approve | reject``: the tickets of calls waiting for a
+    person, in the approval store."""
+    approvals = commands.add_parser("approvals", help="list, show, approve or reject tickets")
+    actions = approvals.add_subparsers(dest="approvals_command", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="the tickets waiting for an answer")
+    listing.add_argument("--all", action="store_true", help="answered and expired ones too")
+    show = actions.add_parser("show", help="a ticket's call card and record")
+    approve = actions.add_parser("approve", help="let the ticket's call run once")
+    approve.add_argument(
+        "--always", action="store_true", help="and remember it for these arguments"
+    )
+    reject = actions.add_parser("reject", help="refuse the ticket's call")
+    reject.add_argument("--feedback", metavar="TEXT", help="what the model is told instead")
+    reject.add_argument("--always", action="store_true", help="and remember the refusal")
+    for action in (show, approve, reject):
+        action.add_argument("ticket", help="the ticket id (t-...)")
+    for action in (approve, reject):
+        action.add_argument("--by", metavar="NAME", help="who answers (default: your user name)")
+    for action in (listing, show, approve, reject):
+        action.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _call_arguments(command: argparse.ArgumentParser) -> None:

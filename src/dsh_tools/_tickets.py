@@ -60,29 +60,38 @@ def taken(call: Call, store: TicketStore, ticket: ApprovalTicket) -> TicketAnswe
     arguments: FrozenDict = execution.arguments  # type: ignore[assignment]
     agent = execution.agent or ""
     if (ticket.agent, ticket.tool_name) != (agent, call.name):
-        raise StageFailed(_refused(ticket, f'belongs to agent "{ticket.agent}"'))
+        raise _stopped(
+            call, "refused", ticket, _refused(ticket, f'belongs to agent "{ticket.agent}"')
+        )
     if not ticket.intact() or ticket.key != ApprovalKey.for_call(agent, call.name, arguments):
-        raise StageFailed(_refused(ticket, "holds arguments that no longer match their hash"))
+        problem = "holds arguments that no longer match their hash"
+        raise _stopped(call, "refused", ticket, _refused(ticket, problem))
     if ticket.state is TicketState.PENDING:
-        raise StageFailed(pending_result(call, ticket))
+        raise _stopped(call, "pending", ticket, pending_result(call, ticket))
     if ticket.state is TicketState.EXPIRED:
-        raise StageFailed(expired_result(call, ticket))
+        raise _stopped(call, "expired", ticket, expired_result(call, ticket))
     won = None
     if ticket.state is TicketState.ANSWERED:
         won = stored(call, "resume a ticket", lambda: store.consume_ticket(ticket.id))
     if won is None or won.answer is None:
-        call.trace("approval", TICKETS.name, "already resumed", ticket.id, TICKETS)
-        raise StageFailed(
-            failure_result(
-                f'approval ticket {ticket.id} of tool "{call.name}" was already resumed; '
-                "its call does not run again",
-                ErrorCode.DENIED,
-            )
+        text = (
+            f'approval ticket {ticket.id} of tool "{call.name}" was already resumed; '
+            "its call does not run again"
         )
+        raise _stopped(call, "already-resumed", ticket, failure_result(text, ErrorCode.DENIED))
     answer = won.answer
     if call.plan.traced:
-        call.trace("approval", TICKETS.name, f"resumed {answer.outcome.value}", _seen(won), TICKETS)
+        call.trace("approval", TICKETS.name, answer.outcome.value, _seen(won), TICKETS)
     return answer
+
+
+def _stopped(
+    call: Call, word: str, ticket: ApprovalTicket, failure: ToolExecutionFailure
+) -> StageFailed:
+    """The end of a call its ticket stopped, traced as ``word``."""
+    if call.plan.traced:
+        call.trace("approval", TICKETS.name, word, _seen(ticket), TICKETS)
+    return StageFailed(failure)
 
 
 async def pending(call: Call, store: TicketStore, ask: Ask, asker: Origin | None) -> TicketAnswer:
@@ -95,14 +104,12 @@ async def pending(call: Call, store: TicketStore, ask: Ask, asker: Origin | None
         lifetime = min(lifetime, timeout_ms / 1000)
     made = _new_ticket(call, ask, asker, now, now + lifetime)
     ticket = stored(call, "open a ticket", lambda: store.open_ticket(made))
-    if call.plan.traced:
-        call.trace(
-            "approval", TICKETS.name, f"{ticket.state.value} {ticket.id}", _seen(ticket), TICKETS
-        )
     if timeout_ms is not None and ticket.state is TicketState.PENDING:
+        if call.plan.traced:
+            call.trace("approval", TICKETS.name, "waiting", _seen(ticket), TICKETS)
         ticket = await _waited(call, store, ticket, timeout_ms / 1000)
         if ticket.state is TicketState.PENDING and on_timeout == "expired":
-            raise StageFailed(expired_result(call, ticket))
+            raise _stopped(call, "expired", ticket, expired_result(call, ticket))
     return taken(call, store, ticket)
 
 
@@ -176,13 +183,19 @@ def _card(call: Call) -> FrozenDict | None:
 
 
 def _seen(ticket: ApprovalTicket) -> dict[str, Any]:
-    """What a trace step shows of a ticket."""
-    seen: dict[str, Any] = {"ticket": ticket.id, "state": ticket.state.value}
+    """What a trace step (and so a decision record) shows of a ticket: its id, when it
+    expires, and who answered through which channel when."""
+    seen: dict[str, Any] = {"ticket": ticket.id, "expires_at": _time(ticket.expires_at)}
     answer = ticket.answer
     if answer is not None:
-        seen.update(outcome=answer.outcome.value, by=answer.by, channel=answer.channel)
-        seen["answered_at"] = ticket.answered_at
+        seen.update(by=answer.by, channel=answer.channel, answered_at=ticket.answered_at)
+    if ticket.resumed_at is not None:
+        seen["resumed_at"] = ticket.resumed_at
     return seen
+
+
+def _time(seconds: float) -> float | None:
+    return seconds if math.isfinite(seconds) else None
 
 
 def pending_result(call: Call, ticket: ApprovalTicket) -> ToolExecutionFailure:

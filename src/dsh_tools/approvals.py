@@ -59,6 +59,7 @@ __all__ = [
     "exact_outcome",
     "grant_limits",
     "remembered_outcome",
+    "stamped",
 ]
 
 ANSWERS = frozenset(
@@ -236,7 +237,6 @@ def _answer_outcome(value: object) -> ApprovalOutcome:
 
 
 _NAME = attrs.validators.and_(attrs.validators.instance_of(str), attrs.validators.min_len(1))
-"""Who answered and through which channel: non-empty text."""
 
 
 @attrs.frozen
@@ -258,11 +258,6 @@ class TicketAnswer:
     @any_arguments.validator
     def _widened_only_when_remembered(self, attribute: object, value: object) -> None:
         ApprovalAnswer(self.outcome, any_arguments=value)  # type: ignore[arg-type]
-
-    @property
-    def allows(self) -> bool:
-        """Whether the answer lets the call run."""
-        return self.outcome in (ApprovalOutcome.ALLOWED_ONCE, ApprovalOutcome.ALLOWED_ALWAYS)
 
 
 @attrs.frozen
@@ -336,6 +331,13 @@ class ApprovalTicket:
         except (TypeError, ValueError):
             return False
         return again.arguments_sha256 == self.arguments_sha256
+
+
+def stamped(ticket: ApprovalTicket, now: float) -> ApprovalTicket:
+    """``ticket`` created ``now`` (a store's clock), with the same lifetime."""
+    return attrs.evolve(
+        ticket, created_at=now, expires_at=now + ticket.expires_at - ticket.created_at
+    )
 
 
 class TicketError(DshToolsError):
@@ -441,9 +443,11 @@ class TicketStore(Protocol):
     must show."""
 
     def open_ticket(self, ticket: ApprovalTicket) -> ApprovalTicket:
-        """Keep ``ticket`` (pending) and return it; when an open ticket (pending or
-        answered, unexpired) of the same agent, tool and ``arguments_sha256`` is stored,
-        keep nothing and return that one instead."""
+        """Keep ``ticket`` (pending) and return it as kept; when an open ticket (pending
+        or answered, unexpired) of the same agent, tool and ``arguments_sha256`` is
+        stored, keep nothing and return that one instead. The store stamps
+        ``created_at`` by its own clock and moves ``expires_at`` with it (the lifetime
+        the caller gave is kept), so expiry never depends on the asking machine's clock."""
         ...
 
     def get_ticket(self, ticket_id: str) -> ApprovalTicket | None:
@@ -539,8 +543,8 @@ class MemoryApprovalStore:
             found = self._open(ticket.key)
             if found is not None:
                 return found
-            self._tickets[ticket.id] = ticket
-            return ticket
+            kept = self._tickets[ticket.id] = stamped(ticket, self._clock())
+            return kept
 
     def get_ticket(self, ticket_id: str) -> ApprovalTicket | None:
         with self._changed:
@@ -564,7 +568,9 @@ class MemoryApprovalStore:
 
     def answer_ticket(self, ticket_id: str, answer: TicketAnswer) -> ApprovalTicket:
         with self._changed:
-            ticket = self._now_seen(self._known(ticket_id))
+            ticket = self.get_ticket(ticket_id)  # the condition's lock is reentrant
+            if ticket is None:
+                raise TicketNotFoundError(ticket_id)
             if ticket.state is TicketState.EXPIRED:
                 raise TicketExpiredError(ticket)
             if ticket.state is not TicketState.PENDING:
@@ -578,8 +584,8 @@ class MemoryApprovalStore:
 
     def consume_ticket(self, ticket_id: str) -> ApprovalTicket | None:
         with self._changed:
-            ticket = self._tickets.get(ticket_id)
-            if ticket is None or self._now_seen(ticket).state is not TicketState.ANSWERED:
+            ticket = self.get_ticket(ticket_id)
+            if ticket is None or ticket.state is not TicketState.ANSWERED:
                 return None
             resumed = attrs.evolve(ticket, state=TicketState.RESUMED, resumed_at=self._clock())
             self._tickets[ticket_id] = resumed
@@ -587,18 +593,12 @@ class MemoryApprovalStore:
 
     def wait_for_answer(self, ticket_id: str, timeout_s: float) -> ApprovalTicket | None:
         def settled() -> bool:
-            ticket = self._tickets.get(ticket_id)
-            return ticket is None or self._now_seen(ticket).state is not TicketState.PENDING
+            ticket = self.get_ticket(ticket_id)
+            return ticket is None or ticket.state is not TicketState.PENDING
 
         with self._changed:
             self._changed.wait_for(settled, timeout=max(timeout_s, 0.0))
-        return self.get_ticket(ticket_id)
-
-    def _known(self, ticket_id: str) -> ApprovalTicket:
-        ticket = self._tickets.get(ticket_id)
-        if ticket is None:
-            raise TicketNotFoundError(ticket_id)
-        return ticket
+            return self.get_ticket(ticket_id)
 
     def _open(self, key: ApprovalKey) -> ApprovalTicket | None:
         for ticket in self._tickets.values():

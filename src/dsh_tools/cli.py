@@ -25,6 +25,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
+from ._cli_approvals import cmd_approvals
 from ._cli_exits import (
     EXIT_CALL_FAILED,
     EXIT_INTERNAL,
@@ -140,6 +141,7 @@ def _commands(
         "check": lambda: cmd_check(registry, report, out),
         "replay": lambda: cmd_replay(registry, options, out),
         "serve-mcp": lambda: cmd_serve_mcp(registry, options),
+        "approvals": lambda: cmd_approvals(options, out),
     }
 
 

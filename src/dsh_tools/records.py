@@ -120,6 +120,9 @@ _STOPPING = frozenset(
         "rejected-always",
         "cancelled",
         "unavailable",
+        "expired",
+        "already-resumed",
+        "refused",
     }
 )
 
@@ -424,10 +427,16 @@ def _step(event: TracedStep, entered: float, previous: float) -> DecisionStep:
     )
 
 
-def _approval_step(outcome: str) -> tuple[str, str | None, None] | None:
+def _approval_step(event: TracedStep) -> tuple[str, str | None, FrozenDict | None] | None:
     """The approval steps whose outcome text says more than their detail: an answer the
     store remembered, a store that failed to recall (the service is asked instead), an
-    answer that is no outcome."""
+    answer that is no outcome; and a ticket's steps (pending, waiting, a person's answer
+    with who gave it through which channel, expired, already resumed, refused)."""
+    outcome, value = event.outcome, event.detail
+    if event.source == "approval tickets" and isinstance(value, Mapping):
+        by = value.get("by")
+        reason = None if by is None else f"answered by {by} via {value.get('channel')}"
+        return outcome, reason, detail_object(value)
     if outcome.startswith("remembered "):
         return outcome.removeprefix("remembered "), "a remembered answer", None
     if outcome.startswith("recall raised "):
@@ -443,7 +452,7 @@ def _decision(event: TracedStep) -> tuple[str, str | None, FrozenDict | None]:
     if outcome == "interrupted":
         return "interrupted", None, None
     if event.stage == "approval":
-        remembered = _approval_step(outcome)
+        remembered = _approval_step(event)
         if remembered is not None:
             return remembered
     if isinstance(value, BaseException):

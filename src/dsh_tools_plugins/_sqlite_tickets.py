@@ -24,11 +24,14 @@ from dsh_tools.approvals import (
     TicketExpiredError,
     TicketNotFoundError,
     TicketState,
+    stamped,
 )
 from dsh_tools.json import FrozenDict, snapshot
 
 T = TypeVar("T")
-Transaction = Callable[[Callable[[sqlite3.Connection], T]], T]
+Transaction = Callable[[Callable[[sqlite3.Connection], T], bool], T]
+"""Runs a function in one transaction of its own: ``BEGIN IMMEDIATE`` when the flag says
+it writes, a deferred ``BEGIN`` (readers never wait for the write lock) when not."""
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS tickets (id TEXT PRIMARY KEY, agent TEXT NOT NULL, "
@@ -59,19 +62,19 @@ class TicketRows:
             found = self._open(connection, ticket.key)
             if found is not None:
                 return found
+            kept = stamped(ticket, self._clock())
             connection.execute(
-                f"INSERT INTO tickets ({_COLUMNS}) VALUES ({', '.join('?' * 15)})",
-                _row(ticket),
+                f"INSERT INTO tickets ({_COLUMNS}) VALUES ({', '.join('?' * 15)})", _row(kept)
             )
-            return ticket
+            return kept
 
-        return self._transaction(run)  # type: ignore[no-any-return]
+        return self._transaction(run, True)  # type: ignore[no-any-return]
 
     def get_ticket(self, ticket_id: str) -> ApprovalTicket | None:
-        return self._transaction(lambda connection: self._get(connection, ticket_id))  # type: ignore[no-any-return]
+        return self._transaction(lambda connection: self._get(connection, ticket_id), False)  # type: ignore[no-any-return]
 
     def find_ticket(self, key: ApprovalKey) -> ApprovalTicket | None:
-        return self._transaction(lambda connection: self._open(connection, key))  # type: ignore[no-any-return]
+        return self._transaction(lambda connection: self._open(connection, key), False)  # type: ignore[no-any-return]
 
     def list_tickets(
         self, *, agent: str | None = None, state: TicketState | None = None
@@ -85,7 +88,7 @@ class TicketRows:
             tickets = [self._ticket(row) for row in rows]
             return [ticket for ticket in tickets if state is None or ticket.state is state]
 
-        return self._transaction(run)  # type: ignore[no-any-return]
+        return self._transaction(run, False)  # type: ignore[no-any-return]
 
     def answer_ticket(self, ticket_id: str, answer: TicketAnswer) -> ApprovalTicket:
         def run(connection: sqlite3.Connection) -> ApprovalTicket:
@@ -104,7 +107,7 @@ class TicketRows:
                 raise TicketExpiredError(ticket)
             raise TicketAnsweredError(ticket)
 
-        return self._transaction(run)  # type: ignore[no-any-return]
+        return self._transaction(run, True)  # type: ignore[no-any-return]
 
     def consume_ticket(self, ticket_id: str) -> ApprovalTicket | None:
         def run(connection: sqlite3.Connection) -> ApprovalTicket | None:
@@ -116,7 +119,7 @@ class TicketRows:
             ).rowcount
             return self._get(connection, ticket_id) if changed == 1 else None
 
-        return self._transaction(run)  # type: ignore[no-any-return]
+        return self._transaction(run, True)  # type: ignore[no-any-return]
 
     def _get(self, connection: sqlite3.Connection, ticket_id: str) -> ApprovalTicket | None:
         row = connection.execute(

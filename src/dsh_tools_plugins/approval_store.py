@@ -208,14 +208,15 @@ class SqliteApprovalStore:
 
     # ------------------------------------------------------------------ file
 
-    def _transaction(self, run: Callable[[sqlite3.Connection], T]) -> T:
-        """``run`` in one immediate transaction (it holds the write lock from the start,
-        so a compare-and-set cannot interleave with another connection's)."""
+    def _transaction(self, run: Callable[[sqlite3.Connection], T], writes: bool) -> T:
+        """``run`` in one transaction: an immediate one when it ``writes`` (it holds the
+        write lock from the start, so a compare-and-set cannot interleave with another
+        connection's), a deferred one when it only reads."""
         try:
             self._prepare()
             connection = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
             try:
-                connection.execute("BEGIN IMMEDIATE")
+                connection.execute("BEGIN IMMEDIATE" if writes else "BEGIN")
                 try:
                     done = run(connection)
                 except BaseException:

@@ -871,3 +871,38 @@ async def test_a_span_made_at_the_end_starts_when_the_call_entered(backend: Back
     ]
     (point,) = backend.durations()
     assert point.sum >= 0.05
+
+
+@pytest.mark.anyio
+async def test_a_pending_approval_and_its_answer_are_decision_events(backend: Backend) -> None:
+    from dsh_tools import Ask, MemoryApprovalStore, TicketAnswer
+
+    class AskFirst:
+        @hookimpl
+        def dsh_tools_pre_execute(self, execution: Any) -> Ask:
+            return Ask("adding needs a person")
+
+    store = MemoryApprovalStore()
+    registry = ToolRegistry(approval=lambda request: "pending", approval_store=store)
+    registry.register(_add_tool())
+    registry.add_plugin(AskFirst())
+    registry.add_plugin(
+        OpenTelemetryDecisionsPlugin(
+            tracer_provider=backend.tracer_provider, meter_provider=backend.meter_provider
+        )
+    )
+    call = ToolExecutionInput("c1", "add", {"a": 1, "b": 2}, agent="coder")
+    pending = await registry.execute(call)
+    ticket = pending.meta["approval"]["ticket"]  # type: ignore[index]
+    store.answer_ticket(ticket, TicketAnswer("allowed-once", "ana", "inbox"))
+    assert not (await registry.resume(ticket)).is_error
+    asked, resumed = (
+        [dict(e.attributes or {}) for e in span.events if e.attributes] for span in backend.spans()
+    )
+    opened = [a for a in asked if a.get("dsh_tools.source") == "approval tickets"]
+    assert [a["dsh_tools.decision"] for a in opened] == ["pending"]
+    assert json.loads(opened[0]["dsh_tools.detail"])["ticket"] == ticket
+    (answered,) = [a for a in resumed if a.get("dsh_tools.source") == "approval tickets"]
+    assert answered["dsh_tools.decision"] == "allowed-once"
+    detail = json.loads(answered["dsh_tools.detail"])
+    assert (detail["by"], detail["channel"]) == ("ana", "inbox")

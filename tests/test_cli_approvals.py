@@ -1,0 +1,127 @@
+"""``dsh-tools approvals``: a person lists, reads, approves and rejects the tickets of calls
+that wait for them, from another process than the one that asked."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from approval_helpers import add_write_tool, code
+from dsh_tools import Ask, ToolExecutionInput, ToolRegistry, hookimpl
+from dsh_tools.cli import EXIT_CALL_FAILED, EXIT_OK, EXIT_USAGE, main
+from dsh_tools_plugins.approval_store import SqliteApprovalStore
+
+
+class AskAlways:
+    @hookimpl
+    def dsh_tools_pre_execute(self, execution: Any) -> Ask:
+        return Ask("writes \x1b]0;pwned\x07files", detail={"rule": "ask write"})
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A workspace, and a state directory outside it for the approval store."""
+    root = tmp_path / "workspace"
+    root.mkdir()
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("DSH_TOOLS_WORKSPACE", str(root))
+    monkeypatch.delenv("DSH_TOOLS_APPROVALS_URL", raising=False)
+    monkeypatch.setenv("DSH_TOOLS_RULES", "")
+    return root
+
+
+def host(workspace: Path) -> tuple[ToolRegistry, list[str]]:
+    """The host that asks: its approval store is the workspace's, outside it."""
+    store = SqliteApprovalStore.for_workspace(workspace)
+    registry = ToolRegistry(approval=lambda request: "pending", approval_store=store)
+    ran = add_write_tool(registry)
+    registry.add_plugin(AskAlways(), name="permissions")
+    return registry, ran
+
+
+def dsh(*argv: str) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    exit_code = main(["--no-plugins", *argv], stdout=out, stderr=err)
+    return exit_code, out.getvalue() + err.getvalue()
+
+
+CALL = ToolExecutionInput("c1", "write", {"path": "a.txt"}, agent="coder")
+
+
+def test_list_show_and_approve_then_the_repeated_call_runs_once(workspace: Path) -> None:
+    registry, ran = host(workspace)
+    ticket = registry.execute_sync(CALL).meta["approval"]["ticket"]  # type: ignore[index]
+
+    exit_code, listed = dsh("approvals", "list")
+    assert exit_code == EXIT_OK
+    assert ticket in listed
+    assert "coder write" in listed
+    assert "\x1b" not in listed
+    assert "\\x1b]0;pwned\\x07" in listed
+
+    exit_code, shown = dsh("approvals", "show", ticket)
+    assert exit_code == EXIT_OK
+    assert "write" in shown
+    assert "a.txt" in shown
+    assert "asked by plugin permissions, rule ask write" in shown
+
+    exit_code, said = dsh("approvals", "approve", ticket, "--by", "ana")
+    assert (exit_code, said) == (EXIT_OK, f"{ticket}: allowed-once by ana\n")
+    exit_code, late = dsh("approvals", "reject", ticket)
+    assert exit_code == EXIT_CALL_FAILED
+    assert "too late" in late
+
+    assert code(registry.execute_sync(CALL)) == "ok"
+    assert code(registry.resume_sync(ticket)) == "DENIED"
+    assert ran == ["a.txt"]
+    exit_code, listed = dsh("approvals", "list")
+    assert "no approval tickets waiting" in listed
+    exit_code, everything = dsh("approvals", "list", "--all", "--json")
+    (entry,) = json.loads(everything)
+    assert (entry["id"], entry["state"], entry["answer"]["by"]) == (ticket, "resumed", "ana")
+    assert entry["answer"]["channel"] == "cli"
+
+
+def test_reject_with_feedback_reaches_the_model(workspace: Path) -> None:
+    registry, ran = host(workspace)
+    ticket = registry.execute_sync(CALL).meta["approval"]["ticket"]  # type: ignore[index]
+    exit_code, said = dsh("approvals", "reject", ticket, "--feedback", "use b.txt", "--json")
+    assert exit_code == EXIT_OK
+    assert json.loads(said)["answer"]["outcome"] == "rejected"
+    result = registry.execute_sync(CALL)
+    assert result.error.message == 'the user rejected tool "write": use b.txt'
+    assert ran == []
+
+
+def test_approve_always_is_remembered_for_later_calls(workspace: Path) -> None:
+    registry, ran = host(workspace)
+    ticket = registry.execute_sync(CALL).meta["approval"]["ticket"]  # type: ignore[index]
+    assert dsh("approvals", "approve", ticket, "--always")[0] == EXIT_OK
+    assert code(registry.execute_sync(CALL)) == "ok"
+    assert code(registry.execute_sync(CALL)) == "ok"
+    assert ran == ["a.txt", "a.txt"]
+
+
+def test_an_unknown_ticket_is_a_clear_error(workspace: Path, tmp_path: Path) -> None:
+    exit_code, said = dsh("approvals", "show", "t-nope")
+    assert exit_code == EXIT_USAGE
+    assert "approval ticket 't-nope' does not exist" in said
+    exit_code, said = dsh("approvals", "approve", "t-nope", "--json")
+    assert exit_code == EXIT_CALL_FAILED
+    assert json.loads(said)["error"]["message"] == "approval ticket 't-nope' does not exist"
+
+
+def test_a_named_store_file_is_used(workspace: Path, tmp_path: Path) -> None:
+    path = tmp_path / "elsewhere.sqlite3"
+    store = SqliteApprovalStore(path)
+    registry = ToolRegistry(approval=lambda request: "pending", approval_store=store)
+    add_write_tool(registry)
+    registry.add_plugin(AskAlways())
+    ticket = registry.execute_sync(CALL).meta["approval"]["ticket"]  # type: ignore[index]
+    exit_code, listed = dsh("--approvals-store", str(path), "approvals", "list", "--json")
+    assert exit_code == EXIT_OK
+    assert [entry["id"] for entry in json.loads(listed)] == [ticket]
