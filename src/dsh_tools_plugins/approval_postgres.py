@@ -67,9 +67,9 @@ class PostgresApprovalStore(PostgresTickets):
 
     def __init__(self, url: str, *, timeout_s: float = 5.0) -> None:
         if type(url) is not str or not is_postgres_url(url):
+            # Not echoed: a location of another kind may hold a password too.
             raise ApprovalStoreError(
-                "a PostgreSQL approval store needs a postgresql:// URL, got "
-                + (repr(url.split("://")[0] + "://...") if type(url) is str else type(url).__name__)
+                "a PostgreSQL approval store needs a postgresql:// URL, got another location"
             )
         try:
             import psycopg  # noqa: F401
