@@ -110,6 +110,7 @@ def test_an_unknown_ticket_is_a_clear_error(workspace: Path, tmp_path: Path) -> 
     exit_code, said = dsh("approvals", "show", "t-nope")
     assert exit_code == EXIT_USAGE
     assert "approval ticket 't-nope' does not exist" in said
+    assert dsh("approvals", "approve", "t-nope", "--by", " ")[0] == EXIT_USAGE
     exit_code, said = dsh("approvals", "approve", "t-nope", "--json")
     assert exit_code == EXIT_CALL_FAILED
     assert json.loads(said)["error"]["message"] == "approval ticket 't-nope' does not exist"

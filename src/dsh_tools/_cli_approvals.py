@@ -65,6 +65,8 @@ def _answered(store: TicketStore, options: argparse.Namespace, out: TextIO) -> i
     if outcome == "allowed":
         outcome = "allowed-once"
     feedback = None if approve else options.feedback
+    if options.by is not None and not options.by.strip():
+        raise UsageError("--by needs a name")
     answer = TicketAnswer(outcome, options.by or _person(), "cli", feedback=feedback)
     try:
         ticket = store.answer_ticket(options.ticket, answer)
