@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from approval_helpers import code
 from dsh_tools import Ask, ToolExecutionInput, ToolRegistry, define_tool, hookimpl
 from dsh_tools.testing import ScriptedApproval
+
+__all__ = ["AskAlways", "code", "deploy", "make_registry"]
 
 
 class AskAlways:
@@ -34,7 +37,3 @@ def make_registry(store: Any) -> tuple[ToolRegistry, ScriptedApproval, list[str]
 
 def deploy(service: str = "web", agent: str = "ops") -> ToolExecutionInput:
     return ToolExecutionInput("c1", "deploy", {"service": service}, agent=agent)
-
-
-def code(result: Any) -> str:
-    return result.error.info.code if result.is_error else "ok"
