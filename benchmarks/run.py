@@ -34,6 +34,7 @@ CASES: dict[str, tuple[str, str]] = {
     "8": ("grep over a 10 000-file tree", "case_search:run"),
     "9": ("OpenTelemetry plugin overhead", "case_telemetry:run"),
     "10": ("progress reports, unheard and over MCP", "case_progress:run"),
+    "11": ("approvals on one PostgreSQL server", "case_approvals:run"),
 }
 
 

@@ -9,48 +9,13 @@ from typing import Any
 
 import pytest
 
+from deploy_calls import code, deploy, make_registry
 from dsh_tools import (
     ApprovalAnswer,
     ApprovalKey,
     ApprovalOutcome,
-    Ask,
     MemoryApprovalStore,
-    ToolExecutionInput,
-    ToolRegistry,
-    define_tool,
-    hookimpl,
 )
-from dsh_tools.testing import ScriptedApproval
-
-
-class AskAlways:
-    @hookimpl
-    def dsh_tools_pre_execute(self, execution: Any) -> Ask:
-        return Ask("deploys")
-
-
-def make_registry(store: Any) -> tuple[ToolRegistry, ScriptedApproval, list[str]]:
-    approval = ScriptedApproval()
-    registry = ToolRegistry(approval=approval, approval_store=store)
-    ran: list[str] = []
-    registry.register(
-        define_tool(
-            name="deploy",
-            description="Deploy a service.",
-            parameters={"service": {"type": "string", "required": True}},
-            execute=lambda args, ctx: ran.append(args["service"]) or "deployed",
-        )
-    )
-    registry.add_plugin(AskAlways())
-    return registry, approval, ran
-
-
-def deploy(service: str = "web") -> ToolExecutionInput:
-    return ToolExecutionInput("c1", "deploy", {"service": service}, agent="ops")
-
-
-def code(result: Any) -> str:
-    return result.error.info.code if result.is_error else "ok"
 
 
 def test_a_grant_of_n_uses_allows_n_later_calls_then_asks_again(approval_store: Any) -> None:

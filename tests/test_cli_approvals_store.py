@@ -113,3 +113,26 @@ def test_a_store_that_cannot_be_used_stops_the_command(
     assert message in err
     assert SECRET not in err + out
     assert list(workspace.iterdir()) == []
+
+
+def test_a_ticket_on_postgresql_is_approved_from_the_command_line(
+    workspace: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deploy_calls import deploy, make_registry
+    from dsh_tools_plugins.approval_postgres import PostgresApprovalStore
+
+    store = PostgresApprovalStore(postgres_url)
+    registry, _, ran = make_registry(store)
+    registry.approval = lambda request: "pending"
+    asked = registry.execute_sync(deploy())
+    assert asked.error.info.code == "APPROVAL_PENDING"
+    ticket = asked.meta["approval"]["ticket"]
+    monkeypatch.setenv("DSH_TOOLS_APPROVALS_URL", postgres_url)
+    code, out, err = dsh("approvals", "approve", ticket, "--by", "ana")
+    assert code == EXIT_OK, out + err
+    assert registry.resume_sync(ticket).text == "deployed"
+    assert ran == ["web"]
+    code, out, _ = dsh("approvals", "approve", ticket, "--by", "bo")
+    assert code == EXIT_CALL_FAILED
+    assert "already answered (allowed-once by ana via cli)" in out
+    store.close()

@@ -1,7 +1,8 @@
 """Every ```python block in README.md and docs/ runs, as a user would paste it.
 
 Blocks run in a fresh namespace each, in a temporary working directory, so they must be
-self-contained. A block that should not run (pseudo-code) belongs in a ```text fence.
+self-contained. A block that should not run (pseudo-code) belongs in a ```text fence. A
+block that reads ``DSH_TOOLS_APPROVALS_URL`` gets the test PostgreSQL server's.
 """
 
 from __future__ import annotations
@@ -37,8 +38,16 @@ def test_the_docs_have_examples() -> None:
     ("page", "line", "source"), EXAMPLES, ids=[f"{p}:{n}" for p, n, _ in EXAMPLES]
 )
 def test_example_runs(
-    page: str, line: int, source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    page: str,
+    line: int,
+    source: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    if "DSH_TOOLS_APPROVALS_URL" in source:
+        # The PostgreSQL examples read the database's URL from the environment.
+        monkeypatch.setenv("DSH_TOOLS_APPROVALS_URL", request.getfixturevalue("postgres_url"))
     code = compile(source, f"{page}:{line}", "exec", dont_inherit=True)
     exec(code, {"__name__": f"docs_example_{line}"})

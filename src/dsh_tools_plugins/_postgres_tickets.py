@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     Connection = psycopg.Connection[tuple[Any, ...]]
 
-__all__ = ["CHANNEL", "TICKETS_SCHEMA", "Tickets"]
+__all__ = ["CHANNEL", "TICKETS_SCHEMA", "PostgresTickets"]
 
 CHANNEL = "dsh_tools_tickets"
 """The channel an answer is announced on; the payload is the ticket's id."""
@@ -63,11 +63,11 @@ _COLUMNS = f"{_STORED}, {_NOW}"
 _TABLE = "dsh_tools_approval_tickets"
 
 
-class Tickets:
-    """Tickets read and changed on ``connections``, one transaction per operation."""
+class PostgresTickets:
+    """The :class:`~dsh_tools.approvals.TicketStore` methods of a store whose
+    ``_connections`` reach the database: one transaction per operation."""
 
-    def __init__(self, connections: Connections) -> None:
-        self._connections = connections
+    _connections: Connections
 
     def open_ticket(self, ticket: ApprovalTicket) -> ApprovalTicket:
         def run(connection: Connection) -> ApprovalTicket:

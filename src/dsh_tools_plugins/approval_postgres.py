@@ -26,15 +26,11 @@ store by its URL without the password; the pipeline then fails closed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from dsh_tools.approvals import (
     REMEMBERED_OUTCOMES,
     ApprovalKey,
-    ApprovalTicket,
-    TicketAnswer,
-    TicketState,
     exact_outcome,
     grant_limits,
     remembered_outcome,
@@ -42,7 +38,7 @@ from dsh_tools.approvals import (
 from dsh_tools.models import ApprovalOutcome
 
 from ._postgres import Connections
-from ._postgres_tickets import Tickets
+from ._postgres_tickets import PostgresTickets
 from .approval_store import ApprovalStoreError
 
 if TYPE_CHECKING:
@@ -61,7 +57,7 @@ def is_postgres_url(location: str) -> bool:
     return location.lower().startswith(("postgresql://", "postgres://"))
 
 
-class PostgresApprovalStore:
+class PostgresApprovalStore(PostgresTickets):
     """Remembered approvals in the PostgreSQL database at ``url`` (a libpq connection
     URI; ``?options=-csearch_path%3Dname`` picks the schema).
 
@@ -71,9 +67,9 @@ class PostgresApprovalStore:
 
     def __init__(self, url: str, *, timeout_s: float = 5.0) -> None:
         if type(url) is not str or not is_postgres_url(url):
+            # Not echoed: a location of another kind may hold a password too.
             raise ApprovalStoreError(
-                "a PostgreSQL approval store needs a postgresql:// URL, got "
-                + (repr(url.split("://")[0] + "://...") if type(url) is str else type(url).__name__)
+                "a PostgreSQL approval store needs a postgresql:// URL, got another location"
             )
         try:
             import psycopg  # noqa: F401
@@ -82,7 +78,6 @@ class PostgresApprovalStore:
                 "the PostgreSQL approval store needs psycopg: pip install 'dsh-tools[postgres]'"
             ) from None
         self._connections = Connections(url, timeout_s)
-        self._tickets = Tickets(self._connections)
         with self._connections.errors():
             from psycopg.conninfo import conninfo_to_dict
 
@@ -152,35 +147,6 @@ class PostgresApprovalStore:
             self._rows("DELETE FROM dsh_tools_approvals", ())
         else:
             self._rows("DELETE FROM dsh_tools_approvals WHERE agent = %s", (agent,))
-
-    # ------------------------------------------------------------------ tickets
-
-    def open_ticket(self, ticket: ApprovalTicket) -> ApprovalTicket:
-        return self._tickets.open_ticket(ticket)
-
-    def get_ticket(self, ticket_id: str) -> ApprovalTicket | None:
-        return self._tickets.get_ticket(ticket_id)
-
-    def find_ticket(self, key: ApprovalKey) -> ApprovalTicket | None:
-        return self._tickets.find_ticket(key)
-
-    def list_tickets(
-        self, *, agent: str | None = None, state: TicketState | None = None
-    ) -> Sequence[ApprovalTicket]:
-        return self._tickets.list_tickets(agent=agent, state=state)
-
-    def answer_ticket(self, ticket_id: str, answer: TicketAnswer) -> ApprovalTicket:
-        return self._tickets.answer_ticket(ticket_id, answer)
-
-    def consume_ticket(self, ticket_id: str) -> ApprovalTicket | None:
-        return self._tickets.consume_ticket(ticket_id)
-
-    def wait_for_answer(self, ticket_id: str, timeout_s: float) -> ApprovalTicket | None:
-        """Wait on a connection that listens for answers (``LISTEN``): an answer from any
-        process wakes the waiter at once."""
-        return self._tickets.wait_for_answer(ticket_id, timeout_s)
-
-    # ------------------------------------------------------------------ connections
 
     def _rows(self, statement: str, parameters: tuple[object, ...]) -> list[tuple[object, ...]]:
         def work(connection: psycopg.Connection[tuple[object, ...]]) -> list[tuple[object, ...]]:

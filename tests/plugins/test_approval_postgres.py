@@ -8,22 +8,19 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from deploy_calls import code, make_registry
 from dsh_tools import (
     ApprovalKey,
     ApprovalOutcome,
-    Ask,
     ToolExecutionInput,
-    ToolRegistry,
-    define_tool,
-    hookimpl,
 )
-from dsh_tools.testing import ScriptedApproval
 from dsh_tools_plugins.approval_store import ApprovalStoreError
 from store_contract import StoreContract
 
@@ -40,31 +37,6 @@ def closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def make_registry(store: Any) -> tuple[ToolRegistry, ScriptedApproval, list[str]]:
-    class AskAlways:
-        @hookimpl
-        def dsh_tools_pre_execute(self, execution: Any) -> Ask:
-            return Ask("deploys")
-
-    approval = ScriptedApproval()
-    registry = ToolRegistry(approval=approval, approval_store=store)
-    ran: list[str] = []
-    registry.register(
-        define_tool(
-            name="deploy",
-            description="Deploy a service.",
-            parameters={"service": {"type": "string", "required": True}},
-            execute=lambda args, ctx: ran.append(args["service"]) or "deployed",
-        )
-    )
-    registry.add_plugin(AskAlways())
-    return registry, approval, ran
-
-
-def code(result: Any) -> str:
-    return result.error.info.code if result.is_error else "ok"
 
 
 def test_an_unreachable_server_fails_closed_and_never_shows_the_password() -> None:
@@ -214,3 +186,37 @@ class TestPostgresStore(StoreContract):
         store = PostgresApprovalStore(postgres_url)
         yield store
         store.close()
+
+
+def test_a_waiter_is_woken_by_the_notification_not_by_looking_again(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dsh_tools.approvals import TicketAnswer, TicketState
+    from dsh_tools_plugins import _postgres_tickets
+    from store_contract import ticket
+
+    looked = threading.Event()
+    read = _postgres_tickets._get
+
+    def get_and_tell(connection: Any, ticket_id: str) -> Any:
+        found = read(connection, ticket_id)
+        looked.set()  # the waiter listens, and saw the ticket pending
+        return found
+
+    monkeypatch.setattr(_postgres_tickets, "_RECHECK_S", 3600.0)
+    waiting, answering = PostgresApprovalStore(postgres_url), PostgresApprovalStore(postgres_url)
+    made = waiting.open_ticket(ticket())
+    monkeypatch.setattr(_postgres_tickets, "_get", get_and_tell)
+    seen: list[Any] = []
+    waiter = threading.Thread(
+        target=lambda: seen.append(waiting.wait_for_answer(made.id, 600)), daemon=True
+    )
+    waiter.start()
+    assert looked.wait(60)
+    answering.answer_ticket(made.id, TicketAnswer("allowed-once", "ana", "inbox"))
+    # Without NOTIFY the waiter would sleep for its whole ten minutes.
+    waiter.join(60)
+    assert not waiter.is_alive()
+    assert seen[0].state is TicketState.ANSWERED
+    waiting.close()
+    answering.close()

@@ -13,51 +13,17 @@ from typing import Any
 
 import pytest
 
+from deploy_calls import code, deploy, make_registry
 from dsh_tools import (
     ApprovalAnswer,
     ApprovalKey,
     ApprovalOutcome,
-    Ask,
-    ToolExecutionInput,
-    ToolRegistry,
-    define_tool,
-    hookimpl,
 )
-from dsh_tools.testing import ScriptedApproval
 from dsh_tools_plugins.approval_store import (
     ApprovalStoreError,
     SqliteApprovalStore,
     approvals_directory,
 )
-
-
-def make_registry(store: SqliteApprovalStore) -> tuple[ToolRegistry, ScriptedApproval, list[str]]:
-    class AskAlways:
-        @hookimpl
-        def dsh_tools_pre_execute(self, execution: Any) -> Ask:
-            return Ask("deploys")
-
-    approval = ScriptedApproval()
-    registry = ToolRegistry(approval=approval, approval_store=store)
-    ran: list[str] = []
-    registry.register(
-        define_tool(
-            name="deploy",
-            description="Deploy a service.",
-            parameters={"service": {"type": "string", "required": True}},
-            execute=lambda args, ctx: ran.append(args["service"]) or "deployed",
-        )
-    )
-    registry.add_plugin(AskAlways())
-    return registry, approval, ran
-
-
-def deploy(service: str = "web", agent: str = "ops") -> ToolExecutionInput:
-    return ToolExecutionInput("c1", "deploy", {"service": service}, agent=agent)
-
-
-def code(result: Any) -> str:
-    return result.error.info.code if result.is_error else "ok"
 
 
 def test_two_registries_on_one_file_share_remembered_answers(tmp_path: Path) -> None:

@@ -1,0 +1,39 @@
+"""A registry with one ``deploy`` tool that always asks, for the approval store tests:
+``make_registry(store)`` gives the registry, its scripted approval service and the list
+of services the body deployed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from approval_helpers import code
+from dsh_tools import Ask, ToolExecutionInput, ToolRegistry, define_tool, hookimpl
+from dsh_tools.testing import ScriptedApproval
+
+__all__ = ["AskAlways", "code", "deploy", "make_registry"]
+
+
+class AskAlways:
+    @hookimpl
+    def dsh_tools_pre_execute(self, execution: Any) -> Ask:
+        return Ask("deploys")
+
+
+def make_registry(store: Any) -> tuple[ToolRegistry, ScriptedApproval, list[str]]:
+    approval = ScriptedApproval()
+    registry = ToolRegistry(approval=approval, approval_store=store)
+    ran: list[str] = []
+    registry.register(
+        define_tool(
+            name="deploy",
+            description="Deploy a service.",
+            parameters={"service": {"type": "string", "required": True}},
+            execute=lambda args, ctx: ran.append(args["service"]) or "deployed",
+        )
+    )
+    registry.add_plugin(AskAlways())
+    return registry, approval, ran
+
+
+def deploy(service: str = "web", agent: str = "ops") -> ToolExecutionInput:
+    return ToolExecutionInput("c1", "deploy", {"service": service}, agent=agent)
