@@ -173,7 +173,8 @@ class _Walk:
                 f"{where} a symbolic link; refusing to follow it (give the real path)",
                 link=walked,
             )
-        return self.fail(f"cannot open {walked}: {error.strerror or error}")
+        place = "it" if walked == self.absolute else walked
+        return self.fail(f"cannot open {place}: {error.strerror or error}")
 
 
 def open_host_file(

@@ -18,6 +18,11 @@ call with ``POLICY_ERROR``).
 user's state directory (``$XDG_STATE_HOME/dsh-tools/approvals``, else
 ``~/.local/state/dsh-tools/approvals``), named by a hash of the workspace's real path: a
 file inside the workspace could be written by the very agent whose calls it approves.
+Before each connection the file is checked as a host file
+(:func:`dsh_tools.hostfiles.check_host_file`): no symbolic link on its path, a regular
+file if it exists, and nowhere inside the workspace (the current one,
+``$DSH_TOOLS_WORKSPACE`` or the current directory, and for :meth:`~SqliteApprovalStore.
+for_workspace` the ``root`` it was given); missing folders are made with mode ``0700``.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from dsh_tools.approvals import (
     exact_outcome,
     remembered_outcome,
 )
+from dsh_tools.hostfiles import HostFileError, check_host_file, writable_trees
 from dsh_tools.models import ApprovalOutcome
 
 __all__ = ["ApprovalStoreError", "SqliteApprovalStore", "approvals_directory"]
@@ -65,6 +71,7 @@ class SqliteApprovalStore:
     def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 5.0) -> None:
         self.path = Path(path)
         self.timeout_s = timeout_s
+        self._trees = writable_trees()
         self._ready = False
         self._ready_lock = threading.Lock()
 
@@ -73,10 +80,14 @@ class SqliteApprovalStore:
         cls, root: str | os.PathLike[str], *, directory: str | os.PathLike[str] | None = None
     ) -> SqliteApprovalStore:
         """The store of the workspace at ``root``: one file per workspace, kept in
-        ``directory`` (default :func:`approvals_directory`), never inside the workspace."""
+        ``directory`` (default :func:`approvals_directory`), never inside the workspace:
+        a directory inside it (the workspace is ``$HOME``, or ``$XDG_STATE_HOME`` lies in
+        it) fails every operation with :class:`ApprovalStoreError`."""
         real = os.path.realpath(root)
         name = hashlib.sha256(os.fsencode(real)).hexdigest()[:32] + ".sqlite3"
-        return cls(Path(directory or approvals_directory()) / name)
+        store = cls(Path(directory or approvals_directory()) / name)
+        store._trees = (*store._trees, real)
+        return store
 
     def recall(self, key: ApprovalKey) -> ApprovalOutcome | None:
         rows = self._run(
@@ -110,6 +121,10 @@ class SqliteApprovalStore:
     def _run(self, statement: str, parameters: tuple[object, ...]) -> list[tuple[object, ...]]:
         """One statement in a transaction of its own, on a connection of its own."""
         try:
+            check_host_file(self.path, what="approval store", trees=self._trees, make_parents=0o700)
+        except HostFileError as error:
+            raise ApprovalStoreError(str(error)) from None
+        try:
             self._prepare()
             connection = sqlite3.connect(self.path, timeout=self.timeout_s)
             try:
@@ -127,7 +142,6 @@ class SqliteApprovalStore:
         with self._ready_lock:
             if self._ready:
                 return
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             connection = sqlite3.connect(self.path, timeout=self.timeout_s)
             try:
                 with connection:
