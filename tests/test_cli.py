@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -186,15 +187,52 @@ def test_plugins_and_check(workspace: Path) -> None:
     assert check.out.startswith("ok: ")
 
 
-def test_python_dash_m_runs_the_same_command() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "dsh_tools", "--version"],
+def _python_m(cwd: Path, *argv: str, workspace: Path | None = None) -> Any:
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("DSH_TOOLS_WORKSPACE", "PYTHONSAFEPATH")
+    }
+    if workspace is not None:
+        env["DSH_TOOLS_WORKSPACE"] = str(workspace)
+    return subprocess.run(
+        [sys.executable, *argv, "--version"],
         capture_output=True,
         text=True,
         check=False,
+        cwd=cwd,
+        env=env,
     )
-    assert done.returncode == 0
-    assert done.stdout.startswith("dsh-tools ")
+
+
+def test_python_dash_m_runs_the_same_command_outside_the_workspace(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    for argv, workspace in (
+        (("-m", "dsh_tools", "--workspace", str(tmp_path / "ws")), None),
+        (("-m", "dsh_tools"), tmp_path / "ws"),
+        (("-P", "-m", "dsh_tools"), None),  # the current directory is not on the path
+    ):
+        done = _python_m(tmp_path, *argv, workspace=workspace)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("dsh-tools ")
+
+
+@pytest.mark.parametrize("case", ["default workspace", "inside", "planted plugins"])
+def test_python_dash_m_refuses_to_import_from_the_workspace(tmp_path: Path, case: str) -> None:
+    """``python -m`` imports from the current directory first: from the workspace, a
+    command could plant ``dsh_tools_plugins/`` (imported later, lazily) there."""
+    cwd, workspace = tmp_path, None
+    if case == "inside":
+        cwd, workspace = tmp_path / "sub", tmp_path
+        cwd.mkdir()
+    elif case == "planted plugins":
+        (tmp_path / "dsh_tools_plugins").mkdir()
+        (tmp_path / "dsh_tools_plugins" / "__init__.py").write_text("raise SystemExit(99)\n")
+        workspace = tmp_path / "elsewhere"
+        workspace.mkdir()
+    done = _python_m(cwd, "-m", "dsh_tools", workspace=workspace)
+    assert done.returncode == EXIT_USAGE
+    assert done.stderr.startswith("dsh-tools: error: refusing to run as python -m dsh_tools")
+    assert "Run the dsh-tools command instead" in done.stderr
+    assert done.stdout == ""
 
 
 def test_serve_mcp_answers_an_mcp_client_on_stdio(workspace: Path) -> None:
