@@ -341,7 +341,7 @@ def test_host_files_inside_the_workspace_are_refused(
         argv = ["--workspace", str(workspace), *argv]
     run = dsh(*argv)
     assert run.code == EXIT_USAGE
-    assert run.err.startswith(f"dsh-tools: error: {option} {host_file}: {workspace} is ")
+    assert run.err.startswith(f"dsh-tools: error: {option} {host_file}: it is inside {workspace}, ")
     assert "keep it outside the workspace" in run.err
     assert run.err.count("\n") == 1
     assert host_file.read_text() == 'default = "allow"\n'

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from dsh_tools import hostfiles
 from dsh_tools.hostfiles import (
     WORKSPACE_ENV,
     HostFileError,
@@ -46,8 +47,9 @@ def test_a_file_inside_a_tree_is_refused_with_where_to_keep_it(workspace: Path, 
     with pytest.raises(HostFileError) as info:
         open_host_file(path, what="the rules file", trees=[workspace])
     assert str(info.value).startswith(f"the rules file {path}: ")
-    assert f"is {workspace}, which sandboxed commands and the file tools can write" in str(
-        info.value
+    assert (
+        f"it is inside {workspace}, which sandboxed commands and the file tools can write"
+        in str(info.value)
     )
     assert "keep it outside the workspace" in str(info.value)
 
@@ -57,13 +59,14 @@ def test_another_spelling_of_the_tree_is_caught(tmp_path: Path, workspace: Path)
     alias = tmp_path / "alias"
     alias.symlink_to(workspace)
     # the tree given through a link, the file through the real path: same folder
-    with pytest.raises(HostFileError, match="can write"):
+    with pytest.raises(HostFileError, match=f"inside {alias} \\(reached as {workspace}\\), which"):
         check_host_file(workspace / "rules.toml", what="the rules file", trees=[alias])
 
 
 def test_the_default_trees_are_the_workspace_or_the_current_directory(
     monkeypatch: pytest.MonkeyPatch, workspace: Path
 ) -> None:
+    monkeypatch.setattr(hostfiles, "_handed", set())
     monkeypatch.delenv(WORKSPACE_ENV, raising=False)
     monkeypatch.chdir(workspace)
     assert writable_trees() == (str(workspace),)
@@ -72,6 +75,26 @@ def test_the_default_trees_are_the_workspace_or_the_current_directory(
         open_host_file("audit.jsonl", what="the audit log")
     monkeypatch.setenv(WORKSPACE_ENV, "/nonexistent-ws")
     assert writable_trees("/x") == ("/nonexistent-ws", "/x")
+
+
+def test_a_workspace_given_to_tools_is_a_writable_tree(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, workspace: Path
+) -> None:
+    """A library host hands tools a workspace and keeps its rules in it: refused, wherever
+    the current directory is."""
+    from dsh_tools_plugins.permissions import PermissionRules, RulesError
+    from dsh_tools_plugins.tools import workspace_tools
+
+    monkeypatch.setattr(hostfiles, "_handed", set())
+    monkeypatch.delenv(WORKSPACE_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    (workspace / "rules.toml").write_text('default = "deny"\n')
+    (tmp_path / "rules.toml").write_text('default = "deny"\n')
+    workspace_tools(workspace)
+    assert writable_trees() == (str(workspace),)
+    with pytest.raises(RulesError, match=f"it is inside {workspace}, which"):
+        PermissionRules.from_toml(workspace / "rules.toml")
+    assert PermissionRules.from_toml("rules.toml").default == "deny"  # cwd: not handed out
 
 
 def test_a_link_at_the_last_component_is_refused(tmp_path: Path) -> None:

@@ -85,6 +85,9 @@ def _export_options(options: argparse.Namespace) -> None:
         if not os.path.isdir(options.workspace):
             raise UsageError(f"--workspace {options.workspace!r} is not a directory")
         os.environ["DSH_TOOLS_WORKSPACE"] = os.path.abspath(options.workspace)
+    elif not os.environ.get("DSH_TOOLS_WORKSPACE", "").strip():
+        # The default workspace, named so that host files are checked against it.
+        os.environ["DSH_TOOLS_WORKSPACE"] = os.getcwd()
     if options.rules is not None:
         if not os.path.isfile(options.rules):
             raise UsageError(f"--rules {options.rules!r} is not a file")

@@ -22,8 +22,9 @@ Every host file goes through this module:
   not host files but must not pass through a link either (the sandbox's extra mounts).
 
 :func:`writable_trees` says which trees a tool can write, as far as this process knows:
-``$DSH_TOOLS_WORKSPACE`` (what the ``workspace`` entry point and the CLI use) or else the
-current directory. Every refusal is a :class:`HostFileError` naming the file.
+``$DSH_TOOLS_WORKSPACE`` (what the ``workspace`` entry point and the CLI use) and every
+workspace root handed to tools so far, or else the current directory (the entry points'
+default workspace). Every refusal is a :class:`HostFileError` naming the file.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from .errors import DshToolsError, ErrorCode
 __all__ = [
     "WORKSPACE_ENV",
     "HostFileError",
+    "add_writable_tree",
     "check_host_file",
     "open_host_file",
     "open_unlinked",
@@ -76,11 +78,25 @@ class _Missing(HostFileError):
     """A directory on the way does not exist (and was not to be made)."""
 
 
+_handed: set[str] = set()
+"""The workspace roots this process has given tools (see :func:`add_writable_tree`)."""
+
+
+def add_writable_tree(path: str | os.PathLike[str]) -> None:
+    """Record that tools of this process write the tree at ``path`` (every
+    :class:`~dsh_tools_plugins.workspace.Workspace` does), so that no host file is
+    accepted inside it from now on."""
+    _handed.add(os.fspath(path))
+
+
 def writable_trees(*extra: str | os.PathLike[str]) -> tuple[str, ...]:
-    """The trees a tool or a sandboxed command may write: the workspace the entry points
-    use (``$DSH_TOOLS_WORKSPACE``, else the current directory), then ``extra``."""
-    workspace = os.environ.get(WORKSPACE_ENV, "").strip() or os.getcwd()
-    return (workspace, *(os.fspath(tree) for tree in extra))
+    """The trees a tool or a sandboxed command may write: ``$DSH_TOOLS_WORKSPACE`` (the
+    workspace of the entry points and the CLI) and every workspace root this process has
+    given tools; the current directory when there is neither (the entry points'
+    default workspace); then ``extra``."""
+    named = os.environ.get(WORKSPACE_ENV, "").strip()
+    trees = ([named] if named else []) + sorted(_handed)
+    return (*(trees or [os.getcwd()]), *(os.fspath(tree) for tree in extra))
 
 
 def _identities(trees: Iterable[str | os.PathLike[str]]) -> dict[tuple[int, int], str]:
@@ -118,9 +134,10 @@ class _Walk:
         info = os.fstat(fd)
         tree = self.trees.get((info.st_dev, info.st_ino))
         if tree is not None:
+            seen = "" if os.path.abspath(tree) == walked else f" (reached as {walked})"
             raise self.fail(
-                f"{walked} is {tree}, which sandboxed commands and the file tools can write; "
-                f"{self.instead}"
+                f"it is inside {tree}{seen}, which sandboxed commands and the file tools "
+                f"can write; {self.instead}"
             )
 
     def parent(self, make_mode: int | None) -> tuple[int, str]:

@@ -254,7 +254,7 @@ def test_a_store_directory_inside_the_workspace_is_refused(
     for operation in (lambda: store.recall(_KEY), lambda: store.remember(_KEY, ALWAYS)):
         with pytest.raises(ApprovalStoreError) as info:
             operation()
-        assert f"approval store {store.path}: {workspace} is " in str(info.value)
+        assert f"approval store {store.path}: it is inside {workspace}, " in str(info.value)
         assert "keep it outside the workspace" in str(info.value)
     assert not store.path.exists()
 

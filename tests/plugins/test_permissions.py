@@ -548,7 +548,7 @@ def test_a_rules_file_a_command_could_rewrite_is_refused(
     if where == "inside":
         path = workspace / "rules.toml"
         path.write_text('default = "deny"\n')
-        problem = f"{workspace} is {workspace}, which sandboxed commands"
+        problem = f"it is inside {workspace}, which sandboxed commands"
     elif where == "last link":
         path = config / "link.toml"
         path.symlink_to("rules.toml")
