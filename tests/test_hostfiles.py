@@ -150,3 +150,18 @@ def test_open_unlinked_finds_missing_paths_and_refuses_links(tmp_path: Path) -> 
     with pytest.raises(HostFileError) as info:
         open_unlinked(tmp_path / "link" / "x", what="the path")
     assert info.value.link == str(tmp_path / "link")
+
+
+def test_a_sandbox_read_write_path_is_a_writable_tree(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from dsh_tools_plugins.sandbox import Sandbox, SandboxSettings
+
+    monkeypatch.setattr(hostfiles, "_handed", set())
+    monkeypatch.delenv(WORKSPACE_ENV, raising=False)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "calls.jsonl").write_text("")
+    Sandbox(SandboxSettings(read_write_paths=(str(shared),)))
+    with pytest.raises(HostFileError, match=f"it is inside {shared}, which"):
+        open_host_file(shared / "calls.jsonl", what="the audit log")

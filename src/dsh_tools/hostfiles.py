@@ -84,8 +84,8 @@ _handed: set[str] = set()
 
 def add_writable_tree(path: str | os.PathLike[str]) -> None:
     """Record that tools of this process write the tree at ``path`` (every
-    :class:`~dsh_tools_plugins.workspace.Workspace` does), so that no host file is
-    accepted inside it from now on."""
+    :class:`~dsh_tools_plugins.workspace.Workspace` root does, and every sandbox's
+    ``read_write_paths``), so that no host file is accepted inside it from now on."""
     _handed.add(os.fspath(path))
 
 
