@@ -52,7 +52,9 @@ WORKSPACE_ENV = "DSH_TOOLS_WORKSPACE"
 KEEP_OUTSIDE = "keep it outside the workspace, for example under ~/.config/dsh-tools/"
 """The advice a refusal gives unless its caller has a better one."""
 
-_DIRECTORY_STEP = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_PATH = getattr(os, "O_PATH", os.O_RDONLY)
+"""Open for its place only (Linux); elsewhere a directory is opened for reading."""
+_DIRECTORY_STEP = _PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class HostFileError(DshToolsError, ValueError):
@@ -275,7 +277,7 @@ def open_unlinked(path: str | os.PathLike[str], *, what: str) -> int | None:
     except _Missing:
         return None
     try:
-        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+        fd = os.open(name, _PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
     except FileNotFoundError:
         return None
     except OSError as error:
