@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,12 +22,15 @@ class Run:
 
 @pytest.fixture
 def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A workspace with one file; the env vars the command sets are restored afterwards."""
-    monkeypatch.setenv("DSH_TOOLS_WORKSPACE", str(tmp_path))
+    """A workspace with one file, in ``tmp_path`` (where host files such as the rules
+    file go); the env vars the command sets are restored afterwards."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    monkeypatch.setenv("DSH_TOOLS_WORKSPACE", str(root))
     monkeypatch.setenv("DSH_TOOLS_RULES", "")
     monkeypatch.delenv("DSH_TOOLS_BLOCK_PLUGINS", raising=False)
-    (tmp_path / "notes.txt").write_text("alpha\nbeta\ngamma\n")
-    return tmp_path
+    (root / "notes.txt").write_text("alpha\nbeta\ngamma\n")
+    return root
 
 
 def dsh(*argv: str, stdin: str = "") -> Run:
@@ -183,15 +187,52 @@ def test_plugins_and_check(workspace: Path) -> None:
     assert check.out.startswith("ok: ")
 
 
-def test_python_dash_m_runs_the_same_command() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "dsh_tools", "--version"],
+def _python_m(cwd: Path, *argv: str, workspace: Path | None = None) -> Any:
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("DSH_TOOLS_WORKSPACE", "PYTHONSAFEPATH")
+    }
+    if workspace is not None:
+        env["DSH_TOOLS_WORKSPACE"] = str(workspace)
+    return subprocess.run(
+        [sys.executable, *argv, "--version"],
         capture_output=True,
         text=True,
         check=False,
+        cwd=cwd,
+        env=env,
     )
-    assert done.returncode == 0
-    assert done.stdout.startswith("dsh-tools ")
+
+
+def test_python_dash_m_runs_the_same_command_outside_the_workspace(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    for argv, workspace in (
+        (("-m", "dsh_tools", "--workspace", str(tmp_path / "ws")), None),
+        (("-m", "dsh_tools"), tmp_path / "ws"),
+        (("-P", "-m", "dsh_tools"), None),  # the current directory is not on the path
+    ):
+        done = _python_m(tmp_path, *argv, workspace=workspace)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("dsh-tools ")
+
+
+@pytest.mark.parametrize("case", ["default workspace", "inside", "planted plugins"])
+def test_python_dash_m_refuses_to_import_from_the_workspace(tmp_path: Path, case: str) -> None:
+    """``python -m`` imports from the current directory first: from the workspace, a
+    command could plant ``dsh_tools_plugins/`` (imported later, lazily) there."""
+    cwd, workspace = tmp_path, None
+    if case == "inside":
+        cwd, workspace = tmp_path / "sub", tmp_path
+        cwd.mkdir()
+    elif case == "planted plugins":
+        (tmp_path / "dsh_tools_plugins").mkdir()
+        (tmp_path / "dsh_tools_plugins" / "__init__.py").write_text("raise SystemExit(99)\n")
+        workspace = tmp_path / "elsewhere"
+        workspace.mkdir()
+    done = _python_m(cwd, "-m", "dsh_tools", workspace=workspace)
+    assert done.returncode == EXIT_USAGE
+    assert done.stderr.startswith("dsh-tools: error: refusing to run as python -m dsh_tools")
+    assert "Run the dsh-tools command instead" in done.stderr
+    assert done.stdout == ""
 
 
 def test_serve_mcp_answers_an_mcp_client_on_stdio(workspace: Path) -> None:
@@ -280,3 +321,49 @@ def test_a_bad_network_setting_stops_the_command(
     run = dsh("--workspace", str(workspace), "list")
     assert run.code == EXIT_USAGE
     assert '$DSH_TOOLS_NETWORK: must be "on" or "off"' in run.err
+
+
+@pytest.mark.parametrize("option", ["--rules", "--audit-log"])
+@pytest.mark.parametrize("cwd_is_workspace", [False, True])
+def test_host_files_inside_the_workspace_are_refused(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, option: str, cwd_is_workspace: bool
+) -> None:
+    """A sandboxed command could rewrite them (the rules) or swap them for a link (the
+    log): the command stops before loading anything, saying where to keep them."""
+    (workspace / "sub").mkdir()
+    host_file = workspace / "sub" / "host.file"
+    host_file.write_text('default = "allow"\n')
+    argv = [option, str(host_file), "call", "read_file", '{"path": "notes.txt"}']
+    if cwd_is_workspace:  # no --workspace: the current directory is the workspace
+        monkeypatch.delenv("DSH_TOOLS_WORKSPACE")
+        monkeypatch.chdir(workspace)
+    else:
+        argv = ["--workspace", str(workspace), *argv]
+    run = dsh(*argv)
+    assert run.code == EXIT_USAGE
+    assert run.err.startswith(f"dsh-tools: error: {option} {host_file}: it is inside {workspace}, ")
+    assert "keep it outside the workspace" in run.err
+    assert run.err.count("\n") == 1
+    assert host_file.read_text() == 'default = "allow"\n'
+
+
+@pytest.mark.parametrize("option", ["--rules", "--audit-log"])
+@pytest.mark.parametrize("swap", ["last", "parent"])
+def test_host_files_through_a_link_are_refused(
+    workspace: Path, tmp_path: Path, option: str, swap: str
+) -> None:
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "real.file").write_text("")
+    if swap == "last":
+        (config / "host.file").symlink_to("real.file")
+        path, link = config / "host.file", config / "host.file"
+    else:  # the folder renamed and a link left in its place
+        (config / "real.file").rename(config / "host.file")
+        config.rename(tmp_path / "moved")
+        config.symlink_to("moved")
+        path, link = config / "host.file", config
+    run = dsh("--workspace", str(workspace), option, str(path), "list")
+    assert run.code == EXIT_USAGE
+    assert "a symbolic link; refusing to follow it" in run.err
+    assert str(link) in run.err

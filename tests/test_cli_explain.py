@@ -29,14 +29,16 @@ tool = "write_file"
 
 @pytest.fixture
 def rules(tmp_path: Path) -> Path:
+    """The rules file, beside (not inside) the workspace ``tmp_path / "ws"``."""
     path = tmp_path / "rules.toml"
     path.write_text(RULES, encoding="utf-8")
-    (tmp_path / "notes.txt").write_text("alpha\n", encoding="utf-8")
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "notes.txt").write_text("alpha\n", encoding="utf-8")
     return path
 
 
 def test_explain_exits_0_1_or_10_and_names_the_rule(rules: Path, tmp_path: Path) -> None:
-    common = ("--workspace", str(tmp_path), "--rules", str(rules), "explain")
+    common = ("--workspace", str(tmp_path / "ws"), "--rules", str(rules), "explain")
 
     run = run_dsh(*common, "read_file", '{"path": "notes.txt"}')
     denied = run_dsh(*common, "read_file", '{"path": "secret.txt"}')
@@ -56,14 +58,14 @@ def test_explain_exits_0_1_or_10_and_names_the_rule(rules: Path, tmp_path: Path)
     assert "if approved: would run" in asked.stdout
     assert invalid.returncode == EXIT_CALL_FAILED
     assert invalid.stdout.startswith("invalid (INVALID_ARGS)")
-    assert not (tmp_path / "new.txt").exists()
+    assert not (tmp_path / "ws" / "new.txt").exists()
 
 
 def test_explain_json_and_no_audit_entry(rules: Path, tmp_path: Path) -> None:
     log = tmp_path / "audit.jsonl"
     run = run_dsh(
         "--workspace",
-        str(tmp_path),
+        str(tmp_path / "ws"),
         "--rules",
         str(rules),
         "--audit-log",
@@ -102,11 +104,11 @@ def test_call_explain_prints_the_record_and_replay_explain_reads_it(
     rules: Path, tmp_path: Path
 ) -> None:
     log = tmp_path / "audit.jsonl"
-    common = ("--workspace", str(tmp_path), "--rules", str(rules), "--audit-log", str(log))
+    common = ("--workspace", str(tmp_path / "ws"), "--rules", str(rules), "--audit-log", str(log))
 
     denied = run_dsh(*common, "call", "--explain", "read_file", '{"path": "secret.txt"}')
     done = run_dsh(*common, "call", "--explain", "--json", "read_file", '{"path": "notes.txt"}')
-    replayed = run_dsh("--workspace", str(tmp_path), "replay", "--explain", str(log))
+    replayed = run_dsh("--workspace", str(tmp_path / "ws"), "replay", "--explain", str(log))
 
     assert denied.returncode == EXIT_CALL_FAILED
     card, record = denied.stdout.split("decision record of read_file ")

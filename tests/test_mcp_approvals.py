@@ -162,8 +162,10 @@ async def test_a_client_that_cannot_elicit_is_refused_under_approvals_deny(mode:
 
 
 def _dsh(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The ``dsh-tools`` console script, as a person at another terminal runs it (``python
+    -m dsh_tools`` refuses to run from inside the workspace)."""
     return subprocess.run(
-        [sys.executable, "-m", "dsh_tools", *argv],
+        [str(Path(sys.executable).with_name("dsh-tools")), *argv],
         capture_output=True,
         text=True,
         env=env,

@@ -110,15 +110,32 @@ def _export_options(options: argparse.Namespace) -> None:
         if not os.path.isdir(options.workspace):
             raise UsageError(f"--workspace {options.workspace!r} is not a directory")
         os.environ["DSH_TOOLS_WORKSPACE"] = os.path.abspath(options.workspace)
+    elif not os.environ.get("DSH_TOOLS_WORKSPACE", "").strip():
+        # The default workspace, named so that host files are checked against it.
+        os.environ["DSH_TOOLS_WORKSPACE"] = os.getcwd()
     if options.rules is not None:
         if not os.path.isfile(options.rules):
             raise UsageError(f"--rules {options.rules!r} is not a file")
+        _check_host_file(options.rules, "--rules")
         os.environ["DSH_TOOLS_RULES"] = os.path.abspath(options.rules)
+    if options.audit_log is not None:
+        _check_host_file(options.audit_log, "--audit-log")
     # The workspace and permissions entry points both read these (configured_sandbox).
     if options.sandbox is not None:
         os.environ["DSH_TOOLS_SANDBOX"] = options.sandbox
     if options.network is not None:
         os.environ["DSH_TOOLS_NETWORK"] = "on" if options.network else "off"
+
+
+def _check_host_file(path: str, option: str) -> None:
+    """A usage error when the file an option names is not one the host may use for
+    itself: inside the workspace (just exported), or through a symbolic link."""
+    from .hostfiles import HostFileError, check_host_file
+
+    try:
+        check_host_file(path, what=option)
+    except HostFileError as error:
+        raise UsageError(str(error)) from None
 
 
 def unmatched_rule_problems(registry: ToolRegistry) -> list[str]:

@@ -20,6 +20,7 @@ import anyio
 import attrs
 
 from dsh_tools.errors import ToolError
+from dsh_tools.hostfiles import HostFileError, open_unlinked
 
 from ._host_programs import system_program
 from ._sandbox_settings import SANDBOX_HOME, SandboxLimits, SandboxSettings
@@ -227,35 +228,20 @@ class Mount:
 
 
 def _open_unlinked(path: str) -> int | None:
-    """An ``O_PATH`` descriptor of the absolute ``path``, walked from ``/`` one component
-    at a time without following a link; ``None`` when it does not exist. A component
-    that is a symbolic link is refused: a command may have planted it."""
-    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    """An ``O_PATH`` descriptor of the absolute ``path``, opened without following a link
+    at any component (:func:`dsh_tools.hostfiles.open_unlinked`); ``None`` when it does
+    not exist. A component that is a symbolic link is refused: a command may have
+    planted it."""
     try:
-        walked = ""
-        for name in [part for part in path.split("/") if part]:
-            walked += "/" + name
-            try:
-                child = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            except (FileNotFoundError, NotADirectoryError):
-                os.close(fd)
-                return None
-            except OSError as error:
-                raise ToolError(
-                    f"cannot open the sandbox path {path} at {walked}: {error.strerror or error}"
-                ) from None
-            os.close(fd)
-            fd = child
-            if stat.S_ISLNK(os.fstat(fd).st_mode):
-                where = "is" if walked == path else f"passes through {walked}, which is"
-                raise ToolError(
-                    f"the sandbox path {path} {where} a symbolic link; refusing to mount it "
-                    "(give the real path in read_only_paths / read_write_paths)"
-                )
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        return open_unlinked(path, what="the sandbox path")
+    except HostFileError as error:
+        if error.link is None:
+            raise ToolError(str(error)) from None
+        where = "is" if error.link == path else f"passes through {error.link}, which is"
+        raise ToolError(
+            f"the sandbox path {path} {where} a symbolic link; refusing to mount it "
+            "(give the real path in read_only_paths / read_write_paths)"
+        ) from None
 
 
 @contextlib.contextmanager

@@ -18,6 +18,11 @@ call with ``POLICY_ERROR``).
 user's state directory (``$XDG_STATE_HOME/dsh-tools/approvals``, else
 ``~/.local/state/dsh-tools/approvals``), named by a hash of the workspace's real path: a
 file inside the workspace could be written by the very agent whose calls it approves.
+Before each connection the file is checked as a host file
+(:func:`dsh_tools.hostfiles.check_host_file`): no symbolic link on its path, a regular
+file if it exists, and nowhere inside the workspace (the current one,
+``$DSH_TOOLS_WORKSPACE`` or the current directory, and for :meth:`~SqliteApprovalStore.
+for_workspace` the ``root`` it was given); missing folders are made with mode ``0700``.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from dsh_tools.approvals import (
     grant_limits,
     remembered_outcome,
 )
+from dsh_tools.hostfiles import HostFileError, check_host_file, writable_trees
 from dsh_tools.models import ApprovalOutcome
 
 from ._approval_sqlite_schema import SchemaError, upgrade
@@ -108,6 +114,7 @@ class SqliteApprovalStore:
         self.timeout_s = timeout_s
         self.poll_s = poll_s
         self._clock = clock
+        self._trees = writable_trees()
         self._ready = False
         self._ready_lock = threading.Lock()
         self._tickets = TicketRows(self._transaction, clock)
@@ -117,10 +124,14 @@ class SqliteApprovalStore:
         cls, root: str | os.PathLike[str], *, directory: str | os.PathLike[str] | None = None
     ) -> SqliteApprovalStore:
         """The store of the workspace at ``root``: one file per workspace, kept in
-        ``directory`` (default :func:`approvals_directory`), never inside the workspace."""
+        ``directory`` (default :func:`approvals_directory`), never inside the workspace:
+        a directory inside it (the workspace is ``$HOME``, or ``$XDG_STATE_HOME`` lies in
+        it) fails every operation with :class:`ApprovalStoreError`."""
         real = os.path.realpath(root)
         name = hashlib.sha256(os.fsencode(real)).hexdigest()[:32] + ".sqlite3"
-        return cls(Path(directory or approvals_directory()) / name)
+        store = cls(Path(directory or approvals_directory()) / name)
+        store._trees = (*store._trees, real)
+        return store
 
     def check(self) -> None:
         """Create or upgrade the file now: raise :class:`ApprovalStoreError` when the
@@ -208,10 +219,19 @@ class SqliteApprovalStore:
 
     # ------------------------------------------------------------------ file
 
+    def _check_file(self) -> None:
+        """Refuse the file, before every operation, when it lies where a tool writes or is
+        reached through a link (see :mod:`dsh_tools.hostfiles`)."""
+        try:
+            check_host_file(self.path, what="approval store", trees=self._trees, make_parents=0o700)
+        except HostFileError as error:
+            raise ApprovalStoreError(str(error)) from None
+
     def _transaction(self, run: Callable[[sqlite3.Connection], T], writes: bool) -> T:
         """``run`` in one transaction: an immediate one when it ``writes`` (it holds the
         write lock from the start, so a compare-and-set cannot interleave with another
         connection's), a deferred one when it only reads."""
+        self._check_file()
         try:
             self._prepare()
             connection = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
@@ -246,6 +266,7 @@ class SqliteApprovalStore:
         collect: Callable[[sqlite3.Cursor], T],
     ) -> T:
         """One statement in a transaction of its own, on a connection of its own."""
+        self._check_file()
         try:
             self._prepare()
             connection = sqlite3.connect(self.path, timeout=self.timeout_s)
@@ -267,7 +288,6 @@ class SqliteApprovalStore:
         with self._ready_lock:
             if self._ready:
                 return
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             connection = sqlite3.connect(self.path, timeout=self.timeout_s)
             try:
                 upgrade(connection)

@@ -69,6 +69,7 @@ import attrs
 
 from dsh_tools.errors import DshToolsError, ErrorCode, JsonValueError
 from dsh_tools.hookspecs import hookimpl
+from dsh_tools.hostfiles import check_host_file, open_host_file
 from dsh_tools.json import FrozenDict, FrozenList, loads, thaw, unicode_text
 from dsh_tools.models import (
     ExecutionToken,
@@ -168,7 +169,12 @@ def _file_lock(path: str) -> threading.Lock:
 class AuditLog:
     """Appends ``tool/call`` and ``tool/result`` events for every call to ``path``.
 
-    :param path: the log file (created with its parent directory if missing).
+    :param path: the log file (created with mode ``0600``, and its missing parent
+        directories with ``0700``). It is a host file (:mod:`dsh_tools.hostfiles`): a
+        path inside the workspace, through a symbolic link or to anything but a regular
+        file raises :class:`~dsh_tools.hostfiles.HostFileError` here, and each event opens
+        it again the same way and appends to that descriptor, so a link planted later
+        fails the write (and the call) rather than being followed.
     :param max_bytes: rotate before the file would grow past this size.
     :param backups: rotated files to keep (``path.1`` is the newest); ``0`` keeps none.
 
@@ -190,6 +196,7 @@ class AuditLog:
         if isinstance(backups, bool) or not isinstance(backups, int) or backups < 0:
             raise ValueError(f"AuditLog backups must be an integer >= 0, got {backups!r}")
         self.path = os.fspath(path)
+        check_host_file(self.path, what="the audit log", make_parents=0o700)
         self.max_bytes = max_bytes
         self.backups = backups
         self._lock = _file_lock(self.path)
@@ -273,10 +280,9 @@ class AuditLog:
                     os.close(fd)
 
     def _open(self) -> int:
-        directory = os.path.dirname(self.path)
-        if directory:
-            os.makedirs(directory, exist_ok=True)
-        return os.open(self.path, _FLAGS, 0o644)
+        return open_host_file(
+            self.path, _FLAGS, what="the audit log", mode=0o600, make_parents=0o700
+        )
 
     def _rotate(self) -> None:
         if self.backups == 0:
@@ -292,7 +298,7 @@ class AuditLog:
         return f"<AuditLog {self.path!r}>"
 
 
-_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0)
+_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT
 
 
 def _last_byte(fd: int, size: int) -> bytes:

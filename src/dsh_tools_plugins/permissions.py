@@ -110,6 +110,7 @@ import attrs
 
 from dsh_tools.errors import DshToolsError, PluginConfigError
 from dsh_tools.hookspecs import hookimpl
+from dsh_tools.hostfiles import HostFileError, open_host_file
 from dsh_tools.json import FrozenDict, snapshot
 from dsh_tools.models import Allow, Ask, Deny, ToolDefinition, ToolExecution
 
@@ -628,11 +629,16 @@ class PermissionRules:
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str]) -> PermissionRules:
         """Rules from a TOML file; raises :class:`RulesError` naming the file if it cannot
-        be read or is malformed."""
+        be read or is malformed, or if it is not a host file the host may trust: a
+        symbolic link, a path through one, or a file inside the workspace
+        (:mod:`dsh_tools.hostfiles`)."""
         source = os.fspath(path)
         try:
-            with open(source, "rb") as handle:
+            fd = open_host_file(source, what="the rules file", instead=_KEEP_RULES)
+            with os.fdopen(fd, "rb") as handle:
                 data = handle.read()
+        except HostFileError as error:
+            raise RulesError(error.problem, source=source) from None
         except OSError as error:
             raise RulesError(
                 f"cannot read the rules file: {error.strerror or error}", source=source
@@ -1017,6 +1023,10 @@ def default_rules(sandbox: SandboxSettings | None = None) -> PermissionRules:
         sandbox=sandbox,
     )
 
+
+_KEEP_RULES: Final = (
+    "keep the rules file outside the workspace, for example as ~/.config/dsh-tools/rules.toml"
+)
 
 _DEFAULT_SOURCE: Final = "default_rules()"
 """How messages and records name the built-in rules."""

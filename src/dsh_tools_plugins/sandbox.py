@@ -43,6 +43,7 @@ import anyio
 import anyio.abc
 
 from dsh_tools.errors import ErrorCode, ToolError
+from dsh_tools.hostfiles import add_writable_tree
 
 from ._bwrap import (
     NOT_INSTALLED,
@@ -152,6 +153,8 @@ class Sandbox:
         if not isinstance(settings, SandboxSettings):
             settings = SandboxSettings(mode=settings)
         self.settings = settings
+        for tree in settings.read_write_paths:  # commands write there: no host file may
+            add_writable_tree(tree)
         self.set_env = _env_values(set_env)
         self._grace_s = kill_grace_ms / 1000
 

@@ -45,6 +45,7 @@ from typing import NamedTuple, Protocol
 import attrs
 
 from dsh_tools.errors import ErrorCode, ToolError
+from dsh_tools.hostfiles import add_writable_tree
 from dsh_tools.paths import PathArgument, ToolPaths
 from dsh_tools.safetext import safe_text
 
@@ -139,6 +140,7 @@ class Workspace:
         self.root: Path = real
         self._root_parts = PurePosixPath(real).parts
         self._identity = _identity(os.stat(real))
+        add_writable_tree(real)  # no host file of this process may live here
 
     def __repr__(self) -> str:
         return f"Workspace({str(self.root)!r})"

@@ -269,3 +269,69 @@ def test_a_failed_upgrade_leaves_the_file_as_it_was(tmp_path: Path) -> None:
         assert "expires_at" not in columns
         assert connection.execute("SELECT COUNT(*) FROM approvals").fetchone() == (3,)
     connection.close()
+
+
+_KEY = ApprovalKey.for_tool("ops", "deploy")
+ALWAYS = ApprovalOutcome.ALLOWED_ALWAYS
+
+
+@pytest.mark.parametrize("layout", ["workspace is home", "state inside workspace"])
+def test_a_store_directory_inside_the_workspace_is_refused(
+    tmp_path: Path, monkeypatch: Any, layout: str
+) -> None:
+    """A command could insert an "always allowed" row into a store it can write."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    if layout == "workspace is home":
+        monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    else:
+        monkeypatch.setenv("XDG_STATE_HOME", str(home / "project" / ".state"))
+    workspace = home if layout == "workspace is home" else home / "project"
+    workspace.mkdir(exist_ok=True)
+    store = SqliteApprovalStore.for_workspace(workspace)
+    for operation in (lambda: store.recall(_KEY), lambda: store.remember(_KEY, ALWAYS)):
+        with pytest.raises(ApprovalStoreError) as info:
+            operation()
+        assert f"approval store {store.path}: it is inside {workspace}, " in str(info.value)
+        assert "keep it outside the workspace" in str(info.value)
+    assert not store.path.exists()
+
+
+def test_an_explicit_store_path_inside_the_workspace_is_refused(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    inside = SqliteApprovalStore.for_workspace(workspace, directory=workspace / ".approvals")
+    monkeypatch.setenv("DSH_TOOLS_WORKSPACE", str(workspace))
+    plain = SqliteApprovalStore(workspace / "approvals.sqlite3")
+    for store in (inside, plain):
+        with pytest.raises(ApprovalStoreError, match="which sandboxed commands"):
+            store.remember(_KEY, ALWAYS)
+        assert not store.path.exists()
+
+
+@pytest.mark.parametrize("swap", ["last", "parent"])
+def test_a_store_reached_through_a_link_is_refused(tmp_path: Path, swap: str) -> None:
+    directory = tmp_path / "state"
+    store = SqliteApprovalStore.for_workspace(tmp_path / "ws", directory=directory)
+    store.remember(_KEY, ALWAYS)
+    if swap == "last":  # the file swapped for a link to another store
+        store.path.rename(tmp_path / "other.sqlite3")
+        store.path.symlink_to(tmp_path / "other.sqlite3")
+        link = store.path
+    else:  # the folder renamed and a relative link left in its place
+        directory.rename(tmp_path / "moved")
+        directory.symlink_to("moved")
+        link = directory
+    with pytest.raises(ApprovalStoreError, match="a symbolic link") as info:
+        store.recall(_KEY)
+    assert str(link) in str(info.value)
+
+
+def test_the_store_directory_is_private(tmp_path: Path) -> None:
+    store = SqliteApprovalStore(tmp_path / "a" / "b" / "approvals.sqlite3")
+    store.remember(_KEY, ALWAYS)
+    assert (tmp_path / "a" / "b").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "a").stat().st_mode & 0o777 == 0o700

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -397,7 +398,6 @@ def test_the_call_event_is_on_disk_before_the_body_runs_whatever_decides_first(
 
 
 def test_a_call_that_cannot_be_recorded_does_not_run(tmp_path: Path) -> None:
-    (tmp_path / "file").write_text("")
     ran: list[str] = []
     registry = ToolRegistry()
     registry.register(
@@ -405,7 +405,9 @@ def test_a_call_that_cannot_be_recorded_does_not_run(tmp_path: Path) -> None:
             name="t", description="d", parameters={}, execute=lambda a, c: ran.append("ran")
         )
     )
-    registry.add_plugin(AuditLog(tmp_path / "file" / "audit.jsonl"))  # no directory there
+    registry.add_plugin(AuditLog(tmp_path / "logs" / "audit.jsonl"))
+    (tmp_path / "logs").rmdir()
+    (tmp_path / "logs").write_text("")  # no directory there any more
 
     result = registry.execute_sync(ToolExecutionInput("c1", "t", {}))
 
@@ -510,3 +512,47 @@ def test_each_result_event_holds_the_decision_record_and_replay_reads_it(tmp_pat
     decided = replayed[1].record.decided_by if replayed[1].record else None
     assert decided is not None
     assert (decided.source, decided.reason) == ("no-boom", "no booms")
+
+
+def test_an_audit_log_inside_the_workspace_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dsh_tools.hostfiles import HostFileError
+
+    monkeypatch.setenv("DSH_TOOLS_WORKSPACE", str(tmp_path))
+    with pytest.raises(HostFileError, match="keep it outside the workspace") as info:
+        AuditLog(tmp_path / "logs" / "calls.jsonl")
+    assert str(info.value).startswith(f"the audit log {tmp_path}/logs/calls.jsonl: ")
+    assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize("swap", ["last", "parent"])
+def test_a_link_planted_later_is_never_written_through(tmp_path: Path, swap: str) -> None:
+    """The log checked when made, then swapped for a link to a shell start-up file: the
+    next event is refused (and its call does not run), the target is untouched."""
+    victim = tmp_path / "victim.sh"
+    victim.write_text("# start-up\n")
+    logs = tmp_path / "logs"
+    path = logs / "audit.jsonl"
+    registry = echo_registry(AuditLog(path))
+    assert not registry.execute_sync(ToolExecutionInput("c1", "echo", {"text": "a"})).is_error
+    if swap == "last":
+        path.unlink()
+        path.symlink_to(victim)
+    else:  # the folder renamed, a link to the victim's folder in its place
+        logs.rename(tmp_path / "moved")
+        (tmp_path / "elsewhere").mkdir()
+        (tmp_path / "elsewhere" / "audit.jsonl").symlink_to(victim)
+        logs.symlink_to("elsewhere")
+    result = registry.execute_sync(ToolExecutionInput("c2", "echo", {"text": "b"}))
+    assert result.code == "DENIED"
+    assert "a symbolic link" in result.text
+    assert victim.read_text() == "# start-up\n"
+
+
+def test_an_audit_log_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
+    from dsh_tools.hostfiles import HostFileError
+
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(HostFileError, match="is not a regular file"):
+        AuditLog(tmp_path / "fifo")

@@ -280,7 +280,7 @@ def test_default_permissions_reads_the_env_var(
     assert isinstance(default_permissions().decide("grep", {}), Deny)
 
     monkeypatch.setenv("DSH_TOOLS_RULES", str(tmp_path / "missing.toml"))
-    with pytest.raises(RulesError, match=r"missing\.toml: cannot read the rules file"):
+    with pytest.raises(RulesError, match=r"missing\.toml: cannot open it: No such file"):
         default_permissions()
 
 
@@ -531,3 +531,35 @@ def test_a_decision_record_names_the_deciding_rule_its_file_line_and_text(
     registry.execute_sync(ToolExecutionInput("c3", "other", {}))
     [defaulted] = recorder.last.record.of("pre_execute")
     assert defaulted.detail == {"default": "deny", "file": str(rules_file)}
+
+
+@pytest.mark.parametrize("where", ["inside", "last link", "parent link"])
+def test_a_rules_file_a_command_could_rewrite_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Rules in the workspace could be rewritten to ``default = "allow"`` by a command."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    monkeypatch.setenv("DSH_TOOLS_WORKSPACE", str(workspace))
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "rules.toml").write_text('default = "deny"\n')
+    path = config / "rules.toml"
+    if where == "inside":
+        path = workspace / "rules.toml"
+        path.write_text('default = "deny"\n')
+        problem = f"it is inside {workspace}, which sandboxed commands"
+    elif where == "last link":
+        path = config / "link.toml"
+        path.symlink_to("rules.toml")
+        problem = "is a symbolic link"
+    else:
+        config.rename(tmp_path / "moved")
+        config.symlink_to("moved")
+        problem = f"passes through {config}, which is a symbolic link"
+    monkeypatch.setenv("DSH_TOOLS_RULES", str(path))
+    for load in (default_permissions, lambda: PermissionRules.from_toml(path)):
+        with pytest.raises(RulesError) as info:
+            load()
+        assert info.value.source == str(path)
+        assert problem in str(info.value)

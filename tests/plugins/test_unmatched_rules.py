@@ -82,10 +82,12 @@ def test_the_registry_check_sees_tools_registered_after_the_rules() -> None:
 
 @pytest.fixture
 def rules_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("DSH_TOOLS_WORKSPACE", str(tmp_path))
+    workspace = tmp_path / "ws"  # the rules file stays outside it
+    workspace.mkdir()
+    monkeypatch.setenv("DSH_TOOLS_WORKSPACE", str(workspace))
     monkeypatch.setenv("DSH_TOOLS_RULES", "")
     monkeypatch.delenv("DSH_TOOLS_BLOCK_PLUGINS", raising=False)
-    (tmp_path / "secret.txt").write_text("hunter2\n")
+    (workspace / "secret.txt").write_text("hunter2\n")
     path = tmp_path / "rules.toml"
     path.write_text(RULES.format(tool="read-file"), encoding="utf-8")
     return path

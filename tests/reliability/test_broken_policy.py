@@ -69,7 +69,10 @@ def test_a_broken_rules_file_stops_the_command_before_any_call_runs(
 def test_a_missing_or_unreadable_rules_file_named_by_the_environment_stops_the_command(
     tmp_path: Path, workspace: Path
 ) -> None:
-    for path in (tmp_path / "missing.toml", tmp_path):
+    for path, problem in (
+        (tmp_path / "missing.toml", "cannot open it: No such file"),
+        (tmp_path, "is not a regular file"),
+    ):
         done = run_dsh(
             "--workspace",
             str(workspace),
@@ -79,7 +82,7 @@ def test_a_missing_or_unreadable_rules_file_named_by_the_environment_stops_the_c
             env={"DSH_TOOLS_RULES": str(path)},
         )
         assert done.returncode == 2
-        assert f"{path}: cannot read the rules file" in done.stderr
+        assert f"{path}: {problem}" in done.stderr
         assert list(workspace.iterdir()) == []
 
 
@@ -98,7 +101,8 @@ def test_load_plugins_raises_a_broken_rules_file_and_keeps_nothing(
     rules = tmp_path / "rules.toml"
     rules.write_text('[[rule]]\nacton = "allow"\n', encoding="utf-8")
     monkeypatch.setenv("DSH_TOOLS_RULES", str(rules))
-    monkeypatch.setenv("DSH_TOOLS_WORKSPACE", str(tmp_path))
+    (tmp_path / "ws").mkdir()
+    monkeypatch.setenv("DSH_TOOLS_WORKSPACE", str(tmp_path / "ws"))
     monkeypatch.delenv("DSH_TOOLS_BLOCK_PLUGINS", raising=False)
     registry = ToolRegistry()
 
