@@ -24,6 +24,7 @@ from ._stages import rerender
 from .cancel import CancelSignal
 from .errors import ErrorCode
 from .models import ToolExecutionFailure, ToolExecutionResult, ToolExecutionSuccess, failure_result
+from .tracing import _WRAPPED
 
 
 def chain(wrappers: Sequence[Impl], execution: Any, tool: Any, innermost: object) -> Any:
@@ -109,6 +110,7 @@ async def execute(call: Call) -> ToolExecutionResult:
         produced.append(result)
         return result
 
+    noted = _WRAPPED.set(call if call.plan.traced else None)
     try:
         if signal is None or not on_event_loop():
             # Nobody can cancel this call, or nothing can be pending: no scope is needed.
@@ -130,6 +132,8 @@ async def execute(call: Call) -> ToolExecutionResult:
         if stops_the_caller(error):
             raise
         raise StageFailed(_failure(call, error)) from None
+    finally:
+        _WRAPPED.reset(noted)
     for body_result in produced:
         if result is body_result:
             return body_result
