@@ -153,7 +153,23 @@ def _authored(call: Call, result: object) -> ToolExecutionResult:
             )
         )
     rendered = rerender(call, result.value)
-    return attrs.evolve(rendered, additional_contexts=result.additional_contexts)
+    return attrs.evolve(
+        rendered,
+        meta=_kept_meta(rendered.meta, result.meta),
+        additional_contexts=result.additional_contexts,
+    )
+
+
+def _kept_meta(contract: object, authored: object) -> object:
+    """The meta of an authored success: the output contract's, plus the keys of the
+    wrapper's own meta object that the contract's does not set (``{"cache": "hit"}``)."""
+    if not isinstance(authored, dict) or not authored:
+        return contract
+    if contract is None:
+        return authored
+    if isinstance(contract, dict):
+        return {**authored, **contract}
+    return contract
 
 
 def _failure(call: Call, error: BaseException) -> ToolExecutionFailure:
