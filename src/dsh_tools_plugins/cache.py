@@ -166,3 +166,11 @@ def _key(execution: ToolExecution) -> _Key | None:
         return None
     digest = ApprovalKey.for_call("", execution.name, execution.arguments).arguments_sha256
     return (execution.agent, execution.name, digest)
+
+
+def configured_cache() -> ResultCache | None:
+    """The ``cache`` entry point: the ``[cache]`` table of the rules file named by
+    ``$DSH_TOOLS_RULES`` (no cache when there is none)."""
+    from ._limit_tables import configured
+
+    return configured().cache

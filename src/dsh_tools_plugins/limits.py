@@ -25,7 +25,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from dsh_tools.cancel import NEVER_CANCELLED, CancelSignal, Deadline
@@ -41,7 +41,7 @@ from dsh_tools.models import (
 from dsh_tools.permits import Permits
 from dsh_tools.tracing import note
 
-__all__ = ["CallBudget", "ConcurrencyLimit"]
+__all__ = ["CallBudget", "CallBudgets", "ConcurrencyLimit"]
 
 
 def _cap(label: str, value: object) -> int:
@@ -218,11 +218,10 @@ class CallBudget:
         self.window_s = None if window_s is None else float(window_s)
         self.name = name or f"budget {tools}"
         self._spent: dict[str | None, deque[float]] = {}
-        self._lock = threading.Lock()
 
     def spent(self, agent: str | None) -> int:
         """Calls ``agent`` made that count against the budget now."""
-        with self._lock:
+        with _SPENDING:
             return len(self._window(agent, time.monotonic()))
 
     def _window(self, agent: str | None, now: float) -> deque[float]:
@@ -232,17 +231,12 @@ class CallBudget:
                 times.popleft()
         return times
 
-    @hookimpl
-    def dsh_tools_pre_execute(self, execution: ToolExecution) -> Deny | None:
+    def _over(self, execution: ToolExecution, now: float) -> Deny | None:
+        """The denial of a call over this budget (``None``: within it); takes the lock."""
         if not fnmatch.fnmatchcase(execution.name, self.tools):
             return None
-        now = time.monotonic()
-        with self._lock:
-            times = self._window(execution.agent, now)
-            if len(times) < self.limit:
-                if not execution.dry_run:
-                    times.append(now)
-                return None
+        if len(self._window(execution.agent, now)) < self.limit:
+            return None
         per = "" if self.window_s is None else f" per {self.window_s:g} s"
         what = self.tools if self.tools == execution.name else f"{self.tools!r}"
         return Deny(
@@ -250,3 +244,54 @@ class CallBudget:
             "do without this tool or ask the user",
             detail={"rule": self.name, "limit": self.limit, "tools": self.tools},
         )
+
+    def _spend(self, execution: ToolExecution, now: float) -> None:
+        if not execution.dry_run and fnmatch.fnmatchcase(execution.name, self.tools):
+            self._window(execution.agent, now).append(now)
+
+    @hookimpl
+    def dsh_tools_pre_execute(self, execution: ToolExecution) -> Deny | None:
+        return _decide((self,), execution)
+
+
+class CallBudgets:
+    """Several :class:`CallBudget` rules as one plugin (a rules file's ``[[budget]]``
+    tables): a call over any of them is denied and counts against none."""
+
+    def __init__(self, budgets: Iterable[CallBudget]) -> None:
+        self.budgets = tuple(budgets)
+
+    @hookimpl
+    def dsh_tools_pre_execute(self, execution: ToolExecution) -> Deny | None:
+        return _decide(self.budgets, execution)
+
+
+_SPENDING = threading.Lock()
+
+
+def _decide(budgets: Sequence[CallBudget], execution: ToolExecution) -> Deny | None:
+    """The first budget the call is over, or ``None`` after counting it in each."""
+    now = time.monotonic()
+    with _SPENDING:
+        for budget in budgets:
+            denied = budget._over(execution, now)
+            if denied is not None:
+                return denied
+        for budget in budgets:
+            budget._spend(execution, now)
+    return None
+
+
+def configured_limits() -> ConcurrencyLimit | None:
+    """The ``limits`` entry point: the ``[limits]`` table of the rules file named by
+    ``$DSH_TOOLS_RULES`` (nothing when there is none)."""
+    from ._limit_tables import configured
+
+    return configured().concurrency
+
+
+def configured_budgets() -> CallBudgets | None:
+    """The ``budgets`` entry point: the rules file's ``[[budget]]`` tables."""
+    from ._limit_tables import configured
+
+    return configured().budgets

@@ -113,6 +113,7 @@ from dsh_tools.hookspecs import hookimpl
 from dsh_tools.json import FrozenDict, snapshot
 from dsh_tools.models import Allow, Ask, Deny, ToolDefinition, ToolExecution
 
+from ._limit_tables import LimitTables, read_tables
 from ._reach import CallReach, Reach, inside
 from ._shell import simple_argv
 from .sandbox import SandboxLimits, SandboxMode, SandboxSettings
@@ -169,7 +170,7 @@ _RULE_KEYS: Final = frozenset(
         "sandboxed",
     }
 )
-_TOP_KEYS: Final = frozenset({"default", "rule", "sandbox"})
+_TOP_KEYS: Final = frozenset({"budget", "cache", "default", "limits", "rule", "sandbox"})
 _SANDBOX_KEYS: Final = frozenset(attrs.fields_dict(SandboxSettings))
 _SANDBOX_MODES: Final[dict[str, SandboxMode]] = {
     "required": "required",
@@ -622,6 +623,9 @@ class PermissionRules:
         )
         self._places: tuple[tuple[int | None, str | None], ...] = ()
         """Each rule's line and text in the rules file (read from TOML text only)."""
+        self.limits = LimitTables()
+        """What the rules file's ``[limits]``, ``[[budget]]`` and ``[cache]`` tables
+        configure; the ``limits``, ``budgets`` and ``cache`` entry points register it."""
 
     # ------------------------------------------------------------------ loading
 
@@ -689,6 +693,7 @@ class PermissionRules:
             ) from None
         if len(headers) == len(rules):
             policy._places = tuple(_rule_place(text, start) for start in headers)
+        policy.limits = read_tables(text, source, document)
         return policy
 
     # ------------------------------------------------------------------ deciding
