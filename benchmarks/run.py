@@ -33,6 +33,7 @@ CASES: dict[str, tuple[str, str]] = {
     "7": ("sandbox start cost", "case_sandbox:run"),
     "8": ("grep over a 10 000-file tree", "case_search:run"),
     "9": ("OpenTelemetry plugin overhead", "case_telemetry:run"),
+    "10": ("ConcurrencyLimit and ResultCache overhead", "case_limits:run"),
 }
 
 

@@ -3,7 +3,7 @@
 :class:`ResultCache` is a ``dsh_tools_execute`` wrapper. It caches only the successes of
 tools whose definition says ``metadata={"read_only": True}`` or ``{"idempotent": True}``,
 keyed on the agent id, the tool name and the canonical hash of the arguments (the hash
-remembered approvals use, :meth:`dsh_tools.approvals.ApprovalKey.for_call`). An entry
+remembered approvals use, :func:`dsh_tools.approvals.call_digest`). An entry
 lives ``ttl_s`` seconds; past ``max_entries`` the least recently used one goes.
 
 A hit runs no body, but it is still a result of the wrapper stage: post-execute and the
@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from dsh_tools.approvals import ApprovalKey
+from dsh_tools.approvals import call_digest
 from dsh_tools.cancel import CancelSignal
 from dsh_tools.errors import DefinitionError
 from dsh_tools.hookspecs import WrapperGenerator, hookimpl
@@ -125,10 +125,10 @@ class ResultCache:
         if tool is None:
             return dispatch
         metadata = tool.metadata
-        key = _key(execution) if metadata.get("idempotent") is True else None
         if metadata.get("read_only") is True:
             key = _key(execution)
             return dispatch if key is None else self._caching(key, dispatch)
+        key = _key(execution) if metadata.get("idempotent") is True else None
         agent = execution.agent
 
         async def invalidating(signal: CancelSignal | None = None) -> ToolExecutionResult:
@@ -164,8 +164,7 @@ def _key(execution: ToolExecution) -> _Key | None:
     """The entry of a call: agent, tool and the canonical hash of its arguments."""
     if execution.arguments is None:
         return None
-    digest = ApprovalKey.for_call("", execution.name, execution.arguments).arguments_sha256
-    return (execution.agent, execution.name, digest)
+    return (execution.agent, execution.name, call_digest(execution.name, execution.arguments))
 
 
 def configured_cache() -> ResultCache | None:

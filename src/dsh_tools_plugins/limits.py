@@ -78,6 +78,7 @@ class ConcurrencyLimit:
         self.per_agent = None if per_agent is None else _cap("per_agent", per_agent)
         self.overall = None if overall is None else _cap("overall", overall)
         self._pools: dict[tuple[str, str | None], Permits] = {}
+        self._routes: dict[tuple[str, str | None], tuple[Permits, ...]] = {}
         self._lock = threading.Lock()
         self._everyone = None if self.overall is None else Permits(self.overall)
 
@@ -91,9 +92,12 @@ class ConcurrencyLimit:
                 return cap
         return None
 
-    def pools(self, name: str, agent: str | None) -> list[Permits]:
+    def pools(self, name: str, agent: str | None) -> tuple[Permits, ...]:
         """The permit pools a call of ``name`` by ``agent`` takes, in the order it takes
         them (the same for every call, so two calls never wait on each other in a cycle)."""
+        route = self._routes.get((name, agent))
+        if route is not None:
+            return route
         wanted: list[tuple[tuple[str, str | None], int]] = []
         cap = self.tool_cap(name)
         if cap is not None:
@@ -103,7 +107,8 @@ class ConcurrencyLimit:
         pools = [self._pool(key, size) for key, size in wanted]
         if self._everyone is not None:
             pools.append(self._everyone)
-        return pools
+        route = self._routes.setdefault((name, agent), tuple(pools))
+        return route
 
     def _pool(self, key: tuple[str, str | None], size: int) -> Permits:
         pool = self._pools.get(key)
@@ -125,27 +130,28 @@ class ConcurrencyLimit:
         timeout_ms = tool.timeout_ms
 
         async def limited(signal: CancelSignal | None = None) -> ToolExecutionResult:
-            entered = time.monotonic()
-            deadline = _deadline(execution.signal, signal, timeout_ms)
-            taken: list[Permits] = []
-            queued = False
+            taken = 0
             try:
                 for pool in pools:
                     if not pool.try_acquire():
-                        queued = True
-                        if not await pool.acquire(execution.signal, signal, deadline=deadline):
-                            return _not_started(execution, signal, deadline)
-                    taken.append(pool)
-                if queued:
-                    waited = time.monotonic() - entered
-                    note("ConcurrencyLimit", f"waited {waited * 1000:.1f} ms for a permit")
-                    if timeout_ms is not None:
-                        signal = (signal or NEVER_CANCELLED).with_timeout(
-                            max(timeout_ms - waited * 1000, 0.001)
-                        )
+                        break
+                    taken += 1
+                else:
+                    return await dispatch(signal)
+                entered = time.monotonic()
+                deadline = _deadline(execution.signal, signal, timeout_ms)
+                for pool in pools[taken:]:
+                    if not await pool.acquire(execution.signal, signal, deadline=deadline):
+                        return _not_started(execution, signal, deadline)
+                    taken += 1
+                waited = time.monotonic() - entered
+                note("ConcurrencyLimit", f"waited {waited * 1000:.1f} ms for a permit")
+                if timeout_ms is not None:
+                    remaining = max(timeout_ms - waited * 1000, 0.001)
+                    signal = (signal or NEVER_CANCELLED).with_timeout(remaining)
                 return await dispatch(signal)
             finally:
-                for pool in reversed(taken):
+                for pool in pools[taken - 1 :: -1] if taken else ():
                     pool.release()
 
         return limited
