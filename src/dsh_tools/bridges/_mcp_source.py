@@ -51,7 +51,10 @@ class McpToolSource:
     Entering connects (unless given a connected client, which is used as is and never
     closed here) and lists the tools; :meth:`register` adds them to a view; leaving
     removes every registration made through the source, then closes the connection it
-    opened. ``read_timeout_seconds`` bounds each request to the server.
+    opened. ``read_timeout_seconds`` bounds each request to the server. ``name`` is how
+    a rules file's ``trusted_mcp_servers`` names the server; its tools' annotations are
+    imported as claims (``mcp_hints`` in their metadata) that only a trusted server's
+    can loosen a permission rule.
     """
 
     def __init__(
@@ -61,8 +64,11 @@ class McpToolSource:
         prefix: str = "",
         timeout_ms: float | None = None,
         read_timeout_seconds: float | None = None,
+        name: str | None = None,
     ) -> None:
         self._server = server
+        self.name = name
+        """The name a rules file's ``trusted_mcp_servers`` knows this server by."""
         self._prefix = prefix
         self._timeout_ms = timeout_ms
         self._read_timeout = read_timeout_seconds
@@ -96,7 +102,9 @@ class McpToolSource:
             self._owned = owned
         try:
             self.tools = tuple(
-                await load_mcp_tools(client, prefix=self._prefix, timeout_ms=self._timeout_ms)
+                await load_mcp_tools(
+                    client, prefix=self._prefix, timeout_ms=self._timeout_ms, server=self.name
+                )
             )
         except BaseException as error:
             await self._close(type(error), error, error.__traceback__)
