@@ -16,13 +16,11 @@ import time
 from typing import Any
 
 from _harness import Row, Settings, compare_sync, ratio_row
-from case_execute import Passthrough
+from case_execute import Passthrough, registry
 
-from dsh_tools import ToolExecutionInput, ToolRegistry, define_tool
+from dsh_tools import ToolExecutionInput, ToolRegistry
 from dsh_tools_plugins.cache import ResultCache
 from dsh_tools_plugins.limits import ConcurrencyLimit
-
-PARAMETERS: dict[str, Any] = {"a": {"type": "integer"}, "b": {"type": "integer"}}
 
 
 def _add(args: Any, ctx: object) -> int:
@@ -35,16 +33,7 @@ def _slow(args: Any, ctx: object) -> int:
 
 
 def _registry(wrapper: object, body: Any = _add) -> ToolRegistry:
-    reg = ToolRegistry()
-    reg.register(
-        define_tool(
-            name="add",
-            description="Add two integers.",
-            parameters=PARAMETERS,
-            execute=body,
-            metadata={"read_only": True},
-        )
-    )
+    reg = registry(plugins=False, body=body)  # case 3's read-only, idempotent ``add``
     reg.add_plugin(wrapper)
     return reg
 

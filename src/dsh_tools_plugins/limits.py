@@ -41,6 +41,8 @@ from dsh_tools.models import (
 from dsh_tools.permits import Permits
 from dsh_tools.tracing import note
 
+from ._globs import by_glob
+
 __all__ = ["CallBudget", "CallBudgets", "ConcurrencyLimit"]
 
 
@@ -84,13 +86,7 @@ class ConcurrencyLimit:
 
     def tool_cap(self, name: str) -> int | None:
         """The per-tool cap of tool ``name`` (``None``: not capped per tool)."""
-        exact = self.per_tool.get(name)
-        if exact is not None:
-            return exact
-        for glob, cap in self.per_tool.items():
-            if fnmatch.fnmatchcase(name, glob):
-                return cap
-        return None
+        return by_glob(self.per_tool, name)
 
     def pools(self, name: str, agent: str | None) -> tuple[Permits, ...]:
         """The permit pools a call of ``name`` by ``agent`` takes, in the order it takes
