@@ -114,29 +114,24 @@ class Permits:
             self._waiters.append(waiter)
             return waiter
 
-    def _settle(self, waiter: _Waiter) -> bool:
-        """After the wait: ``True`` when granted, else leave the queue holding nothing."""
-        with self._lock:
-            if waiter.granted:
-                return True
-            waiter.abandoned = True
-        return False
-
     def _acquire_blocking(self, live: list[CancelSignal], deadline: Deadline | None) -> bool:
         woken = threading.Event()
         waiter = self._enqueue(woken.set)
         if waiter is None:
             return True
         removers = [signal.add_callback(woken.set) for signal in live]
+        waited = False
         try:
             while not waiter.granted and not any(signal.cancelled for signal in live):
                 if not woken.wait(_remaining(deadline)):
                     break
                 woken.clear()
+            waited = True
         finally:
             for remove in removers:
                 remove()
-        return self._granted_and_live(waiter, live)
+            kept = self._finish(waiter, live, waited)
+        return kept
 
     async def _acquire_on_loop(self, live: list[CancelSignal], deadline: Deadline | None) -> bool:
         import anyio
@@ -145,25 +140,30 @@ class Permits:
         waiter = self._enqueue(_waker(event))
         if waiter is None:
             return True
-        with anyio.CancelScope(deadline=_loop_deadline(deadline)) as scope:
-            removers = [signal.add_callback(scope.cancel) for signal in live]
-            try:
-                await event.wait()
-            finally:
-                with anyio.CancelScope(shield=True):
-                    granted = self._settle(waiter)
-                    if granted and any(signal.cancelled for signal in live):
-                        self.release()
-                for remove in removers:
-                    remove()
-        return granted and not any(signal.cancelled for signal in live)
+        waited = False
+        try:
+            with anyio.CancelScope(deadline=_loop_deadline(deadline)) as scope:
+                removers = [signal.add_callback(scope.cancel) for signal in live]
+                try:
+                    await event.wait()
+                finally:
+                    for remove in removers:
+                        remove()
+            waited = True
+        finally:
+            kept = self._finish(waiter, live, waited)
+        return kept
 
-    def _granted_and_live(self, waiter: _Waiter, live: list[CancelSignal]) -> bool:
-        granted = self._settle(waiter)
-        if granted and any(signal.cancelled for signal in live):
+    def _finish(self, waiter: _Waiter, live: list[CancelSignal], waited: bool) -> bool:
+        """Whether the waiter keeps a permit: granted, its wait ended normally (no
+        exception is leaving it) and no signal fired; a permit it will not keep goes on."""
+        with self._lock:
+            granted = waiter.granted
+            waiter.abandoned = not granted
+        kept = granted and waited and not any(signal.cancelled for signal in live)
+        if granted and not kept:
             self.release()
-            return False
-        return granted
+        return kept
 
 
 def _remaining(deadline: Deadline | None) -> float | None:
