@@ -88,6 +88,11 @@ class ConcurrencyLimit:
         """The per-tool cap of tool ``name`` (``None``: not capped per tool)."""
         return by_glob(self.per_tool, name)
 
+    def serializes(self, name: str, agent: str | None) -> bool:
+        """Whether calls of ``name`` by ``agent`` run one at a time (a cap of 1 applies);
+        ``registry.execution_mode`` then says ``"exclusive"`` for them."""
+        return any(pool.capacity == 1 for pool in self.pools(name, agent))
+
     def pools(self, name: str, agent: str | None) -> tuple[Permits, ...]:
         """The permit pools a call of ``name`` by ``agent`` takes, in the order it takes
         them (the same for every call, so two calls never wait on each other in a cycle)."""

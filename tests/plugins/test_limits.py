@@ -293,3 +293,21 @@ def test_a_windowed_budget_counts_only_recent_calls() -> None:
     budget._spent[None][0] -= 3600  # the first call is now an hour old
     assert not registry.execute_sync(ToolExecutionInput("c", "web_fetch")).is_error
     assert budget.spent(None) == 1
+
+
+def test_a_cap_of_one_makes_the_tools_calls_exclusive() -> None:
+    registry = ToolRegistry()
+    for name in ("look", "write"):
+        registry.register(
+            define_tool(
+                name=name,
+                description=name,
+                parameters={},
+                execute=lambda args, ctx: "",
+                is_concurrency_safe=lambda args: True,
+            )
+        )
+    registry.add_plugin(ConcurrencyLimit(per_tool={"write": 1, "*": 4}))
+
+    assert registry.execution_mode(ToolExecutionInput("1", "look")) == "parallel"
+    assert registry.execution_mode(ToolExecutionInput("2", "write")) == "exclusive"
