@@ -125,7 +125,7 @@ def registry(
             description="Add two integers.",
             parameters=PARAMETERS,
             execute=body,
-            metadata={"idempotent": True},
+            metadata={"idempotent": True, "read_only": True},
         )
     )
     if plugins:

@@ -35,6 +35,7 @@ CASES: dict[str, tuple[str, str]] = {
     "9": ("OpenTelemetry plugin overhead", "case_telemetry:run"),
     "10": ("progress reports, unheard and over MCP", "case_progress:run"),
     "11": ("approvals on one PostgreSQL server", "case_approvals:run"),
+    "12": ("ConcurrencyLimit and ResultCache overhead", "case_limits:run"),
 }
 
 

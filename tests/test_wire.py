@@ -739,3 +739,37 @@ def test_result_messages_are_plain_json() -> None:
             to_mcp_call_result(result),
         ):
             assert_plain(message)
+
+
+def test_execute_calls_max_concurrency_caps_one_turns_parallel_calls() -> None:
+    in_flight: list[int] = [0, 0]  # now, most
+
+    async def body(args: Any, ctx: object) -> str:
+        in_flight[0] += 1
+        in_flight[1] = max(in_flight)
+        for _ in range(5):
+            await anyio.sleep(0)
+        in_flight[0] -= 1
+        return str(args["id"])
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="look",
+            description="look",
+            parameters={"id": {"type": "string", "required": True}},
+            execute=body,
+            is_concurrency_safe=lambda args: True,
+        )
+    )
+    calls = [ToolExecutionInput(str(n), "look", {"id": str(n)}) for n in range(6)]
+
+    async def turn() -> list[ToolExecutionResult]:
+        return await execute_calls(registry, calls, max_concurrency=2)
+
+    results = anyio.run(turn)
+
+    assert [result.text for result in results] == [str(n) for n in range(6)]
+    assert in_flight[1] == 2
+    with pytest.raises(ValueError, match="max_concurrency must be an integer >= 1"):
+        anyio.run(lambda: execute_calls(registry, calls, max_concurrency=0))

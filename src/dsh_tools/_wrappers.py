@@ -24,6 +24,7 @@ from ._stages import rerender
 from .cancel import CancelSignal
 from .errors import ErrorCode
 from .models import ToolExecutionFailure, ToolExecutionResult, ToolExecutionSuccess, failure_result
+from .tracing import _WRAPPED
 
 
 def chain(wrappers: Sequence[Impl], execution: Any, tool: Any, innermost: object) -> Any:
@@ -109,6 +110,7 @@ async def execute(call: Call) -> ToolExecutionResult:
         produced.append(result)
         return result
 
+    noted = _WRAPPED.set(call if call.plan.traced else None)
     try:
         if signal is None or not on_event_loop():
             # Nobody can cancel this call, or nothing can be pending: no scope is needed.
@@ -130,6 +132,8 @@ async def execute(call: Call) -> ToolExecutionResult:
         if stops_the_caller(error):
             raise
         raise StageFailed(_failure(call, error)) from None
+    finally:
+        _WRAPPED.reset(noted)
     for body_result in produced:
         if result is body_result:
             return body_result
@@ -149,7 +153,23 @@ def _authored(call: Call, result: object) -> ToolExecutionResult:
             )
         )
     rendered = rerender(call, result.value)
-    return attrs.evolve(rendered, additional_contexts=result.additional_contexts)
+    return attrs.evolve(
+        rendered,
+        meta=_kept_meta(rendered.meta, result.meta),
+        additional_contexts=result.additional_contexts,
+    )
+
+
+def _kept_meta(contract: object, authored: object) -> object:
+    """The meta of an authored success: the output contract's, plus the keys of the
+    wrapper's own meta object that the contract's does not set (``{"cache": "hit"}``)."""
+    if not isinstance(authored, dict) or not authored:
+        return contract
+    if contract is None:
+        return authored
+    if isinstance(contract, dict):
+        return {**authored, **contract}
+    return contract
 
 
 def _failure(call: Call, error: BaseException) -> ToolExecutionFailure:

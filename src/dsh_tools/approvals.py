@@ -30,6 +30,7 @@ agent, the tool, the frozen arguments and their hash), answered once
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import math
 import threading
@@ -49,13 +50,14 @@ __all__ = [
     "ApprovalAnswer",
     "ApprovalKey",
     "ApprovalStore",
-    "LimitedGrantStore",
     "ApprovalTicket",
+    "LimitedGrantStore",
     "MemoryApprovalStore",
     "TicketAnswer",
     "TicketError",
     "TicketState",
     "TicketStore",
+    "call_digest",
     "exact_outcome",
     "grant_limits",
     "remembered_outcome",
@@ -178,6 +180,19 @@ def grant_limits(
     return limits
 
 
+def call_digest(tool_name: str, arguments: Mapping[str, object]) -> str:
+    """The hex SHA-256 of the canonical JSON (sorted keys, no whitespace, ASCII) of
+    ``[tool_name, arguments]``: what identifies a call's exact arguments (a remembered
+    answer's key, a cached result's)."""
+    canonical = _canonical([tool_name, arguments])
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+_canonical = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+).encode
+
+
 @attrs.frozen
 class ApprovalKey:
     """What a remembered answer is bound to: the agent scope that asked (its full id,
@@ -194,16 +209,7 @@ class ApprovalKey:
     @classmethod
     def for_call(cls, agent: str, tool_name: str, arguments: Mapping[str, object]) -> ApprovalKey:
         """The key of one call: these exact arguments."""
-        import hashlib
-
-        canonical = json.dumps(
-            [tool_name, arguments],
-            sort_keys=True,
-            separators=(",", ":"),
-            ensure_ascii=True,
-            allow_nan=False,
-        )
-        return cls(agent, tool_name, hashlib.sha256(canonical.encode("ascii")).hexdigest())
+        return cls(agent, tool_name, call_digest(tool_name, arguments))
 
     @classmethod
     def for_tool(cls, agent: str, tool_name: str) -> ApprovalKey:

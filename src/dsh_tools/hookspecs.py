@@ -157,7 +157,8 @@ def dsh_tools_execute(  # type: ignore[empty-body]
     several times (retry). It cannot change which tool runs or its arguments.
 
     Results from the inner dispatch are frozen. A success you author yourself is
-    normalized through the tool's output contract (value validated, content re-rendered);
+    normalized through the tool's output contract (value validated, content re-rendered;
+    keys of your own ``meta`` object the contract's meta does not set are kept);
     a failure you author is kept as is. Raising anything from your dispatch fails the call
     with ``POLICY_ERROR`` (a code the error carries is named in the message) and skips
     post-execute.

@@ -133,7 +133,9 @@ class _ViewBase:
 
     def execution_mode(self, call: ToolExecutionInput) -> str:
         """``"parallel"`` only when the tool's ``is_concurrency_safe`` returns exactly
-        ``True`` for these arguments; ``"exclusive"`` otherwise, failures included."""
+        ``True`` for these arguments and no execute wrapper runs its calls one at a time
+        (a plugin whose ``serializes(name, agent)`` says ``True``, as ``ConcurrencyLimit``
+        with a cap of 1); ``"exclusive"`` otherwise, failures included."""
         return self._registry._execution_mode(self._route(call))
 
     def execute(self, call: ToolExecutionInput) -> Awaitable[ToolExecutionResult]:
@@ -470,17 +472,19 @@ class ToolRegistry(_ViewBase):
 
     def _execution_mode(self, call: ToolExecutionInput) -> str:
         try:
-            entry = self._plan(_path_of(call.agent)).tools.get(call.name)
+            plan = self._plan(_path_of(call.agent))
         except RegistrationError:
             return "exclusive"
+        entry = plan.tools.get(call.name)
         if entry is None or entry.definition.is_concurrency_safe is None:
             return "exclusive"
         try:
             arguments = entry.definition.arguments.parse(call.arguments)
             verdict = entry.definition.is_concurrency_safe(arguments)
+            parallel = verdict is True and not _serialized(plan, call)
         except Exception:
             return "exclusive"
-        return "parallel" if verdict is True else "exclusive"
+        return "parallel" if parallel else "exclusive"
 
     def _restrict(self, path: tuple[str, ...], allow: object, deny: object) -> Disposer:
         inherited: set[str] = set()
@@ -544,6 +548,17 @@ class ToolScope(_ViewBase):
 
 def _is_prefix(prefix: tuple[str, ...], path: tuple[str, ...]) -> bool:
     return path[: len(prefix)] == prefix
+
+
+def _serialized(plan: Plan, call: ToolExecutionInput) -> bool:
+    """Whether an execute wrapper runs this tool's calls one at a time: its plugin has a
+    ``serializes(name, agent)`` method that says ``True`` (``ConcurrencyLimit`` with a
+    cap of 1 does)."""
+    for wrapper in plan.wrappers:
+        serializes = getattr(getattr(wrapper.function, "__self__", None), "serializes", None)
+        if callable(serializes) and serializes(call.name, call.agent) is True:
+            return True
+    return False
 
 
 def _path_of(agent: str | None) -> tuple[str, ...]:

@@ -8,7 +8,8 @@ tracer the pipeline pays one ``is None`` check per stage.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from .models import ToolExecution
     from .records import Origin
 
-__all__ = ["Stage", "TraceEvent", "Tracer"]
+__all__ = ["Stage", "TraceEvent", "Tracer", "note"]
 
 Stage = Literal[
     "call",
@@ -55,3 +56,20 @@ class TraceEvent:
 
 
 Tracer = Callable[[TraceEvent], None]
+
+
+_WRAPPED: ContextVar[Any] = ContextVar("dsh_tools_wrapped_call", default=None)
+"""The call whose execute wrappers run in this context, while its steps are recorded."""
+
+
+def note(source: str, outcome: str) -> None:
+    """Record a step of the ``execute`` stage for the call whose wrappers are running.
+
+    For execute wrappers that want what they did in the decision record and the tracer
+    (``ConcurrencyLimit`` notes how long a call waited for a permit). ``source`` names the
+    wrapper, ``outcome`` says what happened. Does nothing when nobody records the call's
+    steps, or outside a wrapper's dispatch.
+    """
+    call = _WRAPPED.get()
+    if call is not None:
+        call.trace("execute", source, outcome)

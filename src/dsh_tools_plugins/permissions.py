@@ -108,12 +108,15 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
+from dsh_tools.bridges._mcp_hints import FLAGS
 from dsh_tools.errors import DshToolsError, PluginConfigError
 from dsh_tools.hookspecs import hookimpl
 from dsh_tools.hostfiles import HostFileError, open_host_file
 from dsh_tools.json import FrozenDict, snapshot
 from dsh_tools.models import Allow, Ask, Deny, ToolDefinition, ToolExecution
 
+from ._hints import NO_HINTS, ToolHints, Wanted, hints_match, tool_hints
+from ._limit_tables import LimitTables, read_tables
 from ._reach import CallReach, Reach, inside
 from ._shell import simple_argv
 from .sandbox import SandboxLimits, SandboxMode, SandboxSettings
@@ -168,9 +171,12 @@ _RULE_KEYS: Final = frozenset(
         "argument_equals",
         "enforce",
         "sandboxed",
+        *FLAGS,
     }
 )
-_TOP_KEYS: Final = frozenset({"default", "rule", "sandbox"})
+_TOP_KEYS: Final = frozenset(
+    {"budget", "cache", "default", "limits", "rule", "sandbox", "trusted_mcp_servers"}
+)
 _SANDBOX_KEYS: Final = frozenset(attrs.fields_dict(SandboxSettings))
 _SANDBOX_MODES: Final[dict[str, SandboxMode]] = {
     "required": "required",
@@ -392,6 +398,10 @@ class Rule:
     :param sandboxed: ``True`` matches only while commands are sure to run in the sandbox
         offline (the policy's sandbox settings are ``contained``), ``False`` only while
         they are not.
+    :param read_only: match only tools whose ``read_only`` flag is this (``destructive``,
+        ``idempotent`` and ``open_world`` likewise); an imported MCP tool's annotations
+        count when the policy trusts its server, and otherwise only for ask and deny
+        rules (a remote hint can only make a decision stricter).
 
     Raises :class:`RulesError` for an invalid field.
     """
@@ -414,6 +424,11 @@ class Rule:
     reason: str | None = attrs.field(default=None, kw_only=True, converter=_reason_text)
     enforce: Literal["policy", "guard"] = attrs.field(default="policy", kw_only=True)
     sandboxed: bool | None = attrs.field(default=None, kw_only=True, converter=_sandboxed)
+    read_only: bool | None = attrs.field(default=None, kw_only=True)
+    destructive: bool | None = attrs.field(default=None, kw_only=True)
+    idempotent: bool | None = attrs.field(default=None, kw_only=True)
+    open_world: bool | None = attrs.field(default=None, kw_only=True)
+    _wanted: Wanted = attrs.field(init=False, repr=False, eq=False)
     _pattern: re.Pattern[str] | None = attrs.field(init=False, repr=False, eq=False)
     _normal_prefixes: tuple[tuple[bool, tuple[str, ...]], ...] = attrs.field(
         init=False, repr=False, eq=False
@@ -444,6 +459,13 @@ class Rule:
                     f"command_matches is not a valid regular expression: {error}"
                 ) from None
         object.__setattr__(self, "_pattern", pattern)
+        wanted = tuple(
+            (flag, value) for flag in FLAGS if (value := getattr(self, flag)) is not None
+        )
+        for flag, value in wanted:
+            if not isinstance(value, bool):
+                raise RulesError(f"{flag} must be true or false, got {value!r}")
+        object.__setattr__(self, "_wanted", wanted)
         object.__setattr__(
             self, "_normal_prefixes", tuple(_normalise(p) for p in self.path_prefix or ())
         )
@@ -460,14 +482,22 @@ class Rule:
         ``contained`` says whether commands are sure to run in the sandbox, offline;
         ``tool`` is the definition the name resolves to, whose declared path arguments
         ``path_prefix`` judges (see :class:`~dsh_tools.ToolPaths`)."""
-        return self._matches(name, arguments or {}, contained, _call_reach(tool, arguments))
+        reach = _call_reach(tool, arguments)
+        return self._matches(name, arguments or {}, contained, reach, tool_hints(tool, ()))
 
     def _matches(
-        self, name: str, args: Mapping[str, object], contained: bool, reach: CallReach | None
+        self,
+        name: str,
+        args: Mapping[str, object],
+        contained: bool,
+        reach: CallReach | None,
+        hints: ToolHints = NO_HINTS,
     ) -> bool:
         if not any(fnmatch.fnmatchcase(name, glob) for glob in self.tool):
             return False
         if self.sandboxed is not None and self.sandboxed != contained:
+            return False
+        if self._wanted and not hints_match(self._wanted, hints, self.action != "allow"):
             return False
         if self.path_prefix is not None and not self._path_matches(args, reach):
             return False
@@ -591,6 +621,8 @@ class PermissionRules:
         ``[sandbox]`` table). Rules with ``sandboxed`` match by its ``contained``
         property; the host must give ``run_command`` the same settings
         (:func:`configured_sandbox` does for the entry points). ``None``: not contained.
+    :param trusted_mcp_servers: names of MCP servers (``McpToolSource(name=...)``) whose
+        tool annotations rules may believe in every direction.
     """
 
     def __init__(
@@ -600,8 +632,17 @@ class PermissionRules:
         *,
         source: str | None = None,
         sandbox: SandboxSettings | None = None,
+        trusted_mcp_servers: Iterable[str] = (),
     ) -> None:
         self.rules: tuple[Rule, ...] = tuple(rules)
+        if isinstance(trusted_mcp_servers, str) or not all(
+            isinstance(server, str) for server in trusted_mcp_servers
+        ):
+            raise RulesError(
+                f"trusted_mcp_servers must be a list of server names, got {trusted_mcp_servers!r}",
+                source=source,
+            )
+        self.trusted_mcp_servers = frozenset(trusted_mcp_servers)
         for index, rule in enumerate(self.rules, 1):
             if not isinstance(rule, Rule):
                 raise RulesError(
@@ -623,6 +664,9 @@ class PermissionRules:
         )
         self._places: tuple[tuple[int | None, str | None], ...] = ()
         """Each rule's line and text in the rules file (read from TOML text only)."""
+        self.limits = LimitTables()
+        """What the rules file's ``[limits]``, ``[[budget]]`` and ``[cache]`` tables
+        configure; the ``limits``, ``budgets`` and ``cache`` entry points register it."""
 
     # ------------------------------------------------------------------ loading
 
@@ -685,16 +729,21 @@ class PermissionRules:
         if "sandbox" in document:
             sandbox = _sandbox_from_table(text, source, document["sandbox"])
         default = document.get("default", "ask")
+        trusted = document.get("trusted_mcp_servers", [])
         try:
-            policy = cls(rules, default, source=source, sandbox=sandbox)
+            policy = cls(
+                rules, default, source=source, sandbox=sandbox, trusted_mcp_servers=trusted
+            )
         except RulesError as error:
+            key = "trusted_mcp_servers" if "trusted_mcp_servers" in error.problem else "default"
             raise RulesError(
                 error.problem,
                 source=source,
-                line=_top_key_line(text, "default"),
+                line=_top_key_line(text, key),
             ) from None
         if len(headers) == len(rules):
             policy._places = tuple(_rule_place(text, start) for start in headers)
+        policy.limits = read_tables(text, source, document)
         return policy
 
     # ------------------------------------------------------------------ deciding
@@ -721,8 +770,9 @@ class PermissionRules:
         asked: tuple[int, Rule] | None = None
         args: Mapping[str, object] = arguments or {}
         reach = _call_reach(tool, args)
+        hints = tool_hints(tool, self.trusted_mcp_servers)
         for index, rule in enumerate(self.rules, 1):
-            if not rule._matches(name, args, self._contained, reach):
+            if not rule._matches(name, args, self._contained, reach, hints):
                 continue
             if rule.action == "deny":
                 return Deny(self._reason(rule, index, name), detail=self._detail(rule, index))
@@ -786,8 +836,9 @@ class PermissionRules:
     ) -> str | None:
         args: Mapping[str, object] = execution.arguments or {}
         reach = _call_reach(tool, args)
+        hints = tool_hints(tool, self.trusted_mcp_servers)
         for index, rule in self._guards:
-            if rule._matches(execution.name, args, self._contained, reach):
+            if rule._matches(execution.name, args, self._contained, reach, hints):
                 return self._reason(rule, index, execution.name)
         return None
 
@@ -1081,6 +1132,12 @@ def default_permissions() -> PermissionRules:
         return default_rules(_with_overrides(SandboxSettings()))
     rules = PermissionRules.from_toml(path)
     sandbox = _with_overrides(rules.sandbox or SandboxSettings())
-    policy = PermissionRules(rules.rules, rules.default, source=rules.source, sandbox=sandbox)
+    policy = PermissionRules(
+        rules.rules,
+        rules.default,
+        source=rules.source,
+        sandbox=sandbox,
+        trusted_mcp_servers=rules.trusted_mcp_servers,
+    )
     policy._places = rules._places  # where each rule is, for decision records
     return policy

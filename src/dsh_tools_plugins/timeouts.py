@@ -23,7 +23,6 @@ or a zero-argument factory returning one with its budgets).
 
 from __future__ import annotations
 
-import fnmatch
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -32,6 +31,8 @@ from dsh_tools.cancel import NEVER_CANCELLED, CancelSignal
 from dsh_tools.errors import DefinitionError
 from dsh_tools.hookspecs import WrapperGenerator, hookimpl
 from dsh_tools.models import ToolDefinition, ToolExecution, ToolExecutionResult
+
+from ._globs import by_glob
 
 __all__ = ["TimeoutPolicy"]
 
@@ -70,13 +71,8 @@ class TimeoutPolicy:
 
     def budget_ms(self, name: str) -> float | None:
         """The budget for tool ``name`` by configuration alone (definitions not consulted)."""
-        exact = self.per_tool.get(name)
-        if exact is not None:
-            return exact
-        for glob, ms in self.per_tool.items():
-            if fnmatch.fnmatchcase(name, glob):
-                return ms
-        return self.default_ms
+        found = by_glob(self.per_tool, name)
+        return self.default_ms if found is None else found
 
     @hookimpl(wrapper=True)
     def dsh_tools_execute(

@@ -24,6 +24,7 @@ from ..jsonschema import assert_supported_json_schema
 from ..models import ToolDefinition, ToolOutput
 from ..registry import Disposer
 from ._mcp_elicit import calling_remote
+from ._mcp_hints import imported_metadata
 from ._mcp_serve import View
 
 McpClient: TypeAlias = "Client | ClientSession"
@@ -165,7 +166,11 @@ def _relayed(context: ToolRunContext) -> ProgressFnT:
 
 
 def _remote_tool(
-    client: McpClient, tool: mcp_types.Tool, prefix: str, timeout_ms: float | None
+    client: McpClient,
+    tool: mcp_types.Tool,
+    prefix: str,
+    timeout_ms: float | None,
+    server: str | None = None,
 ) -> McpRemoteTool:
     remote_name = tool.name
     output, note = _output_declaration(tool)
@@ -198,6 +203,10 @@ def _remote_tool(
         execute=execute,
         output=output,
         timeout_ms=timeout_ms,
+        metadata=imported_metadata(
+            None if tool.annotations is None else tool.annotations.model_dump(by_alias=True),
+            server,
+        ),
     )
     return McpRemoteTool(prefix + remote_name, remote_name, definition, note)
 
@@ -218,7 +227,11 @@ async def _list_all(client: McpClient) -> list[mcp_types.Tool]:
 
 
 async def load_mcp_tools(
-    client: McpClient, *, prefix: str = "", timeout_ms: float | None = None
+    client: McpClient,
+    *,
+    prefix: str = "",
+    timeout_ms: float | None = None,
+    server: str | None = None,
 ) -> list[McpRemoteTool]:
     """List every tool of a connected MCP server (all pages) as definitions to register.
 
@@ -229,12 +242,19 @@ async def load_mcp_tools(
     content is kept as the model-facing content); otherwise the tool has none and
     :attr:`McpRemoteTool.output_note` says why. ``timeout_ms`` becomes each tool's
     timeout, a backstop for a server that stops answering.
+
+    The server's tool annotations are claims, kept in the metadata as ``mcp_hints``
+    (``{"read_only": True, "destructive": False, ...}``) with ``mcp_server`` = ``server``,
+    the name a rules file may trust it by; they never set ``read_only`` or ``idempotent``
+    themselves, so no local plugin acts on them.
     """
     if not isinstance(client, (Client, ClientSession)):
         raise TypeError(
             f"expected a connected mcp.Client or ClientSession, got {type(client).__qualname__}"
         )
-    return [_remote_tool(client, tool, prefix, timeout_ms) for tool in await _list_all(client)]
+    return [
+        _remote_tool(client, tool, prefix, timeout_ms, server) for tool in await _list_all(client)
+    ]
 
 
 def register_all(view: View, tools: Sequence[McpRemoteTool]) -> Disposer:

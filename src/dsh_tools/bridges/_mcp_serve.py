@@ -24,6 +24,7 @@ from ..progress import Output, Progress
 from ..registry import ToolRegistry, ToolScope
 from ..safetext import safe_text
 from ._mcp_approval import ApprovalsMode, McpApprovals, input_required, with_approval_hint
+from ._mcp_hints import annotations_of
 from .wire import to_mcp_call_result, to_mcp_tools
 
 View: TypeAlias = "ToolRegistry | ToolScope"
@@ -62,13 +63,19 @@ def mcp_tools(view: View) -> list[mcp_types.Tool]:
     ``inputSchema`` is the tool's parameters; ``outputSchema`` is added for tools that
     declare an output whose schema root is ``type: object`` (MCP's structured-content
     contract); other output declarations are not advertised and their values travel as
-    content only.
+    content only. ``annotations`` (``readOnlyHint``, ``destructiveHint``,
+    ``idempotentHint``, ``openWorldHint``, ``title``) come from the tool's metadata flags
+    ``read_only``, ``destructive``, ``idempotent``, ``open_world`` and ``title``.
     """
     tools = []
     for declaration in to_mcp_tools(view.schemas()):
-        schema = _object_output_schema(view.get(declaration["name"]))
+        definition = view.get(declaration["name"])
+        schema = _object_output_schema(definition)
         if schema is not None:
             declaration["outputSchema"] = thaw(schema)
+        annotations = None if definition is None else annotations_of(definition.metadata)
+        if annotations is not None:
+            declaration["annotations"] = annotations
         tools.append(mcp_types.Tool.model_validate(declaration))
     return tools
 

@@ -61,6 +61,10 @@ class McpToolSource:
     server's message as the reason (see :mod:`dsh_tools.bridges._mcp_elicit`). Without
     it, the client declares no elicitation capability. A connected client given as
     ``server`` keeps the callback it was made with.
+
+    ``name`` is how a rules file's ``trusted_mcp_servers`` names the server; its tools'
+    annotations are imported as claims (``mcp_hints`` in their metadata) that only a
+    trusted server's can loosen a permission rule.
     """
 
     def __init__(
@@ -71,9 +75,12 @@ class McpToolSource:
         timeout_ms: float | None = None,
         read_timeout_seconds: float | None = None,
         approval: ApprovalChannel | None = None,
+        name: str | None = None,
     ) -> None:
         self._server = server
         self._elicit = None if approval is None else elicitation_answerer(approval)
+        self.name = name
+        """The name a rules file's ``trusted_mcp_servers`` knows this server by."""
         self._prefix = prefix
         self._timeout_ms = timeout_ms
         self._read_timeout = read_timeout_seconds
@@ -109,7 +116,9 @@ class McpToolSource:
             self._owned = owned
         try:
             self.tools = tuple(
-                await load_mcp_tools(client, prefix=self._prefix, timeout_ms=self._timeout_ms)
+                await load_mcp_tools(
+                    client, prefix=self._prefix, timeout_ms=self._timeout_ms, server=self.name
+                )
             )
         except BaseException as error:
             await self._close(type(error), error, error.__traceback__)

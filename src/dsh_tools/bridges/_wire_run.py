@@ -17,7 +17,10 @@ if TYPE_CHECKING:
 
 
 async def execute_calls(
-    registry: ToolRegistry | ToolScope, calls: Sequence[ToolExecutionInput]
+    registry: ToolRegistry | ToolScope,
+    calls: Sequence[ToolExecutionInput],
+    *,
+    max_concurrency: int | None = None,
 ) -> list[ToolExecutionResult]:
     """Run one model turn's calls; one result per call, in the calls' order.
 
@@ -25,13 +28,26 @@ async def execute_calls(
     their parallel neighbours; an ``"exclusive"`` call runs alone, after every call before
     it and before every call after it, so the model's order holds wherever it matters. A
     call with :class:`~dsh_tools.UnreadableArguments` passes the pipeline like any other
-    and ends ``INVALID_JSON``.
+    and ends ``INVALID_JSON``. ``max_concurrency`` caps how many of the turn's calls run
+    at once (the others wait their turn, in order); ``ValueError`` unless it is ``None`` or
+    an integer >= 1.
     """
+    if max_concurrency is not None and (
+        isinstance(max_concurrency, bool)
+        or not isinstance(max_concurrency, int)
+        or max_concurrency < 1
+    ):
+        raise ValueError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}")
     results: dict[int, ToolExecutionResult] = {}
     batch: list[tuple[int, ToolExecutionInput]] = []
+    limiter = None if max_concurrency is None else anyio.CapacityLimiter(max_concurrency)
 
     async def run(index: int, call: ToolExecutionInput) -> None:
-        results[index] = await registry.execute(call)
+        if limiter is None:
+            results[index] = await registry.execute(call)
+            return
+        async with limiter:
+            results[index] = await registry.execute(call)
 
     async def run_batch() -> None:
         if len(batch) > 1:

@@ -1,0 +1,201 @@
+"""A first-in first-out pool of permits that waits with or without an event loop.
+
+:class:`Permits` is what a wrapper uses to cap how many calls run at once. Like
+:func:`dsh_tools.cancel.sleep`, :meth:`Permits.acquire` awaits on an event loop (asyncio
+or trio) and blocks the calling thread without one (a call ``execute_sync`` drives by
+hand), so a capped call never needs a loop of its own. Waiters of both kinds share one
+queue and are served strictly in the order they arrived. A waiter whose signal fires, or
+whose deadline passes, leaves the queue holding nothing; a permit granted to it at that
+very moment goes on to the next waiter.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from ._loops import _running_library
+from .cancel import CancelSignal, Deadline
+
+__all__ = ["Permits"]
+
+
+class _Waiter:
+    """One queued acquirer: granted (under the pool's lock), or abandoned by its owner."""
+
+    __slots__ = ("abandoned", "granted", "wake")
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self.granted = False
+        self.abandoned = False
+        self.wake = wake
+
+
+class Permits:
+    """``capacity`` permits, handed out first-in first-out.
+
+    :param capacity: how many holders at once (an integer >= 1).
+
+    Raises ``ValueError`` for a capacity that is not a positive integer.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"a permit pool needs a capacity of at least 1, got {capacity!r}")
+        self.capacity = capacity
+        self._free = capacity
+        self._waiters: deque[_Waiter] = deque()
+        self._lock = threading.Lock()
+
+    @property
+    def in_use(self) -> int:
+        """Permits held right now."""
+        return self.capacity - self._free
+
+    @property
+    def waiting(self) -> int:
+        """Acquirers queued right now (abandoned ones not yet skipped included)."""
+        return sum(not waiter.abandoned for waiter in self._waiters)
+
+    def try_acquire(self) -> bool:
+        """Take a permit if one is free and nobody waits; never waits."""
+        with self._lock:
+            if self._free and not self._waiters:
+                self._free -= 1
+                return True
+        return False
+
+    async def acquire(
+        self, *signals: CancelSignal | None, deadline: Deadline | None = None
+    ) -> bool:
+        """Wait for a permit; ``True`` once held, ``False`` (holding nothing) as soon as
+        one of ``signals`` fires or ``deadline`` passes first."""
+        live = [signal for signal in signals if signal is not None]
+        if any(signal.cancelled for signal in live):
+            return False
+        if self.try_acquire():
+            return True
+        if _running_library() is None:
+            return self._acquire_blocking(live, deadline)
+        return await self._acquire_on_loop(live, deadline)
+
+    def release(self) -> None:
+        """Give a permit back: to the first live waiter, or to the pool."""
+        with self._lock:
+            waiter = self._next_waiter()
+            if waiter is None:
+                self._free += 1
+                return
+            waiter.granted = True
+        try:
+            waiter.wake()
+        except RuntimeError:  # its event loop has closed: nobody will take the permit
+            self.release()
+
+    def _next_waiter(self) -> _Waiter | None:
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.abandoned:
+                return waiter
+        return None
+
+    def _enqueue(self, wake: Callable[[], None]) -> _Waiter | None:
+        """Queue a waiter, or take a permit at once when one came free meanwhile."""
+        with self._lock:
+            if self._free and not self._waiters:
+                self._free -= 1
+                return None
+            waiter = _Waiter(wake)
+            self._waiters.append(waiter)
+            return waiter
+
+    def _acquire_blocking(self, live: list[CancelSignal], deadline: Deadline | None) -> bool:
+        woken = threading.Event()
+        waiter = self._enqueue(woken.set)
+        if waiter is None:
+            return True
+        removers = [signal.add_callback(woken.set) for signal in live]
+        waited = False
+        try:
+            while not waiter.granted and not any(signal.cancelled for signal in live):
+                if not woken.wait(_remaining(deadline)):
+                    break
+                woken.clear()
+            waited = True
+        finally:
+            for remove in removers:
+                remove()
+            kept = self._finish(waiter, live, waited)
+        return kept
+
+    async def _acquire_on_loop(self, live: list[CancelSignal], deadline: Deadline | None) -> bool:
+        import anyio
+
+        event = anyio.Event()
+        waiter = self._enqueue(_waker(event))
+        if waiter is None:
+            return True
+        waited = False
+        try:
+            with anyio.CancelScope(deadline=_loop_deadline(deadline)) as scope:
+                removers = [signal.add_callback(scope.cancel) for signal in live]
+                try:
+                    await event.wait()
+                finally:
+                    for remove in removers:
+                        remove()
+            waited = True
+        finally:
+            kept = self._finish(waiter, live, waited)
+        return kept
+
+    def _finish(self, waiter: _Waiter, live: list[CancelSignal], waited: bool) -> bool:
+        """Whether the waiter keeps a permit: granted, its wait ended normally (no
+        exception is leaving it) and no signal fired; a permit it will not keep goes on."""
+        with self._lock:
+            granted = waiter.granted
+            waiter.abandoned = not granted
+        kept = granted and waited and not any(signal.cancelled for signal in live)
+        if granted and not kept:
+            self.release()
+        return kept
+
+
+def _remaining(deadline: Deadline | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline.at - time.monotonic())
+
+
+def _loop_deadline(deadline: Deadline | None) -> float:
+    """``deadline`` on the running loop's clock (anyio's ``current_time``)."""
+    import math
+
+    import anyio
+
+    if deadline is None:
+        return math.inf
+    return anyio.current_time() + (deadline.at - time.monotonic())
+
+
+def _waker(event: Any) -> Callable[[], None]:
+    """Sets ``event`` from any thread: directly on its loop's thread, else through the
+    loop's thread-safe scheduling (asyncio's ``call_soon_threadsafe``, trio's token)."""
+    home = threading.get_ident()
+    if _running_library() == "asyncio":
+        import asyncio
+
+        schedule = asyncio.get_running_loop().call_soon_threadsafe
+    else:
+        schedule = sys.modules["trio"].lowlevel.current_trio_token().run_sync_soon
+
+    def wake() -> None:
+        if threading.get_ident() == home:
+            event.set()
+        else:
+            schedule(event.set)
+
+    return wake

@@ -1,0 +1,175 @@
+"""Remember the results of read-only and idempotent tools, per agent and arguments.
+
+:class:`ResultCache` is a ``dsh_tools_execute`` wrapper. It caches only the successes of
+tools whose definition says ``metadata={"read_only": True}`` or ``{"idempotent": True}``,
+keyed on the agent id, the tool name and the canonical hash of the arguments (the hash
+remembered approvals use, :func:`dsh_tools.approvals.call_digest`). An entry
+lives ``ttl_s`` seconds; past ``max_entries`` the least recently used one goes.
+
+A hit runs no body, but it is still a result of the wrapper stage: post-execute and the
+result observers see it as any other, its ``meta`` says ``{"cache": "hit"}`` and the
+decision record has a ``ResultCache`` step saying ``hit``.
+
+Invalidation is conservative: a call of any tool that is not read-only clears the entries
+of its agent scope and of every scope above or below it, before its body runs and again
+when it ends; a read that was running meanwhile does not store its result. So
+``read_file`` after ``write_file`` never answers from before the write.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+import attrs
+
+from dsh_tools.approvals import call_digest
+from dsh_tools.cancel import CancelSignal
+from dsh_tools.errors import DefinitionError
+from dsh_tools.hookspecs import WrapperGenerator, hookimpl
+from dsh_tools.models import (
+    ToolDefinition,
+    ToolExecution,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+)
+from dsh_tools.tracing import note
+
+__all__ = ["ResultCache"]
+
+_Key = tuple[str | None, str, str | None]
+
+
+def _related(one: str | None, other: str | None) -> bool:
+    """Whether two agent scopes are the same, or one is inside the other."""
+    if one is None or other is None or one == other:
+        return True
+    return one.startswith(other + "/") or other.startswith(one + "/")
+
+
+class ResultCache:
+    """Caches successes of read-only and idempotent tools.
+
+    :param ttl_s: how long an entry answers (seconds, positive).
+    :param max_entries: how many entries at most (the least recently used goes first).
+
+    Raises :class:`~dsh_tools.DefinitionError` for a bad setting.
+    """
+
+    def __init__(self, ttl_s: float = 300, max_entries: int = 1024) -> None:
+        if (
+            isinstance(ttl_s, bool)
+            or not isinstance(ttl_s, (int, float))
+            or not 0 < ttl_s < math.inf
+        ):
+            raise DefinitionError(
+                f"ResultCache ttl_s must be a positive finite number, got {ttl_s!r}"
+            )
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
+            raise DefinitionError(
+                f"ResultCache max_entries must be an integer >= 1, got {max_entries!r}"
+            )
+        self.ttl_s = float(ttl_s)
+        self.max_entries = max_entries
+        self._entries: OrderedDict[_Key, tuple[float, ToolExecutionSuccess]] = OrderedDict()
+        self._generation = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self, agent: str | None = None, *, everything: bool = False) -> None:
+        """Drop the entries of ``agent``'s scope and the scopes above and below it (or
+        ``everything``); reads running now will not store their results."""
+        with self._lock:
+            self._generation += 1
+            for key in list(self._entries):
+                if everything or _related(key[0], agent):
+                    del self._entries[key]
+
+    def _lookup(self, key: _Key) -> ToolExecutionSuccess | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                return None
+            if found[0] <= time.monotonic():
+                del self._entries[key]
+                return None
+            self._entries.move_to_end(key)
+            return found[1]
+
+    def _store(self, key: _Key, result: ToolExecutionSuccess, generation: int) -> None:
+        with self._lock:
+            if generation != self._generation:
+                return  # something wrote meanwhile: this result may be stale
+            self._entries[key] = (time.monotonic() + self.ttl_s, result)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def _hit(self, key: _Key | None) -> ToolExecutionSuccess | None:
+        hit = None if key is None else self._lookup(key)
+        if hit is None:
+            return None
+        note("ResultCache", "hit")
+        return attrs.evolve(hit, meta={"cache": "hit"})
+
+    @hookimpl(wrapper=True)
+    def dsh_tools_execute(
+        self, execution: ToolExecution, tool: ToolDefinition[Any] | None
+    ) -> WrapperGenerator:
+        dispatch = yield
+        if tool is None:
+            return dispatch
+        metadata = tool.metadata
+        if metadata.get("read_only") is True:
+            key = _key(execution)
+            return dispatch if key is None else self._caching(key, dispatch)
+        key = _key(execution) if metadata.get("idempotent") is True else None
+        agent = execution.agent
+
+        async def invalidating(signal: CancelSignal | None = None) -> ToolExecutionResult:
+            hit = self._hit(key)  # an idempotent call nothing has undone since
+            if hit is not None:
+                return hit
+            self.clear(agent)
+            try:
+                result: ToolExecutionResult = await dispatch(signal)
+            finally:
+                self.clear(agent)
+            if key is not None and isinstance(result, ToolExecutionSuccess):
+                self._store(key, result, self._generation)
+            return result
+
+        return invalidating
+
+    def _caching(self, key: _Key, dispatch: Any) -> Any:
+        async def caching(signal: CancelSignal | None = None) -> ToolExecutionResult:
+            hit = self._hit(key)
+            if hit is not None:
+                return hit
+            generation = self._generation
+            result: ToolExecutionResult = await dispatch(signal)
+            if isinstance(result, ToolExecutionSuccess):
+                self._store(key, result, generation)
+            return result
+
+        return caching
+
+
+def _key(execution: ToolExecution) -> _Key | None:
+    """The entry of a call: agent, tool and the canonical hash of its arguments."""
+    if execution.arguments is None:
+        return None
+    return (execution.agent, execution.name, call_digest(execution.name, execution.arguments))
+
+
+def configured_cache() -> ResultCache | None:
+    """The ``cache`` entry point: the ``[cache]`` table of the rules file named by
+    ``$DSH_TOOLS_RULES`` (no cache when there is none)."""
+    from ._limit_tables import configured
+
+    return configured().cache

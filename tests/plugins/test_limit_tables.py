@@ -1,0 +1,108 @@
+"""The rules file's [limits], [[budget]] and [cache] tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dsh_tools.define import define_tool
+from dsh_tools.models import ToolExecutionInput
+from dsh_tools.plugins import load_plugins
+from dsh_tools.registry import ToolRegistry
+from dsh_tools_plugins.permissions import RULES_ENV_VAR, PermissionRules, RulesError
+
+TABLES = """\
+default = "allow"
+
+[limits]
+per_agent = 4
+overall = 16
+
+[limits.per_tool]
+"web_*" = 2
+
+[[budget]]
+tools = "web_fetch"
+limit = 5
+window_s = 3600
+name = "fetches per hour"
+
+[cache]
+ttl_s = 60
+max_entries = 100
+"""
+
+
+def test_the_tables_configure_the_plugins() -> None:
+    limits = PermissionRules.from_toml_text(TABLES).limits
+
+    assert limits.concurrency is not None
+    assert limits.concurrency.per_tool == {"web_*": 2}
+    assert (limits.concurrency.per_agent, limits.concurrency.overall) == (4, 16)
+    assert limits.budgets is not None
+    [budget] = limits.budgets.budgets
+    assert (budget.tools, budget.limit, budget.window_s, budget.name) == (
+        "web_fetch",
+        5,
+        3600.0,
+        "fetches per hour",
+    )
+    assert limits.cache is not None
+    assert (limits.cache.ttl_s, limits.cache.max_entries) == (60.0, 100)
+
+
+def test_a_file_without_the_tables_configures_none() -> None:
+    limits = PermissionRules.from_toml_text('default = "ask"').limits
+    assert (limits.concurrency, limits.budgets, limits.cache) == (None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[limits]\nper_agent = 2\nper_tol = 3\n", "<string>:3: unknown key 'per_tol' in [limits]"),
+        (
+            "[limits]\n\noverall = 0\n",
+            "<string>:3: ConcurrencyLimit overall must be an integer >= 1",
+        ),
+        (
+            '[[budget]]\ntools = "a"\nlimit = 1\n\n[[budget]]\ntools = "b"\nlimit = -1\n',
+            "<string>:7: [[budget]] #2: CallBudget limit must be an integer >= 0",
+        ),
+        ('[[budget]]\ntools = "a"\n', "<string>:1: [[budget]] #1: missing 'limit'"),
+        ("[cache]\nttl = 5\n", "<string>:2: unknown key 'ttl' in [cache]"),
+        ("cache = 5\n", "<string>:1: cache must be a table"),
+        ("budget = 5\n", "<string>:1: 'budget' must be an array of tables"),
+    ],
+)
+def test_a_broken_table_refuses_the_file_naming_the_line(text: str, message: str) -> None:
+    with pytest.raises(RulesError) as raised:
+        PermissionRules.from_toml_text(text)
+    assert str(raised.value).startswith(message)
+
+
+def test_the_entry_points_register_what_the_rules_file_configures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text('default = "allow"\n[[budget]]\ntools = "echo"\nlimit = 1\n')
+    monkeypatch.setenv(RULES_ENV_VAR, str(rules))
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(name="echo", description="echo", parameters={}, execute=lambda a, c: "hi")
+    )
+
+    report = load_plugins(registry, only=["default_permissions", "limits", "budgets", "cache"])
+
+    assert {record.name for record in report.loaded} >= {"default_permissions", "budgets"}
+    assert not registry.execute_sync(ToolExecutionInput("1", "echo")).is_error
+    denied = registry.execute_sync(ToolExecutionInput("2", "echo"))
+    assert "limit of 1 echo calls reached" in denied.text
+
+
+def test_a_broken_table_refuses_to_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[cache]\nttl_s = -1\n")
+    monkeypatch.setenv(RULES_ENV_VAR, str(rules))
+    with pytest.raises(RulesError, match=r"rules\.toml:2: ResultCache ttl_s"):
+        load_plugins(ToolRegistry(), only=["cache"])

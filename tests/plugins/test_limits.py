@@ -1,0 +1,313 @@
+"""ConcurrencyLimit and CallBudget: caps on calls in flight and on calls made."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from dsh_tools.cancel import CancelSource
+from dsh_tools.context import ToolRunContext
+from dsh_tools.define import define_tool
+from dsh_tools.errors import DefinitionError, ErrorCode
+from dsh_tools.models import ToolExecutionFailure, ToolExecutionInput, ToolExecutionResult
+from dsh_tools.permits import Permits
+from dsh_tools.registry import ToolRegistry
+from dsh_tools.testing import CallRecorder
+from dsh_tools_plugins.limits import CallBudget, ConcurrencyLimit
+
+CAP = 8
+
+
+class Meter:
+    """What the bodies saw: calls in flight (most at once) and the order they started."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.most = 0
+        self.started: list[int] = []
+
+    def enter(self, index: int) -> None:
+        with self.lock:
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+            self.started.append(index)
+
+    def leave(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
+
+
+def until(condition: Callable[[], bool]) -> None:
+    """Spin (yielding the core) until ``condition`` holds; a generous bound, not a timing."""
+    give_up = time.monotonic() + 120
+    while not condition():
+        assert time.monotonic() < give_up, "the condition never held"
+        time.sleep(0.0002)
+
+
+def capped_registry(body: Any) -> tuple[ToolRegistry, Permits]:
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="work", description="work", parameters={"i": {"type": "integer"}}, execute=body
+        )
+    )
+    limit = ConcurrencyLimit(per_tool=CAP)
+    registry.add_plugin(limit)
+    [pool] = limit.pools("work", None)
+    return registry, pool
+
+
+def call(index: int, source: CancelSource | None = None) -> ToolExecutionInput:
+    return ToolExecutionInput(
+        f"c{index}", "work", {"i": index}, signal=None if source is None else source.signal
+    )
+
+
+def check_round(
+    meter: Meter, order: list[int], cancelled: set[int], results: dict[int, Any]
+) -> None:
+    """FIFO among the waiters that stayed: a waiter starts only once every live waiter
+    queued before it was granted (up to CAP of them may enter their bodies in any order)."""
+    live = [index for index in order if index not in cancelled]
+    rank = {index: position for position, index in enumerate(live)}
+    waiters_started = [index for index in meter.started if index in rank]
+    assert sorted(waiters_started) == sorted(live)
+    assert all(rank[index] < position + CAP for position, index in enumerate(waiters_started))
+    for index in cancelled:
+        failure = results[index]
+        assert isinstance(failure, ToolExecutionFailure)
+        assert failure.error.info.code == ErrorCode.ABORTED_BEFORE_DISPATCH
+
+
+def test_ten_thousand_async_calls_never_exceed_the_cap_keep_fifo_and_leak_nothing() -> None:
+    meter = Meter()
+    gate: list[anyio.Event] = []
+
+    async def body(args: dict[str, int], ctx: ToolRunContext) -> str:
+        meter.enter(args["i"])
+        try:
+            await gate[0].wait()
+        finally:
+            meter.leave()
+        return "done"
+
+    registry, pool = capped_registry(body)
+    rng = random.Random(26)
+
+    async def one_round(first: int, waiters: int) -> None:
+        gate[:] = [anyio.Event()]
+        results: dict[int, ToolExecutionResult] = {}
+        sources: dict[int, CancelSource] = {}
+
+        async def run(index: int) -> None:
+            results[index] = await registry.execute(call(index, sources.get(index)))
+
+        async with anyio.create_task_group() as group:
+            for index in range(first, first + CAP):
+                group.start_soon(run, index)
+            while meter.in_flight < CAP:
+                await anyio.sleep(0)
+            order = list(range(first + CAP, first + CAP + waiters))
+            for index in order:
+                sources[index] = CancelSource()
+                group.start_soon(run, index)
+                while pool.waiting < index - first - CAP + 1:
+                    await anyio.sleep(0)
+            cancelled = {index for index in order if rng.random() < 0.3}
+            for index in cancelled:
+                sources[index].cancel("gone")
+            gate[0].set()
+        check_round(meter, order, cancelled, results)
+        assert pool.in_use == 0
+
+    async def main() -> None:
+        for first in range(0, 10_000, 1_000):
+            await one_round(first, 1_000 - CAP)
+        # No permit leaked: the next CAP calls all start at once, one more waits.
+        gate[:] = [anyio.Event()]
+        async with anyio.create_task_group() as group:
+            for index in range(CAP + 1):
+                group.start_soon(registry.execute, call(20_000 + index))
+            while pool.waiting < 1:
+                await anyio.sleep(0)
+            assert meter.in_flight == CAP
+            gate[0].set()
+
+    anyio.run(main)
+    assert meter.most == CAP
+
+
+def test_ten_thousand_sync_calls_in_threads_never_exceed_the_cap_keep_fifo_and_leak_nothing() -> (
+    None
+):
+    meter = Meter()
+    gate = threading.Event()
+
+    def body(args: dict[str, int], ctx: ToolRunContext) -> str:
+        meter.enter(args["i"])
+        try:
+            gate.wait()
+        finally:
+            meter.leave()
+        return "done"
+
+    registry, pool = capped_registry(body)
+    rng = random.Random(26)
+
+    def one_round(first: int, waiters: int) -> None:
+        gate.clear()
+        results: dict[int, ToolExecutionResult] = {}
+        sources: dict[int, CancelSource] = {}
+
+        def run(index: int) -> None:
+            results[index] = registry.execute_sync(call(index, sources.get(index)))
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(first, first + CAP)]
+        for thread in threads:
+            thread.start()
+        until(lambda: meter.in_flight == CAP)
+        order = list(range(first + CAP, first + CAP + waiters))
+        for count, index in enumerate(order, 1):
+            sources[index] = CancelSource()
+            threads.append(threading.Thread(target=run, args=(index,)))
+            threads[-1].start()
+            until(lambda count=count: pool.waiting == count)
+        cancelled = {index for index in order if rng.random() < 0.3}
+        for index in cancelled:
+            sources[index].cancel("gone")
+        gate.set()
+        for thread in threads:
+            thread.join()
+        check_round(meter, order, cancelled, results)
+        assert pool.in_use == 0
+
+    for first in range(0, 10_000, 100):
+        one_round(first, 100 - CAP)
+    gate.clear()
+    extra = [
+        threading.Thread(target=registry.execute_sync, args=(call(20_000 + i),))
+        for i in range(CAP + 1)
+    ]
+    for thread in extra:
+        thread.start()
+    until(lambda: pool.waiting == 1)
+    assert meter.in_flight == CAP
+    gate.set()
+    for thread in extra:
+        thread.join()
+    assert meter.most == CAP
+
+
+def test_a_wait_is_in_the_decision_record_and_counts_against_the_timeout() -> None:
+    gate = threading.Event()
+    recorder = CallRecorder()
+    registry = ToolRegistry(tracer=recorder)
+    registry.register(
+        define_tool(
+            name="work",
+            description="work",
+            parameters={},
+            execute=lambda args, ctx: gate.wait() and "done",
+        )
+    )
+    limit = ConcurrencyLimit(per_tool=1)
+    registry.add_plugin(limit)
+    [pool] = limit.pools("work", None)
+    holder = threading.Thread(target=registry.execute_sync, args=(ToolExecutionInput("h", "work"),))
+    holder.start()
+    until(lambda: pool.in_use == 1)
+    source = CancelSource()
+    timed = registry.execute_sync(
+        ToolExecutionInput("t", "work", signal=source.signal.with_timeout(1))
+    )
+    gate.set()
+    holder.join()
+
+    assert isinstance(timed, ToolExecutionFailure)
+    assert timed.error.info.code == ErrorCode.TOOL_TIMEOUT
+    assert "waiting for a concurrency slot" in timed.error.message
+    steps = [(s.stage, s.source, s.decision) for s in recorder.call("t").record.steps]
+    assert ("execute", "ConcurrencyLimit", "timed out waiting for a permit") in steps
+    waited = registry.execute_sync(ToolExecutionInput("w", "work"))
+    assert not waited.is_error
+    assert pool.in_use == 0
+
+
+def test_per_agent_and_overall_caps_share_permits_across_tools() -> None:
+    limit = ConcurrencyLimit(per_tool={"web_*": 2}, per_agent=3, overall=5)
+    assert [p.capacity for p in limit.pools("web_fetch", "a")] == [2, 3, 5]
+    assert [p.capacity for p in limit.pools("read_file", "a")] == [3, 5]
+    assert limit.pools("read_file", "a")[0] is limit.pools("web_fetch", "a")[1]
+    assert limit.pools("read_file", "b")[0] is not limit.pools("read_file", "a")[0]
+    with pytest.raises(DefinitionError, match="per_agent must be an integer >= 1"):
+        ConcurrencyLimit(per_agent=0)
+
+
+def budget_registry(budget: CallBudget) -> tuple[ToolRegistry, CallRecorder]:
+    recorder = CallRecorder()
+    registry = ToolRegistry(tracer=recorder)
+    registry.register(
+        define_tool(name="web_fetch", description="f", parameters={}, execute=lambda a, c: "page")
+    )
+    registry.register(
+        define_tool(name="read_file", description="r", parameters={}, execute=lambda a, c: "text")
+    )
+    registry.add_plugin(budget)
+    return registry, recorder
+
+
+def test_a_call_over_budget_is_denied_with_a_reason_the_model_can_act_on() -> None:
+    registry, recorder = budget_registry(CallBudget(2, "web_fetch", name="fetch budget"))
+    scope = registry.scope("agent")
+
+    ran = [scope.execute_sync(ToolExecutionInput(f"c{i}", "web_fetch")) for i in range(3)]
+    other = registry.execute_sync(ToolExecutionInput("o", "web_fetch"))
+    unbudgeted = scope.execute_sync(ToolExecutionInput("r", "read_file"))
+
+    assert [result.is_error for result in ran] == [False, False, True]
+    denied = ran[2]
+    assert isinstance(denied, ToolExecutionFailure)
+    assert denied.error.info.code == ErrorCode.DENIED
+    assert "limit of 2 web_fetch calls reached" in denied.error.message
+    decided = recorder.call("c2").record.decided_by
+    assert decided is not None
+    assert decided.detail is not None
+    assert decided.detail["rule"] == "fetch budget"
+    assert not other.is_error
+    assert not unbudgeted.is_error
+
+
+def test_a_windowed_budget_counts_only_recent_calls() -> None:
+    budget = CallBudget(1, "web_*", window_s=3600)
+    registry, _ = budget_registry(budget)
+    assert not registry.execute_sync(ToolExecutionInput("a", "web_fetch")).is_error
+    assert registry.execute_sync(ToolExecutionInput("b", "web_fetch")).is_error
+    budget._spent[None][0] -= 3600  # the first call is now an hour old
+    assert not registry.execute_sync(ToolExecutionInput("c", "web_fetch")).is_error
+    assert budget.spent(None) == 1
+
+
+def test_a_cap_of_one_makes_the_tools_calls_exclusive() -> None:
+    registry = ToolRegistry()
+    for name in ("look", "write"):
+        registry.register(
+            define_tool(
+                name=name,
+                description=name,
+                parameters={},
+                execute=lambda args, ctx: "",
+                is_concurrency_safe=lambda args: True,
+            )
+        )
+    registry.add_plugin(ConcurrencyLimit(per_tool={"write": 1, "*": 4}))
+
+    assert registry.execution_mode(ToolExecutionInput("1", "look")) == "parallel"
+    assert registry.execution_mode(ToolExecutionInput("2", "write")) == "exclusive"
