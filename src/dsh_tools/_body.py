@@ -38,6 +38,7 @@ from ._stages import code
 from .cancel import NEVER_CANCELLED, CancelSignal, CancelSource, Deadline, linked_source
 from .context import ToolRunContext
 from .errors import ErrorCode
+from .lingering import left_running
 from .models import ToolExecutionResult
 
 logger = logging.getLogger("dsh_tools")
@@ -242,6 +243,8 @@ class _Worker:
         self.abandoned = False
         self.raw: Any = None
         self.error: BaseException | None = None
+        self.ended: list[Callable[[], None]] = []
+        """What to call once the body returned (see :mod:`dsh_tools.lingering`)."""
 
     def run(self) -> None:
         try:
@@ -250,6 +253,10 @@ class _Worker:
             self.error = error
         with self.lock:
             self.done.set()
+            ended, self.ended = self.ended, []
+        for callback in ended:
+            callback()
+        with self.lock:
             if self.abandoned:
                 logger.warning(
                     'tool "%s" (%s): the body returned after the call timed out; '
@@ -259,13 +266,22 @@ class _Worker:
                     "error" if self.error is not None else "result",
                 )
 
+    def when_done(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the body has returned: now, if it has."""
+        with self.lock:
+            if not self.done.is_set():
+                self.ended.append(callback)
+                return
+        callback()
+
     def outcome(self, timer: _Timer) -> Any:
         """The body's value (or its exception, raised); ``None`` past the deadline."""
         with self.lock:
-            if not self.done.is_set():
-                self.abandoned = True
-                timer.expire()
-                return None
+            self.abandoned = not self.done.is_set()
+        if self.abandoned:
+            timer.expire()
+            left_running(self.when_done)
+            return None
         if self.error is not None:
             raise self.error
         return self.raw

@@ -31,6 +31,7 @@ from typing import Any
 from dsh_tools.cancel import NEVER_CANCELLED, CancelSignal, Deadline
 from dsh_tools.errors import DefinitionError, ErrorCode
 from dsh_tools.hookspecs import WrapperGenerator, hookimpl
+from dsh_tools.lingering import watching
 from dsh_tools.models import (
     Deny,
     ToolDefinition,
@@ -131,29 +132,35 @@ class ConcurrencyLimit:
         timeout_ms = tool.timeout_ms
 
         async def limited(signal: CancelSignal | None = None) -> ToolExecutionResult:
-            taken = 0
-            try:
-                for pool in pools:
-                    if not pool.try_acquire():
-                        break
-                    taken += 1
-                else:
-                    return await dispatch(signal)
-                entered = time.monotonic()
-                deadline = _deadline(execution.signal, signal, timeout_ms)
-                for pool in pools[taken:]:
-                    if not await pool.acquire(execution.signal, signal, deadline=deadline):
-                        return _not_started(execution, signal, deadline)
-                    taken += 1
-                waited = time.monotonic() - entered
-                note("ConcurrencyLimit", f"waited {waited * 1000:.1f} ms for a permit")
-                if timeout_ms is not None:
-                    remaining = max(timeout_ms - waited * 1000, 0.001)
-                    signal = (signal or NEVER_CANCELLED).with_timeout(remaining)
-                return await dispatch(signal)
-            finally:
-                for pool in pools[taken - 1 :: -1] if taken else ():
+            taken: list[Permits] = []
+
+            def release() -> None:
+                for pool in reversed(taken):
                     pool.release()
+
+            with watching() as lingering:
+                try:
+                    for pool in pools:
+                        if not pool.try_acquire():
+                            break
+                        taken.append(pool)
+                    else:
+                        return await dispatch(signal)
+                    entered = time.monotonic()
+                    deadline = _deadline(execution.signal, signal, timeout_ms)
+                    for pool in pools[len(taken) :]:
+                        if not await pool.acquire(execution.signal, signal, deadline=deadline):
+                            return _not_started(execution, signal, deadline)
+                        taken.append(pool)
+                    waited = time.monotonic() - entered
+                    note("ConcurrencyLimit", f"waited {waited * 1000:.1f} ms for a permit")
+                    if timeout_ms is not None:
+                        remaining = max(timeout_ms - waited * 1000, 0.001)
+                        signal = (signal or NEVER_CANCELLED).with_timeout(remaining)
+                    return await dispatch(signal)
+                finally:
+                    # A body abandoned at its deadline keeps its permits until it returns.
+                    lingering.then(release)
 
         return limited
 

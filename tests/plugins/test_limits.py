@@ -311,3 +311,50 @@ def test_a_cap_of_one_makes_the_tools_calls_exclusive() -> None:
 
     assert registry.execution_mode(ToolExecutionInput("1", "look")) == "parallel"
     assert registry.execution_mode(ToolExecutionInput("2", "write")) == "exclusive"
+
+
+@pytest.mark.parametrize("driver", ["execute_sync", "execute"])
+def test_a_body_abandoned_at_its_deadline_keeps_its_permit_until_it_returns(driver: str) -> None:
+    """A plain body past its deadline ends the call, but its thread runs on: the permit
+    stays taken until the body returns, so the cap holds for bodies still running."""
+    release = threading.Event()
+    entered: list[int] = []
+
+    def body(args: Any, ctx: ToolRunContext) -> str:
+        entered.append(args["i"])
+        if args["i"] == 0:
+            release.wait(60)
+        return "done"
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="work",
+            description="work",
+            parameters={"i": {"type": "integer"}},
+            execute=body,
+            timeout_ms=50,
+        )
+    )
+    limit = ConcurrencyLimit(per_tool=1)
+    registry.add_plugin(limit)
+    [pool] = limit.pools("work", None)
+
+    def run(index: int) -> ToolExecutionResult:
+        if driver == "execute_sync":
+            return registry.execute_sync(call(index))
+        return anyio.run(registry.execute, call(index))
+
+    first = run(0)
+    assert isinstance(first, ToolExecutionFailure)
+    assert first.error.info.code == ErrorCode.TOOL_TIMEOUT
+    second = run(1)  # the abandoned body still holds the only permit
+    assert isinstance(second, ToolExecutionFailure)
+    assert second.error.info.code == ErrorCode.TOOL_TIMEOUT
+    assert entered == [0]
+    release.set()
+    until(lambda: pool.try_acquire())
+    pool.release()
+    third = run(2)
+    assert not third.is_error
+    assert entered == [0, 2]

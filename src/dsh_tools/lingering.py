@@ -1,0 +1,87 @@
+"""Work a call leaves running after it ended, for wrappers that hold something for it.
+
+A plain ``def`` body that passes its deadline is abandoned: the call ends
+``TOOL_TIMEOUT`` at once, but Python cannot stop a thread, so the body's worker thread
+runs on until the body returns. A wrapper that holds a resource for the body (a
+``ConcurrencyLimit`` permit) must keep holding it until then, or a tool that times out
+often would have more bodies running than its cap allows.
+
+Such a wrapper dispatches inside :func:`watching` and hands its release to
+:meth:`Lingering.then`, which runs it at once when nothing was left running and
+otherwise when the last abandoned body returns::
+
+    with watching() as lingering:
+        try:
+            return await dispatch(signal)
+        finally:
+            lingering.then(release)
+
+The body step reports an abandoned body with :func:`left_running`; nothing else needs
+to call it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+
+__all__ = ["Lingering", "left_running", "watching"]
+
+WhenDone = Callable[[Callable[[], None]], None]
+"""Registers a callback to run once a piece of left-running work has ended (at once when
+it already has)."""
+
+_WATCHERS: ContextVar[tuple[Lingering, ...]] = ContextVar("dsh_tools_lingering", default=())
+
+
+class Lingering:
+    """What the calls dispatched inside one :func:`watching` block left running."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+        self._release: Callable[[], None] | None = None
+
+    def _add(self, when_done: WhenDone) -> None:
+        with self._lock:
+            self._running += 1
+        when_done(self._ended)
+
+    def _ended(self) -> None:
+        with self._lock:
+            self._running -= 1
+            release = self._release if self._running == 0 else None
+            if release is not None:
+                self._release = None
+        if release is not None:
+            release()
+
+    def then(self, release: Callable[[], None]) -> None:
+        """Run ``release`` now when nothing is left running, else when the last piece of
+        left-running work ends (in the thread where it ends). Call it once."""
+        with self._lock:
+            if self._running:
+                self._release = release
+                return
+        release()
+
+
+@contextlib.contextmanager
+def watching() -> Iterator[Lingering]:
+    """Collect the work that calls dispatched in this block leave running (in this
+    context: the task or thread that dispatches, and what it awaits)."""
+    lingering = Lingering()
+    token = _WATCHERS.set((*_WATCHERS.get(), lingering))
+    try:
+        yield lingering
+    finally:
+        _WATCHERS.reset(token)
+
+
+def left_running(when_done: WhenDone) -> None:
+    """Report work the current call leaves running to every :func:`watching` block around
+    it; ``when_done`` registers the callback that says it ended."""
+    for lingering in _WATCHERS.get():
+        lingering._add(when_done)
