@@ -84,6 +84,11 @@ def cmd_call(
             _write_lines(records.last.lines(), out)
     if isinstance(result, ToolExecutionFailure) and result.code == ErrorCode.UNKNOWN_TOOL:
         err.write(f"dsh-tools: note: known tools: {', '.join(registry.names()) or 'none'}\n")
+    if isinstance(result, ToolExecutionFailure) and result.code == ErrorCode.INVALID_JSON:
+        err.write(
+            "dsh-tools: note: ARGUMENTS must be one JSON object, such as "
+            """'{"path": "notes.txt"}', or - to read it from standard input\n"""
+        )
     return EXIT_CALL_FAILED if result.is_error else EXIT_OK
 
 
@@ -217,7 +222,7 @@ def cmd_replay(registry: ToolRegistry, options: argparse.Namespace, out: TextIO)
     return EXIT_OK
 
 
-def cmd_serve_mcp(registry: ToolRegistry, options: argparse.Namespace) -> int:
+def cmd_serve_mcp(registry: ToolRegistry, options: argparse.Namespace, err: TextIO) -> int:
     import functools
 
     import anyio
@@ -242,6 +247,12 @@ def cmd_serve_mcp(registry: ToolRegistry, options: argparse.Namespace) -> int:
             port=options.port,
             allow_remote=options.allow_remote,
         )
+        host = f"[{options.host}]" if ":" in options.host else options.host
+        err.write(
+            f"dsh-tools: serving MCP (streamable HTTP) at http://{host}:{options.port}/mcp\n"
+            "dsh-tools: put this URL in your MCP client's server settings; Ctrl-C stops\n"
+        )
+        err.flush()
         anyio.run(serve)
     else:
         anyio.run(functools.partial(serve_stdio, registry))
