@@ -121,6 +121,15 @@ class UnreadableArguments:
     problem: str = attrs.field(validator=attrs.validators.instance_of(str))
 
 
+def _non_empty_string(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+    """Refuse an identifier the observers, audit log and approval store could not key on."""
+    if not isinstance(value, str) or not value:
+        got = "an empty string" if value == "" else f"a {type(value).__name__}"
+        raise TypeError(
+            f"{type(instance).__name__}.{attribute.name} must be a non-empty string, got {got}"
+        )
+
+
 @attrs.frozen(slots=False)  # one per call: a dict-backed record is filled faster
 class ToolExecutionInput:
     """What a host asks the registry to run: one tool call as the model made it.
@@ -128,10 +137,12 @@ class ToolExecutionInput:
     ``arguments`` may be any Python value; it is snapshotted once into frozen JSON before
     any policy runs, and non-JSON arguments end the call with an ``INVALID_JSON`` failure
     (:class:`UnreadableArguments` says why, for arguments that could not even be read).
-    ``parent`` is the token of the enclosing execution for nested calls.
+    ``parent`` is the token of the enclosing execution for nested calls. ``call_id`` must
+    be a non-empty string (else :class:`TypeError` naming the field): observers, the audit
+    log and the approval store key the call on it.
     """
 
-    call_id: str
+    call_id: str = attrs.field(validator=_non_empty_string)
     name: str
     arguments: object = attrs.field(factory=dict)
     agent: str | None = None
@@ -196,6 +207,16 @@ class ToolExecutionSuccess:
         """The content's text blocks joined by newlines (other blocks as placeholders)."""
         return content_text(self.content)
 
+    @property
+    def code(self) -> None:
+        """Always ``None``: a success has no error code (a failure's ``code`` names it)."""
+        return None
+
+    @property
+    def error(self) -> None:
+        """Always ``None``: a success has no error (a failure's ``error`` is one)."""
+        return None
+
 
 @attrs.frozen(slots=False)  # one per call: a dict-backed record is filled faster
 class ToolExecutionFailure:
@@ -216,6 +237,16 @@ class ToolExecutionFailure:
     def code(self) -> str:
         """Shortcut for ``error.info.code``."""
         return self.error.info.code
+
+    @property
+    def value(self) -> None:
+        """Always ``None``: a failure has no value (a success's ``value`` is one)."""
+        return None
+
+    @property
+    def concludes_turn(self) -> Literal[False]:
+        """Always ``False``: only a success can conclude the model's turn."""
+        return False
 
 
 ToolExecutionResult = ToolExecutionSuccess | ToolExecutionFailure
