@@ -915,8 +915,7 @@ def test_block_returns_feedback_verbatim() -> None:
     assert result.error.message == "the output was withheld"
     assert result.code == "BLOCKED"
     assert result.meta is None
-    assert not hasattr(result, "value")
-    assert not hasattr(result, "concludes_turn")
+    assert (result.value, result.concludes_turn) == (None, False)
 
 
 @pytest.mark.parametrize(
