@@ -659,7 +659,7 @@ def test_raising_render_is_invalid_output_without_value() -> None:
         result.error.message
         == 'tool "echo" returned invalid output: output.render failed: no template'
     )
-    assert not hasattr(result, "value")
+    assert result.value is None
 
 
 def test_render_returning_non_json_is_invalid_output() -> None:
@@ -1198,7 +1198,7 @@ def test_raising_finalizer_replaces_the_whole_result_once() -> None:
     result = failure(registry.execute_sync(call()))
     assert "finalizer broke" in result.error.message
     assert result.content == [text(f"Error: {result.error.message}")]
-    assert not hasattr(result, "value")
+    assert result.value is None
     assert calls == [1]
 
 
@@ -1449,7 +1449,7 @@ def test_conclude_turn_marks_successes_only() -> None:
     registry = ToolRegistry()
     registry.register(tool(body, output=string_output()))
     assert success(registry.execute_sync(call())).concludes_turn is True
-    assert not hasattr(registry.execute_sync(call(arguments={"text": "fail"})), "concludes_turn")
+    assert registry.execute_sync(call(arguments={"text": "fail"})).concludes_turn is False
     registry.add_plugin(post_plugin(lambda result: Accept(value="replaced")))
     replaced = success(registry.execute_sync(call()))
     assert (replaced.value, replaced.concludes_turn) == ("replaced", True)
@@ -1465,7 +1465,7 @@ def test_blocked_nested_success_has_no_conclusion() -> None:
     registry.register(tool(body))
     registry.add_plugin(post_plugin(lambda result: Block(["withheld"])))
     result = failure(registry.execute_sync(call(parent=ExecutionToken())))
-    assert not hasattr(result, "concludes_turn")
+    assert result.concludes_turn is False
 
 
 def test_denied_call_never_calls_the_body_even_through_a_wrapper() -> None:
