@@ -531,3 +531,16 @@ def test_a_decision_record_names_the_deciding_rule_its_file_line_and_text(
     registry.execute_sync(ToolExecutionInput("c3", "other", {}))
     [defaulted] = recorder.last.record.of("pre_execute")
     assert defaulted.detail == {"default": "deny", "file": str(rules_file)}
+
+
+@pytest.mark.parametrize("source", [None, "<string>", "<rules from the host>"])
+def test_rules_from_text_name_no_pseudo_file_in_what_the_model_reads(source: str | None) -> None:
+    text = '[[rule]]\nname = "no deploys"\naction = "deny"\ntool = "deploy"\n'
+    rules = (
+        PermissionRules.from_toml_text(text)
+        if source is None
+        else PermissionRules.from_toml_text(text, source=source)
+    )
+    message = denied(run(registry_with(rules), "deploy"))
+    assert "permission rule 'no deploys'" in message
+    assert " in <" not in message
