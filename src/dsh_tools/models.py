@@ -78,6 +78,19 @@ def _frozen_object(value: object) -> FrozenDict:
     return frozen
 
 
+def _tool_object(value: object, definition: Any, field: attrs.Attribute[Any]) -> FrozenDict:
+    """A tool's JSON object field, frozen; bad data names the tool and the field (the
+    error keeps its type, ``JsonValueError`` or ``DefinitionError``)."""
+    try:
+        return _frozen_object(value)
+    except (JsonValueError, DefinitionError) as error:
+        error.args = (f'tool "{definition.name}": {field.name}: {error}',)
+        raise
+
+
+_TOOL_OBJECT = attrs.Converter(_tool_object, takes_self=True, takes_field=True)
+
+
 def _contexts(value: Iterable[ContextMessage]) -> tuple[ContextMessage, ...]:
     if type(value) is tuple and not value:  # the common case: no deferred context
         return ()
@@ -518,7 +531,7 @@ class ToolDefinition(Generic[A]):
 
     name: str = attrs.field(validator=attrs.validators.instance_of(str))
     description: str = attrs.field(validator=attrs.validators.instance_of(str))
-    parameters: FrozenDict = attrs.field(converter=_frozen_object)
+    parameters: FrozenDict = attrs.field(converter=_TOOL_OBJECT)  # type: ignore[misc]
     execute: Callable[[A, Any], Any]
     output: ToolOutput | None = None
     timeout_ms: float | None = attrs.field(default=None, validator=_positive_timeout)
@@ -529,7 +542,7 @@ class ToolDefinition(Generic[A]):
         Callable[[ToolExecution, ToolExecutionResult], Sequence[ContentLike] | None] | None
     ) = None
     blocking: bool = False
-    metadata: FrozenDict = attrs.field(factory=FrozenDict, converter=_frozen_object)
+    metadata: FrozenDict = attrs.field(factory=FrozenDict, converter=_TOOL_OBJECT)  # type: ignore[misc]
     arguments: ArgumentsModel[A] = attrs.field(
         default=attrs.Factory(_raw_arguments, takes_self=True), repr=False
     )
