@@ -1440,3 +1440,12 @@ def test_a_raw_definition_with_non_json_data_is_refused_naming_the_tool(field: s
     message = str(caught.value)
     assert message.startswith(f'tool "nan_tool": {field}: ')
     assert "is NaN" in message
+
+
+def test_a_classifier_that_raises_a_base_exception_is_exclusive(registry: ToolRegistry) -> None:
+    # The classifier is a tool's code: contained like every other, as BaseException.
+    def exits(arguments: object) -> bool:
+        raise SystemExit("a classifier that exits")
+
+    registry.register(classified("exits", exits))
+    assert registry.execution_mode(call("exits")) == "exclusive"
