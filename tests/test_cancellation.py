@@ -768,3 +768,49 @@ async def test_native_cancellation_during_an_async_observer_still_runs_every_obs
             await observing.wait()
             group.cancel_scope.cancel()
     assert log == ["post", "slow observer done", "result", "cancelled at the next checkpoint"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("declared_async", [True, False])
+async def test_a_call_its_caller_aborts_is_finalized_and_observed_shielded_with_grace(
+    declared_async: bool,
+) -> None:
+    # Fast core test of the abort path: finalize runs on the aborted result, and observers
+    # may await (shielded from the caller's cancellation, within the grace), whether they
+    # are `async def` or plain functions that return an awaitable.
+    log: list[str] = []
+    seen: list[ToolExecutionResult] = []
+    running = anyio.Event()
+
+    async def body(args: Any, ctx: ToolRunContext) -> str:
+        running.set()
+        await anyio.sleep(10)
+        return "never"
+
+    def finalized(execution: Any, result: ToolExecutionResult) -> None:
+        log.append(failure(result).code)
+
+    async def observed(result: ToolExecutionResult) -> None:
+        await anyio.sleep(0.001)
+        seen.append(result)
+
+    class AsyncObserver:
+        @hookimpl
+        async def dsh_tools_result(self, result: ToolExecutionResult) -> None:
+            await observed(result)
+
+    class PlainObserver:
+        @hookimpl
+        def dsh_tools_result(self, result: ToolExecutionResult) -> Any:
+            return observed(result)
+
+    registry = ToolRegistry()
+    registry.register(tool(body, finalize_content=finalized))
+    registry.add_plugin(AsyncObserver() if declared_async else PlainObserver())
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(_append, [], registry.execute(call()))
+            await running.wait()
+            group.cancel_scope.cancel()
+    assert log == ["ABORTED"]
+    assert [failure(result).code for result in seen] == ["ABORTED"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dsh_tools.cli import EXIT_CALL_FAILED, EXIT_USAGE, main
+from dsh_tools.cli import EXIT_CALL_FAILED, EXIT_OK, EXIT_USAGE, main
 
 
 class Run:
@@ -367,3 +367,57 @@ def test_host_files_through_a_link_are_refused(
     assert run.code == EXIT_USAGE
     assert "a symbolic link; refusing to follow it" in run.err
     assert str(link) in run.err
+
+
+# What a new user stumbled on: options after the command, help pages, where
+# `serve-mcp --http` listens, and a note for arguments that are not JSON.
+def test_global_options_are_accepted_after_the_command(workspace: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "elsewhere.txt").write_text("needle\n")
+    run = dsh("call", "read_file", '{"path": "elsewhere.txt"}', "--json", "--workspace", str(other))
+    assert run.code == EXIT_OK, run.out + run.err
+    assert "needle" in json.dumps(json.loads(run.out)["content"])
+
+
+def test_a_repeatable_option_given_before_and_after_the_command_keeps_both() -> None:
+    from dsh_tools._cli_parser import build_parser
+
+    options = build_parser().parse_args(["--block", "a", "list", "--block", "b", "--debug"])
+    assert options.block == ["a", "b"]
+    assert options.debug is True
+    assert build_parser().parse_args(["--workspace", "w", "list"]).workspace == "w"
+
+
+@pytest.mark.parametrize("command", ["list", "schemas", "call", "explain", "replay", "serve-mcp"])
+def test_each_command_help_page_has_a_description(command: str) -> None:
+    page = dsh(command, "--help").out
+    description = page.partition("\n\n")[2].split("\n", 1)[0]
+    assert description[:1].isupper(), page
+    assert not description.startswith(("positional", "options")), page
+
+
+def test_schemas_format_has_help_text() -> None:
+    assert "declaration format" in dsh("schemas", "--help").out
+
+
+def test_arguments_that_are_not_json_get_a_note_on_standard_error(workspace: Path) -> None:
+    run = dsh("call", "read_file", "{oops")
+    assert "dsh-tools: note: ARGUMENTS must be one JSON object" in run.err
+
+
+def test_serve_mcp_http_prints_its_url_on_standard_error(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("mcp")
+    from dsh_tools.bridges import mcp
+
+    async def served(*args: object, **kwargs: object) -> None:
+        return None
+
+    monkeypatch.setattr(mcp, "serve_http", served)
+    run = dsh("serve-mcp", "--http", "--port", "8765")
+    assert run.code == EXIT_OK
+    assert "http://127.0.0.1:8765/mcp" in run.err
+    assert "MCP client" in run.err
+    assert run.out == ""

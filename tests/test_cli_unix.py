@@ -240,12 +240,15 @@ def test_replay_refuses_what_holds_no_audit_event(tmp_path: Path) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_text("", encoding="utf-8")
     not_a_log = tmp_path / "notes.md"
-    not_a_log.write_text("# notes\n", encoding="utf-8")
+    not_a_log.write_text("# notes\n\nsome text\nmore text\n", encoding="utf-8")
     for path in (empty, not_a_log):
         done = run_dsh("replay", str(path))
         assert done.returncode == 2
-        assert done.stderr.splitlines()[-1] == (
-            f"dsh-tools: error: {str(path)!r} holds no audit event"
+        # One clear error, not first a warning for each line that is not an event.
+        assert done.stderr == (
+            f"dsh-tools: error: {str(path)!r} holds no audit event: it is not an audit log "
+            "(no line in it is a tool/call or tool/result event; --audit-log writes audit "
+            "logs)\n"
         )
     directory = run_dsh("replay", str(tmp_path))
     assert directory.returncode == 2

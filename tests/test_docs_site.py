@@ -234,3 +234,34 @@ def test_the_docs_install_from_a_clone_until_the_package_is_published() -> None:
     index = (DOCS / "index.md").read_text(encoding="utf-8")
     assert "python -m pip install ." in index
     assert "python -m pip install '.[mcp]'" in index
+
+
+def test_api_signatures_are_formatted_one_parameter_a_line(site: Path) -> None:
+    api = (site / "reference" / "api" / "index.html").read_text(encoding="utf-8")
+    blocks = re.findall(r'class="doc-signature[^"]*".*?<code>(.*?)</code>', api, re.S)
+    signatures = [htmllib.unescape(re.sub(r"<[^>]+>", "", block)) for block in blocks]
+    assert len(signatures) > 20
+    too_long = [line for text in signatures for line in text.splitlines() if len(line) > 100]
+    assert not too_long, too_long[:3]
+    (registry,) = [text for text in signatures if text.startswith("ToolRegistry(")]
+    assert "\n    approval: ApprovalChannel | None = None,\n" in registry
+
+
+def test_the_wire_examples_sdks_come_with_an_extra() -> None:
+    tomllib = pytest.importorskip("tomllib")
+
+    project = tomllib.loads((DOCS.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    extras = project["project"]["optional-dependencies"]
+    imported = set(
+        re.findall(
+            r"^(?:from|import) (openai|anthropic|google\.genai)\b",
+            (DOCS / "wire.md").read_text(encoding="utf-8"),
+            re.M,
+        )
+    )
+    assert "google.genai" in imported
+    sdk = {"openai": "openai", "anthropic": "anthropic", "google.genai": "google-genai"}
+    provided = {requirement.split(">")[0] for requirement in extras["providers"]}
+    assert {sdk[module] for module in imported} <= provided
+    assert "providers" in (DOCS / "wire.md").read_text(encoding="utf-8")
+    assert any(requirement.startswith("ruff") for requirement in extras["docs"])

@@ -243,3 +243,29 @@ def test_a_remembered_answer_decides_as_it_would_for_the_call() -> None:
     assert refused.decided_by.source == "approval store"
     assert agent.explain(call({"text": "new"})).outcome == "ask"
     assert len(approval.requests) == 2
+
+
+def test_arguments_code_that_raises_a_base_exception_is_contained_as_in_a_real_call() -> None:
+    import attrs
+
+    def refuse(instance: object, attribute: object, value: object) -> None:
+        raise SystemExit("a validator that exits")
+
+    @attrs.frozen
+    class Args:
+        n: int = attrs.field(validator=refuse)
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="exits",
+            description="Refuses every argument by exiting.",
+            parameters=Args,
+            execute=lambda args, context: "ran",
+        )
+    )
+    explained = registry.explain(ToolExecutionInput("1", "exits", {"n": 1}))
+    real = registry.execute_sync(ToolExecutionInput("2", "exits", {"n": 1}))
+    assert real.is_error
+    assert explained.outcome == "invalid"
+    assert "a validator that exits" in (explained.reason or "")

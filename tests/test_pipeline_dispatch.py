@@ -659,7 +659,7 @@ def test_raising_render_is_invalid_output_without_value() -> None:
         result.error.message
         == 'tool "echo" returned invalid output: output.render failed: no template'
     )
-    assert not hasattr(result, "value")
+    assert result.value is None
 
 
 def test_render_returning_non_json_is_invalid_output() -> None:
@@ -915,8 +915,7 @@ def test_block_returns_feedback_verbatim() -> None:
     assert result.error.message == "the output was withheld"
     assert result.code == "BLOCKED"
     assert result.meta is None
-    assert not hasattr(result, "value")
-    assert result.concludes_turn is False  # only APPROVAL_PENDING concludes a failure
+    assert (result.value, result.concludes_turn) == (None, False)
 
 
 @pytest.mark.parametrize(
@@ -1199,7 +1198,7 @@ def test_raising_finalizer_replaces_the_whole_result_once() -> None:
     result = failure(registry.execute_sync(call()))
     assert "finalizer broke" in result.error.message
     assert result.content == [text(f"Error: {result.error.message}")]
-    assert not hasattr(result, "value")
+    assert result.value is None
     assert calls == [1]
 
 
@@ -1488,3 +1487,63 @@ def test_denied_call_never_calls_the_body_even_through_a_wrapper() -> None:
     registry.add_plugin(Denier())
     assert failure(registry.execute_sync(call())).code == "DENIED"
     assert log == []
+
+
+def test_accept_value_keeps_the_contexts_earlier_steps_added() -> None:
+    def body(args: Any, ctx: ToolRunContext) -> str:
+        ctx.defer_context(context("body"))
+        return "hi"
+
+    registry = ToolRegistry()
+    registry.register(tool(body))
+    registry.add_plugin(post_plugin(lambda result: Accept(additional_contexts=[context("a")])))
+    registry.add_plugin(
+        post_plugin(lambda result: Accept(value="new", additional_contexts=[context("b")]))
+    )
+    result = success(registry.execute_sync(call()))
+    assert result.value == "new"
+    assert {message.id for message in result.additional_contexts} == {"body", "a", "b"}
+
+
+@pytest.mark.parametrize(
+    ("own", "default", "budget"), [(5000, 100, 5000), (None, 100, 100), (100, 5000, 100)]
+)
+def test_a_tools_own_timeout_wins_over_the_registry_default(
+    own: int | None, default: int, budget: int
+) -> None:
+    seen: list[float] = []
+
+    def body(args: Any, ctx: ToolRunContext) -> str:
+        assert ctx.signal.deadline is not None
+        seen.append(ctx.signal.deadline.budget_ms)
+        return "hi"
+
+    registry = ToolRegistry()
+    registry.default_timeout_ms = default
+    registry.register(tool(body, timeout_ms=own))
+    success(registry.execute_sync(call()))
+    assert seen == [budget]
+
+
+def test_a_conclusion_follows_the_bodys_last_run_even_for_an_earlier_result() -> None:
+    # A wrapper that runs the body twice and returns the first result: the body's last run
+    # did not conclude the turn, so the call does not.
+    runs: list[int] = []
+
+    def body(args: Any, ctx: ToolRunContext) -> str:
+        runs.append(len(runs))
+        if len(runs) == 1:
+            ctx.conclude_turn()
+        return "hi"
+
+    async def around(dispatch: Any, signal: Any) -> Any:
+        first = await dispatch(signal)
+        await dispatch(signal)
+        return first
+
+    registry = ToolRegistry()
+    registry.register(tool(body))
+    registry.add_plugin(wrapper(around))
+    result = success(registry.execute_sync(call()))
+    assert runs == [0, 1]
+    assert result.concludes_turn is False

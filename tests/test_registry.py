@@ -1425,3 +1425,27 @@ def test_definition_for_resolves_like_execution(registry: ToolRegistry) -> None:
     assert registry.definition_for("x") is registry.get("x")
     assert registry.scope("a").definition_for("x", "other") is None
     assert registry.scope("a").definition_for("x") is scoped
+
+
+@pytest.mark.parametrize("field", ["parameters", "metadata"])
+def test_a_raw_definition_with_non_json_data_is_refused_naming_the_tool(field: str) -> None:
+    import math
+
+    from dsh_tools.models import ToolDefinition
+
+    bad = {"type": "object", "properties": {"n": {"type": "number", "default": math.nan}}}
+    fields: dict[str, Any] = {"parameters": {"type": "object"}, field: bad}
+    with pytest.raises(JsonValueError) as caught:
+        ToolDefinition(name="nan_tool", description="d", execute=lambda a, c: 1, **fields)
+    message = str(caught.value)
+    assert message.startswith(f'tool "nan_tool": {field}: ')
+    assert "is NaN" in message
+
+
+def test_a_classifier_that_raises_a_base_exception_is_exclusive(registry: ToolRegistry) -> None:
+    # The classifier is a tool's code: contained like every other, as BaseException.
+    def exits(arguments: object) -> bool:
+        raise SystemExit("a classifier that exits")
+
+    registry.register(classified("exits", exits))
+    assert registry.execution_mode(call("exits")) == "exclusive"

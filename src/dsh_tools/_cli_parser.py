@@ -6,7 +6,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import NoReturn
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from ._version import __version__
 
@@ -22,6 +23,9 @@ class ArgumentsRejected(Exception):
         self.message = message
 
 
+_Options = argparse.ArgumentParser | argparse._ArgumentGroup
+
+
 class _Parser(argparse.ArgumentParser):
     """Raises instead of printing and exiting, so ``call --json`` can answer in JSON."""
 
@@ -29,9 +33,28 @@ class _Parser(argparse.ArgumentParser):
         raise ArgumentsRejected(self, message)
 
 
+_AFTER = "_after_command"
+
+
+class _TopParser(_Parser):
+    """Adds the values of repeatable global options given after the command to those
+    given before it (``--block a call x --block b`` blocks both)."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        options, rest = super().parse_known_args(args, namespace)
+        for name, value in list(vars(options).items()):
+            if name.endswith(_AFTER):
+                delattr(options, name)
+                before = getattr(options, name.removesuffix(_AFTER))
+                setattr(options, name.removesuffix(_AFTER), [*(before or []), *value])
+        return options, rest
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: the global options, then one subcommand."""
-    parser = _Parser(
+    parser = _TopParser(
         prog="dsh-tools",
         description="List, inspect, call and serve the tools of installed dsh-tools plugins.",
     )
@@ -39,12 +62,32 @@ def build_parser() -> argparse.ArgumentParser:
     _plugin_options(parser)
     _policy_options(parser)
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
     _commands(commands)
+    for command in commands.choices.values():
+        _global_options_after(command)
     return parser
 
 
-def _plugin_options(parser: argparse.ArgumentParser) -> None:
+def _global_options_after(command: argparse.ArgumentParser) -> None:
+    """Accept the global options after the command too (``call grep '{}' --workspace X``).
+
+    Their defaults are suppressed, so an option given only before the command keeps its
+    value; given in both places, the one after the command wins, as git does for its own.
+    """
+    group = command.add_argument_group("global options (also accepted before the command)")
+    _plugin_options(group)
+    _policy_options(group)
+    group.add_argument("--debug", action="store_true", help="show tracebacks")
+    for action in group._group_actions:
+        action.default = argparse.SUPPRESS
+        if isinstance(action, argparse._AppendAction):
+            action.dest += _AFTER
+
+
+def _plugin_options(parser: _Options) -> None:
     """Which installed plugins load, and what a failure to load means."""
     parser.add_argument("--no-plugins", action="store_true", help="load no installed plugin")
     parser.add_argument(
@@ -68,7 +111,7 @@ def _plugin_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _policy_options(parser: argparse.ArgumentParser) -> None:
+def _policy_options(parser: _Options) -> None:
     """The workspace, rules, sandbox and audit log the tools run under."""
     parser.add_argument(
         "--workspace", metavar="DIR", help="root the workspace tools are confined to (default: .)"
@@ -99,15 +142,16 @@ def _policy_options(parser: argparse.ArgumentParser) -> None:
 
 def _commands(commands: argparse._SubParsersAction[_Parser]) -> None:
     """One parser per command, in the order ``--help`` lists them."""
-    commands.add_parser("list", help="the visible tools, one line each")
-    commands.add_parser("plugins", help="what loaded, with versions, and what failed and why")
-    schemas = commands.add_parser("schemas", help="the model-facing schemas as JSON")
+    _command(commands, "list", "the visible tools, one line each")
+    _command(commands, "plugins", "what loaded, with versions, and what failed and why")
+    schemas = _command(commands, "schemas", "the model-facing schemas as JSON")
     schemas.add_argument(
         "--format",
         default="raw",
         choices=("raw", "openai", "openai-responses", "anthropic", "gemini", "mcp"),
+        help="the provider declaration format to print (default: raw)",
     )
-    call = commands.add_parser("call", help="run one call through the full pipeline")
+    call = _command(commands, "call", "run one call through the full pipeline")
     _call_arguments(call)
     call.add_argument(
         "--json", action="store_true", help="print the frozen result (or the error) as JSON"
@@ -120,9 +164,10 @@ def _commands(commands: argparse._SubParsersAction[_Parser]) -> None:
         action="store_true",
         help="with --json: stream progress and output as JSON lines, then the result as one",
     )
-    explain = commands.add_parser(
+    explain = _command(
+        commands,
         "explain",
-        help="say what a call would do (run, deny, ask) without running it; exit 0, 1 or 10",
+        "say what a call would do (run, deny, ask) without running it; exit 0, 1 or 10",
     )
     _call_arguments(explain)
     explain.add_argument("--json", action="store_true", help="print the explanation as JSON")
@@ -131,13 +176,13 @@ def _commands(commands: argparse._SubParsersAction[_Parser]) -> None:
         action="store_true",
         help="also list the permission rules that match no loaded tool (typos in tool names)",
     )
-    commands.add_parser("check", help="validate every installed plugin; exit 1 on problems")
-    replay = commands.add_parser("replay", help="render an audit log's calls as cards")
+    _command(commands, "check", "validate every installed plugin; exit 1 on problems")
+    replay = _command(commands, "replay", "render an audit log's calls as cards")
     replay.add_argument("log", help="the JSON Lines audit log (from --audit-log)")
     replay.add_argument("--rotated", action="store_true", help="include rotated files (LOG.N)")
     replay.add_argument("--explain", action="store_true", help="print each call's decision record")
     _approvals_command(commands)
-    serve = commands.add_parser("serve-mcp", help="serve the tools over MCP (extra: mcp)")
+    serve = _command(commands, "serve-mcp", "serve the tools over MCP (extra: mcp)")
     serve.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP host (loopback by default)")
     serve.add_argument("--port", type=int, default=8000, help="HTTP port")
@@ -156,16 +201,16 @@ def _commands(commands: argparse._SubParsersAction[_Parser]) -> None:
 def _approvals_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     """``approvals list | show | approve | reject``: the tickets of calls waiting for a
     person, in the approval store."""
-    approvals = commands.add_parser("approvals", help="list, show, approve or reject tickets")
+    approvals = _command(commands, "approvals", "list, show, approve or reject tickets")
     actions = approvals.add_subparsers(dest="approvals_command", required=True, metavar="ACTION")
-    listing = actions.add_parser("list", help="the tickets waiting for an answer")
+    listing = _command(actions, "list", "the tickets waiting for an answer")
     listing.add_argument("--all", action="store_true", help="answered and expired ones too")
-    show = actions.add_parser("show", help="a ticket's call card and record")
-    approve = actions.add_parser("approve", help="let the ticket's call run once")
+    show = _command(actions, "show", "a ticket's call card and record")
+    approve = _command(actions, "approve", "let the ticket's call run once")
     approve.add_argument(
         "--always", action="store_true", help="and remember it for these arguments"
     )
-    reject = actions.add_parser("reject", help="refuse the ticket's call")
+    reject = _command(actions, "reject", "refuse the ticket's call")
     reject.add_argument("--feedback", metavar="TEXT", help="what the model is told instead")
     reject.add_argument("--always", action="store_true", help="and remember the refusal")
     for action in (show, approve, reject):
@@ -174,10 +219,20 @@ def _approvals_command(commands: argparse._SubParsersAction[_Parser]) -> None:
         action.add_argument("--by", metavar="NAME", help="who answers (default: your user name)")
     for action in (listing, show, approve, reject):
         action.add_argument("--json", action="store_true", help="print JSON")
-    serve = actions.add_parser("serve", help="the web inbox, guarded by a token it prints")
+    serve = _command(actions, "serve", "the web inbox, guarded by a token it prints")
     serve.add_argument("--host", default="127.0.0.1", help="host (loopback by default)")
     serve.add_argument("--port", type=int, default=8765, help="port (0: any free one)")
     serve.add_argument("--allow-remote", action="store_true", help="allow a non-loopback host")
+
+
+def _command(
+    commands: argparse._SubParsersAction[Any], name: str, summary: str
+) -> argparse.ArgumentParser:
+    """A command whose ``--help`` page starts with the summary ``dsh-tools --help`` lists."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name, help=summary, description=summary[:1].upper() + summary[1:]
+    )
+    return parser
 
 
 def _call_arguments(command: argparse.ArgumentParser) -> None:

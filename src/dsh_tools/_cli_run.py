@@ -91,6 +91,11 @@ def cmd_call(
             _write_lines(records.last.lines(), out)
     if isinstance(result, ToolExecutionFailure) and result.code == ErrorCode.UNKNOWN_TOOL:
         err.write(f"dsh-tools: note: known tools: {', '.join(registry.names()) or 'none'}\n")
+    if isinstance(result, ToolExecutionFailure) and result.code == ErrorCode.INVALID_JSON:
+        err.write(
+            "dsh-tools: note: ARGUMENTS must be one JSON object, such as "
+            """'{"path": "notes.txt"}', or - to read it from standard input\n"""
+        )
     return EXIT_CALL_FAILED if result.is_error else EXIT_OK
 
 
@@ -177,6 +182,11 @@ def cmd_replay(registry: ToolRegistry, options: argparse.Namespace, out: TextIO)
         raise UsageError(f"audit log {options.log!r} is a directory")
     if not os.path.isfile(options.log):
         raise UsageError(f"audit log {options.log!r} does not exist")
+    if not _holds_an_event(options.log, options.rotated):
+        raise UsageError(
+            f"{options.log!r} holds no audit event: it is not an audit log (no line in it "
+            "is a tool/call or tool/result event; --audit-log writes audit logs)"
+        )
     count = 0
     for replayed in replay(options.log, registry, rotated=options.rotated):
         count += 1
@@ -195,13 +205,29 @@ def cmd_replay(registry: ToolRegistry, options: argparse.Namespace, out: TextIO)
             record = replayed.record
             lines = ["no decision record (written before records were kept)"]
             _write_lines(lines if record is None else record.lines(), out)
-    if count == 0:
-        raise UsageError(f"{options.log!r} holds no audit event")
     out.write(f"{count} call(s)\n")
     return EXIT_OK
 
 
-def cmd_serve_mcp(registry: ToolRegistry, options: argparse.Namespace) -> int:
+def _holds_an_event(log: str, rotated: bool) -> bool:
+    """Whether ``log`` has at least one audit event; the lines before it are not reported
+    here (the replay itself warns about those, once)."""
+    import logging
+
+    from dsh_tools_plugins.audit import read_audit_log
+
+    def unreported(record: logging.LogRecord) -> bool:
+        return False
+
+    logger = logging.getLogger("dsh_tools")
+    logger.addFilter(unreported)
+    try:
+        return next(iter(read_audit_log(log, rotated=rotated)), None) is not None
+    finally:
+        logger.removeFilter(unreported)
+
+
+def cmd_serve_mcp(registry: ToolRegistry, options: argparse.Namespace, err: TextIO) -> int:
     import functools
 
     import anyio
@@ -235,6 +261,12 @@ def cmd_serve_mcp(registry: ToolRegistry, options: argparse.Namespace) -> int:
             allow_remote=options.allow_remote,
             approvals=options.approvals,
         )
+        host = f"[{options.host}]" if ":" in options.host else options.host
+        err.write(
+            f"dsh-tools: serving MCP (streamable HTTP) at http://{host}:{options.port}/mcp\n"
+            "dsh-tools: put this URL in your MCP client's server settings; Ctrl-C stops\n"
+        )
+        err.flush()
         anyio.run(serve)
     else:
         anyio.run(functools.partial(serve_stdio, registry, approvals=options.approvals))

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from ._approval import ALLOW, approval_keys, remembered, unroutable, unrunnable
 from ._call import Call, Interrupted, StageFailed
 from ._drivers import arguments_not_json, frozen_arguments
+from ._loops import stops_the_caller
 from ._results import error_result
 from ._stages import first_decision, guard
 from .errors import ErrorCode, JsonValueError
@@ -73,7 +74,9 @@ def _after_policy(call: Call) -> Explanation:
         return _explained(call, "invalid", call.unknown().error.message, ErrorCode.UNKNOWN_TOOL)
     try:
         call.parse(entry)
-    except Exception as error:
+    except BaseException as error:  # an arguments class's validators are plugin code
+        if stops_the_caller(error):
+            raise
         failure = error_result(error, ErrorCode.INVALID_ARGS)
         return _explained(call, "invalid", failure.error.message, failure.code)
     return Explanation("run", steps=_steps(call))

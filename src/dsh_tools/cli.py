@@ -140,7 +140,7 @@ def _commands(
         "explain": lambda: cmd_explain(registry, options, out, stdin, err),
         "check": lambda: cmd_check(registry, report, out),
         "replay": lambda: cmd_replay(registry, options, out),
-        "serve-mcp": lambda: cmd_serve_mcp(registry, options),
+        "serve-mcp": lambda: cmd_serve_mcp(registry, options, err),
         "approvals": lambda: cmd_approvals(options, out, err),
     }
 

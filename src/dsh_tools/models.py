@@ -80,6 +80,19 @@ def _frozen_object(value: object) -> FrozenDict:
     return frozen
 
 
+def _tool_object(value: object, definition: Any, field: attrs.Attribute[Any]) -> FrozenDict:
+    """A tool's JSON object field, frozen; bad data names the tool and the field (the
+    error keeps its type, ``JsonValueError`` or ``DefinitionError``)."""
+    try:
+        return _frozen_object(value)
+    except (JsonValueError, DefinitionError) as error:
+        error.args = (f'tool "{definition.name}": {field.name}: {error}',)
+        raise
+
+
+_TOOL_OBJECT = attrs.Converter(_tool_object, takes_self=True, takes_field=True)
+
+
 def _contexts(value: Iterable[ContextMessage]) -> tuple[ContextMessage, ...]:
     if type(value) is tuple and not value:  # the common case: no deferred context
         return ()
@@ -123,6 +136,15 @@ class UnreadableArguments:
     problem: str = attrs.field(validator=attrs.validators.instance_of(str))
 
 
+def _non_empty_string(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+    """Refuse an identifier the observers, audit log and approval store could not key on."""
+    if not isinstance(value, str) or not value:
+        got = "an empty string" if value == "" else f"a {type(value).__name__}"
+        raise TypeError(
+            f"{type(instance).__name__}.{attribute.name} must be a non-empty string, got {got}"
+        )
+
+
 @attrs.frozen(slots=False)  # one per call: a dict-backed record is filled faster
 class ToolExecutionInput:
     """What a host asks the registry to run: one tool call as the model made it.
@@ -133,9 +155,11 @@ class ToolExecutionInput:
     ``parent`` is the token of the enclosing execution for nested calls. ``on_progress``
     receives the call's progress and output events as the body reports them (after the
     scope's progress filters; see :mod:`dsh_tools.progress`), never after the result.
+    ``call_id`` must be a non-empty string (else :class:`TypeError` naming the field):
+    observers, the audit log and the approval store key the call on it.
     """
 
-    call_id: str
+    call_id: str = attrs.field(validator=_non_empty_string)
     name: str
     arguments: object = attrs.field(factory=dict)
     agent: str | None = None
@@ -201,6 +225,16 @@ class ToolExecutionSuccess:
         """The content's text blocks joined by newlines (other blocks as placeholders)."""
         return content_text(self.content)
 
+    @property
+    def code(self) -> None:
+        """Always ``None``: a success has no error code (a failure's ``code`` names it)."""
+        return None
+
+    @property
+    def error(self) -> None:
+        """Always ``None``: a success has no error (a failure's ``error`` is one)."""
+        return None
+
 
 @attrs.frozen(slots=False)  # one per call: a dict-backed record is filled faster
 class ToolExecutionFailure:
@@ -223,6 +257,11 @@ class ToolExecutionFailure:
     def code(self) -> str:
         """Shortcut for ``error.info.code``."""
         return self.error.info.code
+
+    @property
+    def value(self) -> None:
+        """Always ``None``: a failure has no value (a success's ``value`` is one)."""
+        return None
 
 
 ToolExecutionResult = ToolExecutionSuccess | ToolExecutionFailure
@@ -516,7 +555,7 @@ class ToolDefinition(Generic[A]):
 
     name: str = attrs.field(validator=attrs.validators.instance_of(str))
     description: str = attrs.field(validator=attrs.validators.instance_of(str))
-    parameters: FrozenDict = attrs.field(converter=_frozen_object)
+    parameters: FrozenDict = attrs.field(converter=_TOOL_OBJECT)  # type: ignore[misc]
     execute: Callable[[A, Any], Any]
     output: ToolOutput | None = None
     timeout_ms: float | None = attrs.field(default=None, validator=_positive_timeout)
@@ -527,7 +566,7 @@ class ToolDefinition(Generic[A]):
         Callable[[ToolExecution, ToolExecutionResult], Sequence[ContentLike] | None] | None
     ) = None
     blocking: bool = False
-    metadata: FrozenDict = attrs.field(factory=FrozenDict, converter=_frozen_object)
+    metadata: FrozenDict = attrs.field(factory=FrozenDict, converter=_TOOL_OBJECT)  # type: ignore[misc]
     arguments: ArgumentsModel[A] = attrs.field(
         default=attrs.Factory(_raw_arguments, takes_self=True), repr=False
     )

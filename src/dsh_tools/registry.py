@@ -19,7 +19,7 @@ import pluggy
 from . import _drivers, _explain
 from ._approval import channel
 from ._layers import Layer, restriction, visible
-from ._loops import drive, refuse_inside_a_loop, run_on_own_loop
+from ._loops import drive, refuse_inside_a_loop, run_on_own_loop, stops_the_caller
 from ._manager import PluginManager
 from ._plan import Plan, ToolEntry, build_plan, guard_impl, label
 from ._tickets import resumed_call, waiting
@@ -482,7 +482,9 @@ class ToolRegistry(_ViewBase):
             arguments = entry.definition.arguments.parse(call.arguments)
             verdict = entry.definition.is_concurrency_safe(arguments)
             parallel = verdict is True and not _serialized(plan, call)
-        except Exception:
+        except BaseException as error:  # the tool's own code: contained, as in a call
+            if stops_the_caller(error):
+                raise
             return "exclusive"
         return "parallel" if parallel else "exclusive"
 

@@ -390,8 +390,10 @@ def _parse_event(raw: bytes) -> Any:
         raise ValueError(f"unknown event kind {event.get('event')!r}")
     call_id = event.get("call_id")
     integer = isinstance(call_id, int) and not isinstance(call_id, bool)
-    if not (isinstance(call_id, str) or integer) or not isinstance(event.get("name"), str):
-        raise ValueError("an event needs a string call_id and name")
+    if not ((isinstance(call_id, str) and call_id) or integer) or not isinstance(
+        event.get("name"), str
+    ):
+        raise ValueError("an event needs a non-empty string call_id and a string name")
     return event
 
 

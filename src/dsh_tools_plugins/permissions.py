@@ -808,7 +808,10 @@ class PermissionRules:
         }
 
     def _from(self) -> str:
-        return f" in {self.source}" if self.source else ""
+        """`` in FILE`` for what the model reads; nothing for rules from text, whose
+        ``source`` is a placeholder such as ``<string>``, not a place to look."""
+        placeholder = self.source is not None and self.source.startswith("<")
+        return f" in {self.source}" if self.source and not placeholder else ""
 
     def _label(self, rule: Rule, index: int) -> str:
         label = repr(rule.name) if rule.name else f"#{index}"

@@ -906,3 +906,30 @@ async def test_a_pending_approval_and_its_answer_are_decision_events(backend: Ba
     assert answered["dsh_tools.decision"] == "allowed-once"
     detail = json.loads(answered["dsh_tools.detail"])
     assert (detail["by"], detail["channel"]) == ("ana", "inbox")
+
+
+def test_the_docs_say_which_names_are_the_conventions_and_which_are_ours() -> None:
+    import re
+
+    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
+    from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
+    from opentelemetry.semconv.attributes import error_attributes
+
+    import dsh_tools_plugins.otel as otel
+
+    defined = {
+        value
+        for module in (gen_ai_attributes, gen_ai_metrics, error_attributes)
+        for value in vars(module).values()
+        if isinstance(value, str)
+    }
+    defined |= {member.value for member in gen_ai_attributes.GenAiOperationNameValues}
+    page = (Path(__file__).parents[2] / "docs" / "telemetry.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `([\w.]+)`[^|]*\| [^|]+ \| (the conventions'|ours)", page, re.M)
+    whose = dict(rows)
+    assert whose, "docs/telemetry.md has no table of whose names these are"
+    for name, owner in whose.items():
+        assert (name in defined) == (owner == "the conventions'"), name
+    source = Path(otel.__file__).read_text(encoding="utf-8")
+    used = set(re.findall(r'"((?:gen_ai|dsh_tools|error)\.[a-z_.]+)"', source))
+    assert used <= set(whose), used - set(whose)

@@ -563,3 +563,16 @@ def test_a_rules_file_a_command_could_rewrite_is_refused(
             load()
         assert info.value.source == str(path)
         assert problem in str(info.value)
+
+
+@pytest.mark.parametrize("source", [None, "<string>", "<rules from the host>"])
+def test_rules_from_text_name_no_pseudo_file_in_what_the_model_reads(source: str | None) -> None:
+    text = '[[rule]]\nname = "no deploys"\naction = "deny"\ntool = "deploy"\n'
+    rules = (
+        PermissionRules.from_toml_text(text)
+        if source is None
+        else PermissionRules.from_toml_text(text, source=source)
+    )
+    message = denied(run(registry_with(rules), "deploy"))
+    assert "permission rule 'no deploys'" in message
+    assert " in <" not in message

@@ -23,7 +23,14 @@ import anyio
 import attrs
 import pytest
 
-from dsh_tools import CancelSource, ToolExecutionInput, ToolRegistry, define_tool, hookimpl
+from dsh_tools import (
+    CancelSource,
+    ToolExecutionInput,
+    ToolRegistry,
+    cancel,
+    define_tool,
+    hookimpl,
+)
 from dsh_tools.json import FrozenList
 from dsh_tools.models import (
     ToolExecution,
@@ -202,7 +209,15 @@ def _expected_denial(word: str | None, agent: str | None, policies: set[str]) ->
 
 
 @pytest.mark.anyio
-async def test_ten_thousand_concurrent_calls_keep_to_themselves(anyio_backend: str) -> None:
+async def test_ten_thousand_concurrent_calls_keep_to_themselves(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The grace bounds how long the observers of an aborted call may take, in wall-clock
+    # time; with 10 000 tasks on one loop of a loaded machine, an observer's next turn can
+    # come later than the usual second, and a cut observer would read as a lost call.
+    # This test checks that every observer sees every call once, not the grace (the core
+    # tests do), so the grace and the overall bound are sized for a shared CI machine.
+    monkeypatch.setattr(cancel, "CANCEL_GRACE_S", 120.0)
     rng = random.Random(SEED)
     registry = ToolRegistry()
     for tool in _tools():
@@ -307,7 +322,7 @@ async def test_ten_thousand_concurrent_calls_keep_to_themselves(anyio_backend: s
             churn["unregistered"] += 1
             await anyio.lowlevel.checkpoint()
 
-    with anyio.fail_after(60):
+    with anyio.fail_after(600):
         async with anyio.create_task_group() as group:
             group.start_soon(churner)
             async with anyio.create_task_group() as calls:
