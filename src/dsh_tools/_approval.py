@@ -73,18 +73,35 @@ def channel(value: object) -> ApprovalService | None:
     )
 
 
-def unrunnable(call: Call) -> ToolExecutionFailure | None:
-    """Why the call could not run even if a person allowed it (its tool is unknown, or
-    its arguments do not validate), or ``None``: nobody is asked about such a call."""
+def unrunnable(call: Call, *, unknown: bool = True) -> ToolExecutionFailure | None:
+    """Why the call could not run even if a person allowed it (its tool is unknown, its
+    arguments do not validate, or a path it declares is one its tool refuses, such as
+    one outside the workspace), or ``None``: nobody is asked about such a call, and a
+    denial of one reports this instead (the error the model can correct from).
+    ``unknown=False`` leaves an unknown tool to the policy's own words."""
     entry = call.resolve()
     if entry is None:
-        return call.unknown()
+        return call.unknown() if unknown else None
     try:
         call.parse(entry)
     except BaseException as error:
         if stops_the_caller(error):
             raise
         return error_result(error, ErrorCode.INVALID_ARGS)
+    paths = entry.definition.paths
+    arguments = call.arguments
+    if paths is None or not isinstance(arguments, FrozenDict):
+        return None
+    for argument in paths.arguments:
+        value = arguments.get(argument.name)
+        if argument.kind == "pattern" or not isinstance(value, str):
+            continue
+        try:
+            paths.resolve(value)
+        except BaseException as error:
+            if stops_the_caller(error):
+                raise
+            return error_result(error, ErrorCode.TOOL_ERROR)
     return None
 
 

@@ -23,7 +23,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from . import cancel
-from ._approval import ALLOW
+from ._approval import ALLOW, unrunnable
 from ._body import run_body
 from ._call import Call, Interrupted, StageFailed
 from ._loops import drive, on_event_loop, run_on_own_loop, stops_the_caller
@@ -142,11 +142,12 @@ async def _decided_and_dispatched(call: Call) -> ToolExecutionResult:
         # The caller cancelled while a policy was still deciding: nothing allowed the
         # call, so no guard runs and the body never does.
         return call.aborted()
-    if isinstance(decision, Deny):
-        return failure_result(decision.reason, ErrorCode.DENIED)
-    reason = guard(call) if plan.guards else None
+    reason = decision.reason if isinstance(decision, Deny) else None
+    if reason is None and plan.guards:
+        reason = guard(call)
     if reason is not None:
-        return failure_result(reason, ErrorCode.DENIED)
+        # A call that could not run anyway gets the error the model can correct from.
+        return unrunnable(call, unknown=False) or failure_result(reason, ErrorCode.DENIED)
     if call.cancelled():
         return call.aborted()
     result = await execute_stage(call) if plan.wrappers else await run_body(call)

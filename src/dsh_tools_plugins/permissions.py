@@ -114,6 +114,7 @@ from dsh_tools.hookspecs import hookimpl
 from dsh_tools.hostfiles import HostFileError, open_host_file
 from dsh_tools.json import FrozenDict, snapshot
 from dsh_tools.models import Allow, Ask, Deny, ToolDefinition, ToolExecution
+from dsh_tools.safetext import safe_text
 
 from ._hints import NO_HINTS, ToolHints, Wanted, hints_match, tool_hints
 from ._limit_tables import LimitTables, read_tables
@@ -566,6 +567,28 @@ def _touches(place: Reach, prefix: str) -> bool:
     )
 
 
+def _reach_note(rule: Rule, reach: CallReach | None) -> str:
+    """What a path rule's reason adds when the call is not inside a prefix but reaches
+    into one from above (a search of a folder that holds it), or cannot be placed."""
+    if rule.path_prefix is None or reach is None:
+        return ""
+    places = reach.reaches()
+    if places is None:
+        return "; where this call leads cannot be told, so it may reach what the rule covers"
+    reached: list[str] = []
+    for text in rule.path_prefix:
+        prefixes = reach.prefix(text) or ()
+        spellings = [spelling for place in places for spelling in place.spellings]
+        if any(inside(spelling, prefix) for spelling in spellings for prefix in prefixes):
+            return ""  # the call is inside what the rule covers: its reason says enough
+        if any(_touches(place, prefix) for place in places for prefix in prefixes):
+            reached.append(safe_text(text))
+    if not reached:
+        return ""
+    named = ", ".join(f'"{text}"' for text in reached)
+    return f"; this call could reach {named} below where it starts: give a path that leaves it out"
+
+
 def _call_reach(
     tool: ToolDefinition[Any] | None, arguments: Mapping[str, object] | None
 ) -> CallReach | None:
@@ -775,14 +798,15 @@ class PermissionRules:
             if not rule._matches(name, args, self._contained, reach, hints):
                 continue
             if rule.action == "deny":
-                return Deny(self._reason(rule, index, name), detail=self._detail(rule, index))
+                reason = self._reason(rule, index, name, reach)
+                return Deny(reason, detail=self._detail(rule, index))
             if rule.action == "ask":
                 asked = asked or (index, rule)
             elif not allowed:
                 allowed = index
         if asked is not None:
             index, rule = asked
-            return Ask(self._reason(rule, index, name), detail=self._detail(rule, index))
+            return Ask(self._reason(rule, index, name, reach), detail=self._detail(rule, index))
         if allowed:
             return Allow(detail=self._detail(self.rules[allowed - 1], allowed))
         default = {"default": self.default, "file": self.source}
@@ -817,13 +841,15 @@ class PermissionRules:
         label = repr(rule.name) if rule.name else f"#{index}"
         return f"permission rule {label}{self._from()}"
 
-    def _reason(self, rule: Rule, index: int, name: str) -> str:
+    def _reason(self, rule: Rule, index: int, name: str, reach: CallReach | None) -> str:
         label = self._label(rule, index)
         if rule.reason:
-            return f"{rule.reason} ({label})"
-        if rule.action == "deny":
-            return f'tool "{name}" is denied by {label}'
-        return f'{label} asks before tool "{name}" runs'
+            reason = f"{rule.reason} ({label})"
+        elif rule.action == "deny":
+            reason = f'tool "{name}" is denied by {label}'
+        else:
+            reason = f'{label} asks before tool "{name}" runs'
+        return reason + _reach_note(rule, reach)
 
     @hookimpl
     def dsh_tools_pre_execute(
@@ -842,7 +868,7 @@ class PermissionRules:
         hints = tool_hints(tool, self.trusted_mcp_servers)
         for index, rule in self._guards:
             if rule._matches(execution.name, args, self._contained, reach, hints):
-                return self._reason(rule, index, execution.name)
+                return self._reason(rule, index, execution.name, reach)
         return None
 
     def unknown_tools(self, names: Iterable[str]) -> list[RulesError]:
