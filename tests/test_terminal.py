@@ -51,7 +51,6 @@ def test_call_cards() -> None:
     ("view", "expected"),
     [
         (TerminalResultView(output="hi\n", exit_code=0), "[exit 0]"),
-        (TerminalResultView(output="", signal="SIGKILL"), "[killed by SIGKILL]"),
         (DiffResultView(diffs=[FileDiff("a.txt", "old\n", "new\n")]), "-old"),
         (
             SearchMatchesView(
@@ -75,6 +74,20 @@ def test_result_cards(view: object, expected: str) -> None:
     text = render_result(view, DONE)  # type: ignore[arg-type]
     assert text.startswith("✓ done")
     assert expected in text
+
+
+@pytest.mark.parametrize(
+    ("view", "status"),
+    [
+        (TerminalResultView(output="", exit_code=2), "✗ exit 2"),
+        (TerminalResultView(output="", exit_code=-1), "✗ exit -1"),
+        (TerminalResultView(output="", signal="SIGKILL"), "✗ killed by SIGKILL"),
+        (TerminalResultView(output="", exit_code=0), "✓ done"),
+    ],
+)
+def test_a_command_card_shows_how_the_command_ended(view: TerminalResultView, status: str) -> None:
+    # Issue 27, item 12: a command that exited non-zero is not "done".
+    assert render_result(view, DONE).startswith(status + "\n")
 
 
 def test_failures_and_missing_cards_show_the_raw_content() -> None:

@@ -95,7 +95,15 @@ def _call_card(view: ToolCallView) -> str:
     return text
 
 
-def _status(result: ToolExecutionResult | PresentableResult) -> str:
+def _status(
+    result: ToolExecutionResult | PresentableResult, view: ToolResultView | None = None
+) -> str:
+    if isinstance(view, TerminalResultView) and not result.is_error:
+        # The call succeeded; the command it ran may not have.
+        if view.signal:
+            return f"✗ killed by {safe_text(view.signal)}"
+        if view.exit_code not in (None, 0):
+            return f"✗ exit {view.exit_code}"
     if not result.is_error:
         return "✓ done"
     if isinstance(result, ToolExecutionFailure):
@@ -114,7 +122,7 @@ def render_result(
 def _result_card(
     view: ToolResultView | None, result: ToolExecutionResult | PresentableResult
 ) -> str:
-    status = _status(result)
+    status = _status(result, view)
     text = content_text(result.content)
     shown_title = getattr(view, "title", None) if view is not None else None
     title = f"{status}: {safe_text(shown_title)}" if shown_title else status
