@@ -182,19 +182,25 @@ def _accepted(call: Call, result: ToolExecutionResult, decision: Accept) -> Tool
         replaced = rerender(call, decision.value)
         return attrs.evolve(replaced, additional_contexts=contexts)
     if decision.content is not None:
-        return attrs.evolve(shown_as(result, decision.content), additional_contexts=contexts)
+        shown = shown_as(result, decision.content, bounded=decision.bounded)
+        return attrs.evolve(shown, additional_contexts=contexts)
     return attrs.evolve(result, additional_contexts=contexts) if contexts else result
 
 
-def shown_as(result: ToolExecutionResult, content: FrozenList) -> ToolExecutionResult:
+def shown_as(
+    result: ToolExecutionResult, content: FrozenList, *, bounded: bool = False
+) -> ToolExecutionResult:
     """``result`` showing ``content`` instead of its own (a redaction, an output limit).
 
     When the content changed, the ``value`` and ``meta`` it was rendered from are withheld
     (``None``): every bridge, card and log reads them, and a redaction that a second wire
     (MCP's ``structuredContent``, a read card, the audit log) bypasses is no redaction.
+    ``bounded`` content only shortens the same answer (an output limit): both are kept.
     """
     if content == result.content:
         return result
+    if bounded:
+        return attrs.evolve(result, content=content)
     if isinstance(result, ToolExecutionSuccess):
         return attrs.evolve(result, content=content, value=None, meta=None)
     return attrs.evolve(result, content=content, meta=None)

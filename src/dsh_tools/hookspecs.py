@@ -199,9 +199,9 @@ def dsh_tools_post_execute(
     ``None`` or ``Accept()`` to keep it; ``Accept(content=...)`` to replace the content
     (the error state is kept: a failure stays a failure; a content that differs
     withholds the ``value`` and ``meta`` it was rendered from, so no other wire sends
-    what was replaced); ``Accept(value=...)`` on a success to replace the value
-    (validated and re-rendered by the tool's output contract); ``Block(feedback)`` to
-    turn the result into a ``BLOCKED`` failure whose content is the feedback verbatim.
+    what was replaced, unless ``bounded=True`` says it only shortens the same answer);
+    ``Accept(value=...)`` on a success to replace the value (validated and re-rendered
+    by the tool's output contract); ``Block(feedback)`` to turn the result into a ``BLOCKED`` failure whose content is the feedback verbatim.
     Every implementation runs; after a ``Block`` the rest see the blocked failure. May
     be ``async def``. Raising anything fails the call with ``POLICY_ERROR``.
 

@@ -375,6 +375,11 @@ class Accept:
 
     Replacing both at once is refused: a new value is re-rendered into content by the
     tool's output contract, so a second content would contradict it.
+
+    New ``content`` is a redaction: the ``value`` and ``meta`` it was rendered from are
+    withheld from every wire. ``bounded=True`` says the new content only shortens the
+    same answer (an output limit): the value and meta are kept for the host, and a
+    success stays a success on every wire.
     """
 
     content: FrozenList | None = attrs.field(
@@ -382,8 +387,11 @@ class Accept:
     )
     value: JsonValue = attrs.field(default=_UNSET)
     additional_contexts: tuple[ContextMessage, ...] = attrs.field(default=(), converter=_contexts)
+    bounded: bool = attrs.field(default=False, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
+        if self.bounded is not False and (self.bounded is not True or self.content is None):
+            raise ValueError("Accept(bounded=True) needs the bounded content")
         if self.value is not _UNSET:
             if self.content is not None:
                 raise ValueError("Accept cannot replace both value and content")

@@ -10,8 +10,12 @@ blocks and appends one text block::
     [output truncated: showed 2000 of 51234 characters; the full text is available to the host]
 
 (``bytes`` instead of ``characters`` when the byte limit was the tighter one). The marker
-itself is not counted against the limit. The replacement is an ``Accept(content=...)``,
-so a failure stays a failure with the same code.
+itself is not counted against the limit. The replacement is an
+``Accept(content=..., bounded=True)``: a bound is not a redaction, so the result keeps its
+``value`` and ``meta`` for the host (cards keep their structure), a success stays a
+success on every wire (over MCP a structured tool's ``structuredContent`` still carries
+the value), and a failure stays a failure with the same code. Redact before the limit:
+it runs last (``trylast``), and content it already cut is what later policies see.
 
 The original content of each truncated call is kept for the host: ``full_content(call_id)``
 returns it for the ``keep_full`` most recently truncated calls (least recently used
@@ -134,7 +138,7 @@ class OutputLimit:
                 self._full.move_to_end(execution.call_id)
                 while len(self._full) > self.keep_full:
                     self._full.popitem(last=False)
-        return Accept(content=bounded)
+        return Accept(content=bounded, bounded=True)
 
     @hookimpl(trylast=True)
     def dsh_tools_progress_filter(self, event: Progress | Output) -> Output | None:

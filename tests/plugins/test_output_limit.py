@@ -79,9 +79,9 @@ def test_long_text_is_cut_with_a_marker_and_kept_for_the_host() -> None:
         "abcdefghij",
         "[output truncated: showed 10 of 26 characters; the full text is available to the host]",
     ]
-    # The value the cut content came from is withheld (every wire would send it); the
-    # host keeps the full text through the plugin.
-    assert result.value is None
+    # A bound is not a redaction: the host keeps the value, and the full text through
+    # the plugin.
+    assert result.value == "abcdefghijklmnopqrstuvwxyz"
     full = limit.full_content("c1")
     assert full == [{"type": "text", "text": "abcdefghijklmnopqrstuvwxyz"}]
 

@@ -23,6 +23,7 @@ from dsh_tools import (
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
+    ToolExecutionSuccess,
     ToolRegistry,
     hookimpl,
 )
@@ -60,6 +61,8 @@ def _limited() -> list[object]:
 
 
 POLICIES: dict[str, Callable[[], list[object]]] = {"redact": _redacting, "OutputLimit": _limited}
+REDACTIONS = ["redact"]
+"""An output limit is not a redaction (see the bounded tests at the end)."""
 
 
 @pytest.fixture
@@ -88,7 +91,7 @@ def _leaks(data: object) -> bool:
     return SECRET in json.dumps(data, ensure_ascii=False, default=repr)
 
 
-@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("policy", REDACTIONS)
 def test_the_result_withholds_the_value_and_meta_the_replaced_content_came_from(
     workspace: Path, policy: str
 ) -> None:
@@ -101,7 +104,7 @@ def test_the_result_withholds_the_value_and_meta_the_replaced_content_came_from(
     assert not _leaks(result_to_json(result))  # what `dsh-tools call --json` prints
 
 
-@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("policy", REDACTIONS)
 def test_mcp_clients_never_get_the_replaced_value(workspace: Path, policy: str) -> None:
     from mcp import Client
 
@@ -123,7 +126,7 @@ def test_mcp_clients_never_get_the_replaced_value(workspace: Path, policy: str) 
     assert answer.content
 
 
-@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("policy", REDACTIONS)
 def test_no_wire_format_sends_the_replaced_value(workspace: Path, policy: str) -> None:
     registry = _registry(workspace, policy)
     [result] = wire.execute_calls_sync(registry, [READ])
@@ -139,7 +142,7 @@ def test_no_wire_format_sends_the_replaced_value(workspace: Path, policy: str) -
     assert [_leaks(message) for message in sent] == [False] * len(sent)
 
 
-@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("policy", REDACTIONS)
 def test_the_read_card_and_its_acp_update_show_only_the_replaced_content(
     workspace: Path, policy: str
 ) -> None:
@@ -153,7 +156,7 @@ def test_the_read_card_and_its_acp_update_show_only_the_replaced_content(
     assert not _leaks(update)
 
 
-@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("policy", REDACTIONS)
 def test_the_audit_log_records_only_the_replaced_content(
     workspace: Path, tmp_path: Path, policy: str
 ) -> None:
@@ -247,3 +250,52 @@ def test_the_cli_json_output_withholds_the_replaced_value(
     printed = json.loads(done.stdout)
     assert printed["content"] == [{"type": "text", "text": "[redacted]"}]
     assert SECRET not in done.stdout
+
+
+# An output limit bounds what a model reads; it withholds nothing from the host.
+
+
+def test_a_bounded_result_keeps_its_value_and_meta_for_the_host(workspace: Path) -> None:
+    result = _registry(workspace, "OutputLimit").execute_sync(READ)
+
+    assert isinstance(result, ToolExecutionSuccess)
+    assert SECRET not in result.text
+    assert "[output truncated" in result.text
+    assert result.value is not None
+    assert SECRET in json.dumps(thaw(result.value))
+    card = present_result(_registry(workspace, "OutputLimit"), READ, result)
+    assert SECRET in repr(card)  # the host's card keeps its structure
+
+
+def test_a_bounded_success_stays_a_success_over_mcp(workspace: Path) -> None:
+    from mcp import Client
+
+    from dsh_tools.bridges.mcp import build_mcp_server
+
+    server = build_mcp_server(_registry(workspace, "OutputLimit"))
+
+    async def main() -> Any:
+        async with Client(server) as client:
+            return await client.call_tool("read_file", {"path": "notes.txt"})
+
+    answer = anyio.run(main)
+
+    assert answer.is_error is False
+    assert answer.structured_content is not None
+    assert answer.structured_content["total_lines"] == 301
+    assert SECRET not in json.dumps([block.model_dump() for block in answer.content])
+
+
+def test_model_wires_carry_the_bounded_content_as_a_success(workspace: Path) -> None:
+    [result] = wire.execute_calls_sync(_registry(workspace, "OutputLimit"), [READ])
+
+    sent = [
+        wire.to_openai_chat_tool_message("c1", result),
+        wire.to_openai_responses_output("c1", result),
+        wire.to_anthropic_tool_result("c1", result),
+        wire.to_gemini_function_response("read_file", result, call_id="c1"),
+    ]
+
+    assert [_leaks(message) for message in sent] == [False] * len(sent)
+    assert wire.to_mcp_call_result(result)["isError"] is False
+    assert sent[2].get("is_error") is not True
