@@ -201,9 +201,10 @@ def dsh_tools_post_execute(
     withholds the ``value`` and ``meta`` it was rendered from, so no other wire sends
     what was replaced, unless ``bounded=True`` says it only shortens the same answer);
     ``Accept(value=...)`` on a success to replace the value (validated and re-rendered
-    by the tool's output contract); ``Block(feedback)`` to turn the result into a ``BLOCKED`` failure whose content is the feedback verbatim.
-    Every implementation runs; after a ``Block`` the rest see the blocked failure. May
-    be ``async def``. Raising anything fails the call with ``POLICY_ERROR``.
+    by the tool's output contract); ``Block(feedback)`` to turn the result into a
+    ``BLOCKED`` failure whose content is the feedback verbatim. Every implementation
+    runs; after a ``Block`` the rest see the blocked failure. May be ``async def``.
+    Raising anything fails the call with ``POLICY_ERROR``.
 
     Runs for successes, body failures and denials; not after a failure of policy itself.
 
