@@ -222,9 +222,6 @@ path_prefix = "src"
     [
         ("read_file", {"path": "src/../secrets/key"}),
         ("read_file", {"path": "secrets/key"}),
-        ("read_file", {"path": "/etc/passwd"}),  # not a place the tool can open
-        ("read_file", {"path": "src/../../outside"}),
-        ("read_file", {"path": 7}),  # not a path at all
         ("grep", {"pattern": "sk"}),  # the workspace root is not inside src/
         ("grep", {"pattern": "sk", "include": "src/*"}),  # the root it opens is not either
         ("glob", {"pattern": "src/../secrets/*"}),  # the tool refuses "..": unresolved
@@ -240,6 +237,25 @@ def test_an_allow_rule_never_matches_a_place_outside_its_prefix(
     assert isinstance(result, ToolExecutionFailure)
     assert result.code == "DENIED"
     assert "not allowed by the permission rules" in result.error.message
+
+
+@pytest.mark.parametrize(
+    ("arguments", "code", "message"),
+    [
+        ({"path": "/etc/passwd"}, "DENIED", "is outside the workspace"),
+        ({"path": "src/../../outside"}, "DENIED", "escapes the workspace"),
+        ({"path": 7}, "INVALID_ARGS", "path"),
+    ],
+)
+def test_a_call_no_rule_allows_that_could_not_run_anyway_says_why(
+    workspace: Path, arguments: dict[str, Any], code: str, message: str
+) -> None:
+    """Not allowed, and not a place the tool can open (or not a path at all): the model
+    reads the error it can correct from, and nothing runs either way."""
+    registry = registry_for(workspace, ALLOW_SRC)
+    result = run(registry, "read_file", **arguments)
+    assert isinstance(result, ToolExecutionFailure)
+    assert (result.code, message in result.error.message) == (code, True), result.text
 
 
 @pytest.mark.parametrize(
@@ -337,7 +353,10 @@ def test_a_resolver_that_raises_fails_closed(tmp_path: Path) -> None:
     registry = ToolRegistry()
     registry.register(copy_tool(ToolPaths((PathArgument("source", "file"),), resolve=refuse)))
     registry.add_plugin(PermissionRules.from_toml_text(deny_rule("/nowhere")))
-    assert_denied_by_rule(run(registry, "copy", source=str(tmp_path), target=str(tmp_path)))
+    result = run(registry, "copy", source=str(tmp_path), target=str(tmp_path))
+    # The call does not run, and the model reads why its path could not be judged.
+    assert isinstance(result, ToolExecutionFailure)
+    assert "cannot tell" in result.error.message
 
 
 @pytest.mark.parametrize(
