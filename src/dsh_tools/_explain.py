@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING
 from ._approval import ALLOW, approval_keys, remembered, unroutable, unrunnable
 from ._call import Call, Interrupted, StageFailed
 from ._drivers import arguments_not_json, frozen_arguments
-from ._loops import stops_the_caller
-from ._results import error_result
 from ._stages import first_decision, guard
 from .errors import ErrorCode, JsonValueError
 from .models import Ask, Deny, ToolExecutionInput
@@ -53,7 +51,7 @@ async def explain(plan: Plan, registry: ToolRegistry, call: ToolExecutionInput) 
     except Interrupted:
         return _explained(state, "deny", "the call was cancelled", ErrorCode.ABORTED, True)
     if isinstance(decision, Deny):
-        return _explained(state, "deny", decision.reason, ErrorCode.DENIED, True)
+        return _denied(state, decision.reason)
     if isinstance(decision, Ask):
         asked = _steps(state)[-1]
         approved = _after_policy(state)
@@ -68,18 +66,19 @@ def _after_policy(call: Call) -> Explanation:
     except StageFailed as failed:
         return _explained(call, "deny", failed.result.error.message, failed.result.code, True)
     if reason is not None:
-        return _explained(call, "deny", reason, ErrorCode.DENIED, True)
-    entry = call.resolve()
-    if entry is None:
-        return _explained(call, "invalid", call.unknown().error.message, ErrorCode.UNKNOWN_TOOL)
-    try:
-        call.parse(entry)
-    except BaseException as error:  # an arguments class's validators are plugin code
-        if stops_the_caller(error):
-            raise
-        failure = error_result(error, ErrorCode.INVALID_ARGS)
-        return _explained(call, "invalid", failure.error.message, failure.code)
+        return _denied(call, reason)
+    unfit = unrunnable(call)
+    if unfit is not None:
+        return _explained(call, "invalid", unfit.error.message, unfit.code)
     return Explanation("run", steps=_steps(call))
+
+
+def _denied(call: Call, reason: str) -> Explanation:
+    """A denial, unless the call could not run anyway: then what the call reports."""
+    unfit = unrunnable(call, unknown=False)
+    if unfit is not None:
+        return _explained(call, "invalid", unfit.error.message, unfit.code)
+    return _explained(call, "deny", reason, ErrorCode.DENIED, True)
 
 
 def _explained(

@@ -74,3 +74,20 @@ def test_a_search_that_could_reach_a_denied_folder_says_so(tmp_path: Path) -> No
         ToolExecutionInput(call_id="c2", name="grep", arguments={"pattern": "x", "path": "src"})
     )
     assert narrow.is_error is False
+
+
+def test_explain_says_what_the_call_would_report(tmp_path: Path) -> None:
+    registry = _registry(tmp_path)
+    bad = registry.explain(
+        ToolExecutionInput(call_id="c1", name="read_file", arguments={"path": 3})
+    )
+    assert (bad.outcome, bad.code) == ("invalid", "INVALID_ARGS")
+    outside = registry.explain(
+        ToolExecutionInput(call_id="c1", name="read_file", arguments={"path": "../x"})
+    )
+    assert outside.outcome == "invalid"
+    assert "workspace" in (outside.reason or "")
+    secret = registry.explain(
+        ToolExecutionInput(call_id="c1", name="read_file", arguments={"path": "secrets/key"})
+    )
+    assert (secret.outcome, secret.code) == ("deny", "DENIED")
