@@ -26,7 +26,7 @@ from dsh_tools.approvals import (
     TicketState,
 )
 
-from ._sqlite_tickets import _answer, _answer_json, _json, _object, _row
+from ._ticket_columns import answer_from_json, answer_json, json_object, json_text, ticket_row
 
 if TYPE_CHECKING:
     import psycopg
@@ -74,14 +74,14 @@ class PostgresTickets:
             # One opener per call at a time, so the same call never gets two tickets.
             connection.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                (_json([ticket.agent, ticket.tool_name, ticket.arguments_sha256]),),
+                (json_text([ticket.agent, ticket.tool_name, ticket.arguments_sha256]),),
             )
             found = _open(connection, ticket.key)
             if found is not None:
                 return found
             connection.execute(
                 f"INSERT INTO {_TABLE} ({_STORED}) VALUES ({', '.join(['%s'] * 15)})",
-                _row(ticket),
+                ticket_row(ticket),
             )
             return ticket
 
@@ -111,7 +111,7 @@ class PostgresTickets:
             changed = connection.execute(
                 f"UPDATE {_TABLE} SET state = 'answered', answer = %s, answered_at = {_NOW} "
                 f"WHERE id = %s AND state = 'pending' AND expires_at > {_NOW}",
-                (_answer_json(answer), ticket_id),
+                (answer_json(answer), ticket_id),
             ).rowcount
             ticket = _get(connection, ticket_id)
             if ticket is None:
@@ -188,15 +188,15 @@ def _ticket(row: tuple[Any, ...]) -> ApprovalTicket:
             row[1],
             row[2],
             row[3],
-            _object(row[4]),
+            json_object(row[4]),
             row[5],
             row[6],
-            None if row[7] is None else _object(row[7]),
-            None if row[8] is None else _object(row[8]),
+            None if row[7] is None else json_object(row[7]),
+            None if row[8] is None else json_object(row[8]),
             float(row[9]),
             float(row[10]),
             state,
-            None if row[12] is None else _answer(row[12]),
+            None if row[12] is None else answer_from_json(row[12]),
             row[13],
             row[14],
         )

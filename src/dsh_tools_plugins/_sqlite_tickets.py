@@ -9,7 +9,6 @@ changed; nothing is deleted.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -26,7 +25,8 @@ from dsh_tools.approvals import (
     TicketState,
     stamped,
 )
-from dsh_tools.json import FrozenDict, snapshot
+
+from ._ticket_columns import answer_from_json, answer_json, json_object, ticket_row
 
 T = TypeVar("T")
 Transaction = Callable[[Callable[[sqlite3.Connection], T], bool], T]
@@ -64,7 +64,7 @@ class TicketRows:
                 return found
             kept = stamped(ticket, self._clock())
             connection.execute(
-                f"INSERT INTO tickets ({_COLUMNS}) VALUES ({', '.join('?' * 15)})", _row(kept)
+                f"INSERT INTO tickets ({_COLUMNS}) VALUES ({', '.join('?' * 15)})", ticket_row(kept)
             )
             return kept
 
@@ -96,7 +96,7 @@ class TicketRows:
             changed = connection.execute(
                 "UPDATE tickets SET state = 'answered', answer = ?, answered_at = ? "
                 "WHERE id = ? AND state = 'pending' AND expires_at > ?",
-                (_answer_json(answer), now, ticket_id, now),
+                (answer_json(answer), now, ticket_id, now),
             ).rowcount
             ticket = self._get(connection, ticket_id)
             if ticket is None:
@@ -141,66 +141,10 @@ class TicketRows:
         if state in (TicketState.PENDING, TicketState.ANSWERED) and self._clock() >= row[10]:
             state = TicketState.EXPIRED
         fields: dict[str, Any] = dict(zip(_FIELDS, row, strict=True))
-        fields["arguments"] = _object(row[4])
-        fields["card"] = None if row[7] is None else _object(row[7])
-        fields["asked_by"] = None if row[8] is None else _object(row[8])
+        fields["arguments"] = json_object(row[4])
+        fields["card"] = None if row[7] is None else json_object(row[7])
+        fields["asked_by"] = None if row[8] is None else json_object(row[8])
         fields["created_at"], fields["expires_at"] = float(row[9]), float(row[10])
         fields["state"] = state
-        fields["answer"] = None if row[12] is None else _answer(row[12])
+        fields["answer"] = None if row[12] is None else answer_from_json(row[12])
         return ApprovalTicket(**fields)
-
-
-def _row(ticket: ApprovalTicket) -> tuple[object, ...]:
-    return (
-        ticket.id,
-        ticket.agent,
-        ticket.tool_name,
-        ticket.call_id,
-        _json(ticket.arguments),
-        ticket.arguments_sha256,
-        ticket.reason,
-        None if ticket.card is None else _json(ticket.card),
-        None if ticket.asked_by is None else _json(ticket.asked_by),
-        ticket.created_at,
-        ticket.expires_at,
-        ticket.state.value,
-        None if ticket.answer is None else _answer_json(ticket.answer),
-        ticket.answered_at,
-        ticket.resumed_at,
-    )
-
-
-def _json(value: object) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
-
-
-def _object(text: object) -> FrozenDict:
-    if type(text) is not str:
-        raise TypeError(f"expected JSON text, found {type(text).__name__}")
-    value = snapshot(json.loads(text))
-    if type(value) is not FrozenDict:
-        raise TypeError("expected a JSON object")
-    return value
-
-
-def _answer_json(answer: TicketAnswer) -> str:
-    return _json(
-        {
-            "outcome": answer.outcome.value,
-            "by": answer.by,
-            "channel": answer.channel,
-            "feedback": answer.feedback,
-            "any_arguments": answer.any_arguments,
-        }
-    )
-
-
-def _answer(text: object) -> TicketAnswer:
-    fields: Any = _object(text)
-    return TicketAnswer(
-        fields["outcome"],
-        fields["by"],
-        fields["channel"],
-        feedback=fields.get("feedback"),
-        any_arguments=fields.get("any_arguments", False),
-    )

@@ -1,0 +1,73 @@
+"""How a ticket is kept in a row: the column values both durable stores (SQLite and
+PostgreSQL) write and read back, so the two keep tickets in the same form."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dsh_tools.approvals import ApprovalTicket, TicketAnswer
+from dsh_tools.json import FrozenDict, snapshot
+
+__all__ = ["answer_from_json", "answer_json", "json_object", "json_text", "ticket_row"]
+
+
+def ticket_row(ticket: ApprovalTicket) -> tuple[object, ...]:
+    """The ticket as one row of both stores' ticket tables, in their column order."""
+    return (
+        ticket.id,
+        ticket.agent,
+        ticket.tool_name,
+        ticket.call_id,
+        json_text(ticket.arguments),
+        ticket.arguments_sha256,
+        ticket.reason,
+        None if ticket.card is None else json_text(ticket.card),
+        None if ticket.asked_by is None else json_text(ticket.asked_by),
+        ticket.created_at,
+        ticket.expires_at,
+        ticket.state.value,
+        None if ticket.answer is None else answer_json(ticket.answer),
+        ticket.answered_at,
+        ticket.resumed_at,
+    )
+
+
+def json_text(value: object) -> str:
+    """Canonical JSON text of a column (sorted keys, no whitespace, no NaN)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def json_object(text: object) -> FrozenDict:
+    """A JSON object column read back, frozen; anything else is refused."""
+    if type(text) is not str:
+        raise TypeError(f"expected JSON text, found {type(text).__name__}")
+    value = snapshot(json.loads(text))
+    if type(value) is not FrozenDict:
+        raise TypeError("expected a JSON object")
+    return value
+
+
+def answer_json(answer: TicketAnswer) -> str:
+    """An answer as its column's JSON text."""
+    return json_text(
+        {
+            "outcome": answer.outcome.value,
+            "by": answer.by,
+            "channel": answer.channel,
+            "feedback": answer.feedback,
+            "any_arguments": answer.any_arguments,
+        }
+    )
+
+
+def answer_from_json(text: object) -> TicketAnswer:
+    """An answer read back from its column."""
+    fields: Any = json_object(text)
+    return TicketAnswer(
+        fields["outcome"],
+        fields["by"],
+        fields["channel"],
+        feedback=fields.get("feedback"),
+        any_arguments=fields.get("any_arguments", False),
+    )
