@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import attrs
 
+from ._decisions import detail_object
 from ._results import message
 from .content import content_text
 from .json import FrozenDict, thaw
@@ -36,7 +37,6 @@ from .models import (
     ToolExecution,
     ToolExecutionFailure,
     ToolExecutionSuccess,
-    detail_object,
 )
 from .progress import StreamSummary
 

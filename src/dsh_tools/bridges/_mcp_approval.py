@@ -26,12 +26,12 @@ from mcp import types as mcp_types
 from mcp.shared.exceptions import NoBackChannelError
 
 from .._approval import channel
+from .._decisions import ApprovalReply
 from ..approvals import ApprovalKey
 from ..content import TextContent
 from ..errors import ErrorCode
 from ..models import (
     ApprovalOutcome,
-    ApprovalReply,
     ApprovalRequest,
     ToolExecutionFailure,
     ToolExecutionInput,
