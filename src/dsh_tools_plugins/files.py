@@ -11,6 +11,8 @@ files over the size cap are refused with a message saying so, and no write or ed
 leave a file over the cap. Every tool declares an output value (``ToolOutput``) and
 copies it into the result ``meta`` so the result presenters, which must be pure, rebuild
 their cards from ``meta`` alone; the diffs a change carries are bounded by the same cap.
+The schemas, texts and cards are :mod:`dsh_tools_plugins._file_output`'s; this module
+does the work.
 
 The tools are ``blocking=True``: an async host runs them in a worker thread (about
 100 µs a call), so a slow disk, a large file or a large directory never stalls its event
@@ -90,6 +92,7 @@ BINARY_SNIFF_BYTES = 8192
 """A NUL byte in this many leading bytes makes a file binary."""
 
 READ_ONLY = {"read_only": True, "idempotent": True}
+
 
 # --------------------------------------------------------------------------- helpers
 
