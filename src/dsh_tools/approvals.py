@@ -36,7 +36,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import attrs
 
@@ -134,6 +134,17 @@ def _uses(value: object) -> int | None:
     return value
 
 
+def _text(what: str) -> Callable[[Any, Any, Any], None]:
+    """A validator of an optional text field: exactly a ``str`` (a hostile subclass could
+    print as something else), or ``None``."""
+
+    def check(instance: object, attribute: object, value: object) -> None:
+        if value is not None and type(value) is not str:
+            raise TypeError(f"{what} must be a str, got {type(value).__qualname__}")
+
+    return check
+
+
 @attrs.frozen
 class ApprovalAnswer:
     """An approval service's answer with its reach.
@@ -146,12 +157,20 @@ class ApprovalAnswer:
     An ``allowed-always`` answer may end: ``expires_in_s`` is its lifetime in seconds from
     the moment it is stored (by the store's clock), ``uses`` the number of calls it allows
     at most. Once either runs out the next call asks again.
+
+    ``feedback`` is what the person said, for the model (a rejection's reason reads it)
+    and for the call's records; ``by`` and ``channel`` say who answered and through what,
+    when the channel knows. All three are recorded in the call's decision record, the
+    audit log and the OpenTelemetry decision events, whatever the outcome.
     """
 
     outcome: ApprovalOutcome = attrs.field(converter=_outcome)
     any_arguments: bool = attrs.field(default=False, kw_only=True)
     expires_in_s: float | None = attrs.field(default=None, kw_only=True, converter=_lifetime)
     uses: int | None = attrs.field(default=None, kw_only=True, converter=_uses)
+    feedback: str | None = attrs.field(default=None, kw_only=True, validator=_text("feedback"))
+    by: str | None = attrs.field(default=None, kw_only=True, validator=_text("by"))
+    channel: str | None = attrs.field(default=None, kw_only=True, validator=_text("channel"))
 
     @any_arguments.validator
     def _widened_only_when_remembered(self, attribute: object, value: object) -> None:
@@ -264,6 +283,17 @@ class TicketAnswer:
     @any_arguments.validator
     def _widened_only_when_remembered(self, attribute: object, value: object) -> None:
         ApprovalAnswer(self.outcome, any_arguments=value)  # type: ignore[arg-type]
+
+    def approval_answer(self) -> ApprovalAnswer:
+        """The same answer as an approval service gives it: what the call that resumes
+        the ticket decides by and records."""
+        return ApprovalAnswer(
+            self.outcome,
+            any_arguments=self.any_arguments,
+            feedback=self.feedback,
+            by=self.by,
+            channel=self.channel,
+        )
 
 
 @attrs.frozen
