@@ -91,9 +91,7 @@ def _stopped(
     return StageFailed(failure)
 
 
-async def pending(
-    call: Call, store: TicketStore, ask: Ask, asker: Origin | None
-) -> ApprovalTicket:
+async def pending(call: Call, store: TicketStore, ask: Ask, asker: Origin | None) -> ApprovalTicket:
     """Open (or find) the call's ticket, wait for an answer as long as the registry
     says, and take it; without one in time the call ends pending or expired."""
     timeout_ms, on_timeout, expiry_s = call.registry.approval_waiting

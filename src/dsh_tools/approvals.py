@@ -268,21 +268,23 @@ _NAME = attrs.validators.and_(attrs.validators.instance_of(str), attrs.validator
 class TicketAnswer:
     """A person's answer to a ticket: the outcome, who gave it (``by``), through which
     channel (``"cli"``, ``"inbox"``, ``"mcp"``, a service's name), optional feedback
-    for the model, and whether an ``*-always`` answer covers any arguments of the tool."""
+    for the model, and whether an ``*-always`` answer covers any arguments of the tool.
+
+    An ``allowed-always`` answer may end, as an :class:`ApprovalAnswer` may (same names,
+    same checks): ``expires_in_s`` is the grant's lifetime from the moment the call that
+    resumes the ticket keeps it, ``uses`` the number of later calls it allows at most
+    (the resumed call itself runs on the answer)."""
 
     outcome: ApprovalOutcome = attrs.field(converter=_answer_outcome)
     by: str = attrs.field(validator=_NAME)
     channel: str = attrs.field(validator=_NAME)
-    feedback: str | None = attrs.field(
-        default=None,
-        kw_only=True,
-        validator=attrs.validators.optional(attrs.validators.instance_of(str)),
-    )
+    feedback: str | None = attrs.field(default=None, kw_only=True, validator=_text("feedback"))
     any_arguments: bool = attrs.field(default=False, kw_only=True)
+    expires_in_s: float | None = attrs.field(default=None, kw_only=True, converter=_lifetime)
+    uses: int | None = attrs.field(default=None, kw_only=True, converter=_uses)
 
-    @any_arguments.validator
-    def _widened_only_when_remembered(self, attribute: object, value: object) -> None:
-        ApprovalAnswer(self.outcome, any_arguments=value)  # type: ignore[arg-type]
+    def __attrs_post_init__(self) -> None:
+        self.approval_answer()  # the checks an approval service's answer passes
 
     def approval_answer(self) -> ApprovalAnswer:
         """The same answer as an approval service gives it: what the call that resumes
@@ -290,9 +292,37 @@ class TicketAnswer:
         return ApprovalAnswer(
             self.outcome,
             any_arguments=self.any_arguments,
+            expires_in_s=self.expires_in_s,
+            uses=self.uses,
             feedback=self.feedback,
             by=self.by,
             channel=self.channel,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The answer as plain JSON data (what the stores keep and ``--json`` prints)."""
+        return {
+            "outcome": self.outcome.value,
+            "by": self.by,
+            "channel": self.channel,
+            "feedback": self.feedback,
+            "any_arguments": self.any_arguments,
+            "expires_in_s": self.expires_in_s,
+            "uses": self.uses,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TicketAnswer:
+        """The answer :meth:`to_json` gave (an older store's, without the grant's end,
+        too); a malformed one raises ``TypeError`` or ``ValueError``."""
+        return cls(
+            data["outcome"],
+            data["by"],
+            data["channel"],
+            feedback=data.get("feedback"),
+            any_arguments=data.get("any_arguments", False),
+            expires_in_s=data.get("expires_in_s"),
+            uses=data.get("uses"),
         )
 
 
