@@ -18,7 +18,7 @@ from typing import Any, cast
 from ._call import Call, Interrupted, StageFailed
 from ._loops import is_awaitable, stops_the_caller
 from ._results import error_result, message, shown
-from ._tickets import TICKETS, pending, shown_ticket, stored, taken, ticket_store
+from ._tickets import TICKETS, answer_of, pending, stored, taken, ticket_store
 from .approvals import (
     REMEMBERED_OUTCOMES,
     ApprovalAnswer,
@@ -180,9 +180,8 @@ def _answered(
 ) -> Allow | Deny:
     """The answer to the call's ticket, which this call took: recorded as a service's
     answer is, then decided by."""
-    assert ticket.answer is not None  # taken() returns answered tickets only
-    answer = ticket.answer.approval_answer()
-    _said(call, TICKETS, answer, shown_ticket(ticket))
+    answer, seen = answer_of(ticket)
+    _said(call, TICKETS, answer, seen)
     return _kept(call, keys, answer)
 
 

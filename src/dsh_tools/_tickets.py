@@ -21,7 +21,7 @@ from typing import Any, TypeVar, cast
 from ._call import Call, Interrupted, StageFailed
 from ._loops import on_event_loop, stops_the_caller
 from ._results import error_result, message
-from .approvals import ApprovalKey, ApprovalTicket, TicketState, TicketStore
+from .approvals import ApprovalAnswer, ApprovalKey, ApprovalTicket, TicketState, TicketStore
 from .errors import ErrorCode
 from .json import FrozenDict, snapshot
 from .models import Ask, ToolExecutionFailure, ToolExecutionInput, failure_result
@@ -87,7 +87,7 @@ def _stopped(
 ) -> StageFailed:
     """The end of a call its ticket stopped, traced as ``word``."""
     if call.plan.traced:
-        call.trace("approval", TICKETS.name, word, shown_ticket(ticket), TICKETS)
+        call.trace("approval", TICKETS.name, word, _seen(ticket), TICKETS)
     return StageFailed(failure)
 
 
@@ -103,7 +103,7 @@ async def pending(call: Call, store: TicketStore, ask: Ask, asker: Origin | None
     ticket = stored(call, "open a ticket", lambda: store.open_ticket(made))
     if timeout_ms is not None and ticket.state is TicketState.PENDING:
         if call.plan.traced:
-            call.trace("approval", TICKETS.name, "waiting", shown_ticket(ticket), TICKETS)
+            call.trace("approval", TICKETS.name, "waiting", _seen(ticket), TICKETS)
         ticket = await _waited(call, store, ticket, timeout_ms / 1000)
         if ticket.state is TicketState.PENDING and on_timeout == "expired":
             raise _stopped(call, "expired", ticket, expired_result(call, ticket))
@@ -179,16 +179,23 @@ def _card(call: Call) -> FrozenDict | None:
     return card if type(card) is FrozenDict else None
 
 
-def shown_ticket(ticket: ApprovalTicket) -> dict[str, Any]:
+def _seen(ticket: ApprovalTicket) -> dict[str, Any]:
     """What a trace step (and so a decision record) shows of a ticket: its id, when it
     expires, and when it was answered and resumed (the answer itself is one step of
     :mod:`dsh_tools._approval`, shown as every channel's answer is)."""
-    shown: dict[str, Any] = {"ticket": ticket.id, "expires_at": _time(ticket.expires_at)}
+    seen: dict[str, Any] = {"ticket": ticket.id, "expires_at": _time(ticket.expires_at)}
     if ticket.answered_at is not None:
-        shown["answered_at"] = ticket.answered_at
+        seen["answered_at"] = ticket.answered_at
     if ticket.resumed_at is not None:
-        shown["resumed_at"] = ticket.resumed_at
-    return shown
+        seen["resumed_at"] = ticket.resumed_at
+    return seen
+
+
+def answer_of(ticket: ApprovalTicket) -> tuple[ApprovalAnswer, dict[str, Any]]:
+    """The answer a call took from ``ticket`` (see :func:`taken`), as an approval
+    service would have given it, and what its trace step shows of the ticket."""
+    assert ticket.answer is not None  # taken() returns answered tickets only
+    return ticket.answer.approval_answer(), _seen(ticket)
 
 
 def _time(seconds: float) -> float | None:
