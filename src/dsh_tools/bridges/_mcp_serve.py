@@ -232,7 +232,7 @@ def build_mcp_server(
         with asking.calling(call, ctx, params, session_view) as caller:
             run = session_view.execute(call)
             outcome = await (run if relay is None else relay.run(run))
-            result = with_approval_hint(outcome, caller)
+            result = with_approval_hint(outcome)
         return input_required(call, caller) or _call_tool_result(result, structured)
 
     return Server(name, version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
