@@ -41,6 +41,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 
 import anyio
 import anyio.abc
+import attrs
 
 from dsh_tools.errors import ErrorCode, ToolError
 from dsh_tools.hostfiles import add_writable_tree
@@ -57,7 +58,7 @@ from ._bwrap import (
     sandbox_pid,
 )
 from ._host_programs import inside
-from ._process_limits import PidsCgroup, enforces_process_limit, release
+from ._process_limits import PidsCgroup, enforces_process_limit, limited_start, release
 from ._processes import (
     Launch,
     cannot_start,
@@ -67,6 +68,7 @@ from ._processes import (
     open_process,
     stop_process,
 )
+from ._sandbox_mounts import check_mounts
 from ._sandbox_settings import (
     ENV_NAME,
     SANDBOX_HOME,
@@ -75,6 +77,7 @@ from ._sandbox_settings import (
     SandboxSettings,
     SandboxState,
 )
+from ._sandbox_user import RunAs, sandbox_user
 from .workspace import Opened
 
 __all__ = [
@@ -104,6 +107,16 @@ _PROC_FD = "/proc/self/fd"
 
 
 # --------------------------------------------------------------------------- environment
+
+
+@attrs.frozen
+class _Jail:
+    """What a sandboxed call runs with: the bwrap, the host's extra mounts (opened), and
+    the user bwrap is started as (``None``: the host's own)."""
+
+    bubblewrap: Bubblewrap
+    extra: tuple[Mount, ...]
+    run_as: RunAs | None
 
 
 def _env_values(values: Mapping[str, str] | None) -> dict[str, str]:
@@ -213,8 +226,11 @@ class Sandbox:
                     "write: refusing to run it",
                     code=ErrorCode.DENIED,
                 )
+            run_as = sandbox_user(self.settings.user, os.fstat(root.fd).st_uid)
             with extra_mounts(self.settings) as extra:
-                async with self._jailed(argv, root, directory, bubblewrap, extra) as launch:
+                async with self._jailed(
+                    argv, root, directory, _Jail(bubblewrap, extra, run_as)
+                ) as launch:
                     yield launch
 
     @contextlib.asynccontextmanager
@@ -242,8 +258,7 @@ class Sandbox:
         argv: list[str],
         root: Opened,
         directory: Opened,
-        bubblewrap: Bubblewrap,
-        extra: tuple[Mount, ...],
+        jail: _Jail,
     ) -> AsyncIterator[Launch]:
         """bwrap reports the sandbox's first process (``--json-status-fd``) and holds it
         (``--block-fd``) until it is limited; then the exit code, if the command started."""
@@ -258,27 +273,33 @@ class Sandbox:
         cgroup: PidsCgroup | None = None
         try:
             cgroup = PidsCgroup.create(self.settings.limits.processes)
-            jail = jail_arguments(
-                bubblewrap,
+            arguments = jail_arguments(
+                jail.bubblewrap,
                 self.settings,
                 root=Mount(root.fd, str(root.path), writable=True),
-                extra=extra,
+                extra=jail.extra,
                 cwd=str(directory.path),
                 status_fd=status_w,
                 block_fd=block_r,
             )
-            descriptors = (root.fd, *(mount.fd for mount in extra), status_w, block_r)
+            if jail.run_as is not None:  # rlimits set before bwrap starts
+                arguments = [*limited_start(self.settings.limits, cgroup), *arguments]
+            descriptors = (root.fd, *(mount.fd for mount in jail.extra), status_w, block_r)
             try:
-                process = await open_process([*jail, *argv], pass_fds=descriptors, env=environment)
+                process = await open_process(
+                    [*arguments, *argv], pass_fds=descriptors, env=environment, user=jail.run_as
+                )
             except OSError as error:
-                raise cannot_start(bubblewrap.path, error) from None
+                raise cannot_start(jail.bubblewrap.path, error) from None
             finally:
                 os.close(status_w)
                 os.close(block_r)
             child = await sandbox_pid(status_r)
             if child is not None:
                 init = open_pidfd(child)
-                release(child, self.settings.limits, cgroup, gate=block_w)
+                await check_mounts(child, jail.extra)
+                limits = self.settings.limits if jail.run_as is None else None
+                release(child, limits, cgroup, gate=block_w)
             launch = Launch(process, sandboxed=child is not None, network=self.settings.network)
             yield launch
             launch.setup_failed = (
