@@ -15,8 +15,6 @@ import attrs
 
 from dsh_tools.errors import ToolError
 
-from ._sandbox_user import RunAs
-
 __all__ = [
     "Launch",
     "cannot_start",
@@ -77,15 +75,9 @@ class Launch:
 
 
 async def open_process(
-    argv: list[str],
-    *,
-    env: dict[str, str],
-    pass_fds: tuple[int, ...],
-    cwd: str | None = None,
-    user: RunAs | None = None,
+    argv: list[str], *, env: dict[str, str], pass_fds: tuple[int, ...], cwd: str | None = None
 ) -> anyio.abc.Process:
-    """Start ``argv`` in a new session, output and errors on one pipe, no input; as
-    ``user`` with no supplementary groups when one is given.
+    """Start ``argv`` in a new session, output and errors on one pipe, no input.
 
     Shielded: a cancellation that lands while asyncio is still setting the process up
     would otherwise lose the handle, and with it the only way to stop the process.
@@ -100,9 +92,6 @@ async def open_process(
             pass_fds=pass_fds,
             env=env,
             start_new_session=True,
-            user=None if user is None else user.uid,
-            group=None if user is None else user.gid,
-            extra_groups=None if user is None else (),
         )
     return process
 

@@ -45,16 +45,35 @@ def _mount_table(pid: int) -> dict[int, tuple[bytes, bytes, set[bytes]]] | None:
     return table or None
 
 
-async def _final_table(pid: int) -> dict[int, tuple[bytes, bytes, set[bytes]]] | None:
-    """The sandbox's mount table once bwrap has moved into the new root (whose ``/`` is
-    its ``newroot`` folder): no mount changes after that. ``None`` when bwrap died."""
-    with anyio.move_on_after(_SETUP_WAIT_S):
-        while (table := _mount_table(pid)) is not None:
-            top = [entry for entry in table.values() if entry[1] == b"/"]
-            if top and top[-1][0] == b"/newroot":
-                return table
-            await anyio.sleep(0.0005)
+def _moved_in(pid: int, host_root: os.stat_result) -> bool | None:
+    """Whether bwrap has moved into the sandbox's new root (no mount changes after
+    that): its root is no longer the host's, nor bwrap's scratch filesystem, which holds
+    the ``newroot`` folder. ``None`` when the process is gone."""
+    try:
+        root = os.stat(f"/proc/{pid}/root/")
+        scratch = os.path.lexists(f"/proc/{pid}/root/newroot")
+    except OSError:
         return None
+    return (root.st_dev, root.st_ino) != (host_root.st_dev, host_root.st_ino) and not scratch
+
+
+async def _final_table(pid: int) -> dict[int, tuple[bytes, bytes, set[bytes]]] | None:
+    """The sandbox's mount table once bwrap has moved into the new root, and taken the
+    old one away: its ``/`` is then its ``newroot`` folder. ``None`` when bwrap died."""
+    host_root = os.stat("/")
+    with anyio.move_on_after(_SETUP_WAIT_S):
+        while True:
+            moved = _moved_in(pid, host_root)
+            if moved is None:
+                return None
+            if moved:
+                table = _mount_table(pid)
+                if table is None:
+                    return None
+                top = [entry for entry in table.values() if entry[1] == b"/"]
+                if top and top[-1][0] == b"/newroot":
+                    return table
+            await anyio.sleep(0.0005)
     raise ToolError("the sandbox did not finish setting up; the command did not run")
 
 

@@ -77,7 +77,7 @@ from ._sandbox_settings import (
     SandboxSettings,
     SandboxState,
 )
-from ._sandbox_user import RunAs, sandbox_user
+from ._sandbox_user import RunAs, sandbox_user, switch_to
 from .workspace import Opened
 
 __all__ = [
@@ -282,12 +282,13 @@ class Sandbox:
                 status_fd=status_w,
                 block_fd=block_r,
             )
-            if jail.run_as is not None:  # rlimits set before bwrap starts
-                arguments = [*limited_start(self.settings.limits, cgroup), *arguments]
+            if jail.run_as is not None:  # the user, and its rlimits, set before bwrap starts
+                launcher = [*switch_to(jail.run_as), *limited_start(self.settings.limits, cgroup)]
+                arguments = [*launcher, *arguments]
             descriptors = (root.fd, *(mount.fd for mount in jail.extra), status_w, block_r)
             try:
                 process = await open_process(
-                    [*arguments, *argv], pass_fds=descriptors, env=environment, user=jail.run_as
+                    [*arguments, *argv], pass_fds=descriptors, env=environment
                 )
             except OSError as error:
                 raise cannot_start(jail.bubblewrap.path, error) from None

@@ -5,7 +5,6 @@ processes a command may have left behind."""
 from __future__ import annotations
 
 import os
-import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,30 +17,6 @@ from dsh_tools.models import ToolDefinition, ToolExecutionSuccess
 from dsh_tools.presentation import unstructure_view
 from dsh_tools_plugins.command import run_command_tool
 from dsh_tools_plugins.workspace import Workspace
-
-UNPRIVILEGED = 65534
-"""The user id test workspaces get on a root host (``nobody`` on most systems)."""
-
-
-def give_away(*trees: Path) -> None:
-    """On a root host, hand ``trees`` and everything in them to :data:`UNPRIVILEGED`, and
-    let that user pass through the folders above them: a root host runs sandboxed
-    commands as the workspace's owner (it refuses a workspace that root owns), and
-    bubblewrap, started as that user, must reach it. Elsewhere nothing changes."""
-    if os.geteuid() != 0:
-        return
-    for tree in trees:
-        for path in (tree, *tree.rglob("*")):
-            os.chown(path, UNPRIVILEGED, UNPRIVILEGED, follow_symlinks=False)
-        reachable(tree)
-
-
-def reachable(path: Path) -> None:
-    """Let every user pass through the folders above ``path`` (not list them)."""
-    for parent in path.parents:
-        mode = parent.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            parent.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
 
 
 def command_registry(root: Path, **options: Any) -> ToolRegistry:

@@ -25,7 +25,6 @@ from command_calls import (
     cards,
     command_registry,
     eventually,
-    give_away,
     live_processes,
     ok,
     run,
@@ -50,6 +49,7 @@ from dsh_tools_plugins.sandbox import (
 )
 from dsh_tools_plugins.tools import workspace_tools
 from dsh_tools_plugins.workspace import Workspace
+from sandbox_owner import give_away
 
 _STATE = Sandbox("auto").state()
 needs_sandbox = pytest.mark.skipif(not _STATE.sandboxed, reason=f"no sandbox here: {_STATE.reason}")

@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from command_calls import command_registry, give_away, ok, run
+from command_calls import command_registry, ok, run
 
 from dsh_tools_plugins import sandbox as sandbox_module
 from dsh_tools_plugins.sandbox import Sandbox, SandboxSettings
+from sandbox_owner import give_away
 
 _STATE = Sandbox("auto").state()
 needs_sandbox = pytest.mark.skipif(not _STATE.sandboxed, reason=f"no sandbox here: {_STATE.reason}")

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from command_calls import UNPRIVILEGED, command_registry, give_away, ok, reachable, run
+from command_calls import command_registry, ok, run
 
 from dsh_tools_plugins.permissions import PermissionRules, RulesError
 from dsh_tools_plugins.sandbox import Sandbox, SandboxSettings
+from sandbox_owner import UNPRIVILEGED, give_away, reachable
 
 _STATE = Sandbox("auto").state()
 needs_root_sandbox = pytest.mark.skipif(
