@@ -15,6 +15,11 @@ host's ``PATH``) a command sees only what this module mounts:
 * its own user, PID, IPC, UTS, cgroup and (unless the network is allowed) network
   namespaces, no capabilities, and no way to make new user namespaces.
 
+On a root host bubblewrap itself is started as an unprivileged user (the settings'
+``user``, else the workspace's owner; a workspace root owns is refused), so a command is
+never the host's root unless the host says ``user="root"``. Extra mounts are checked in
+place in the held sandbox before its command starts.
+
 It dies with the call: bwrap runs with ``--die-with-parent`` and the command is PID 1's
 child in a fresh PID namespace, so when the command exits or the call ends, the kernel
 kills everything it left behind, daemons included. Limits (see :class:`SandboxLimits`)
