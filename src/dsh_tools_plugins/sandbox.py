@@ -114,6 +114,13 @@ _PROC_FD = "/proc/self/fd"
 # --------------------------------------------------------------------------- environment
 
 
+def _setup_failed(process: anyio.abc.Process, status: int) -> bool:
+    """Whether bwrap ended without starting the command (it reports an exit code on
+    ``status`` only for a command it started); its own message is then the output."""
+    code = process.returncode
+    return code is not None and code >= 0 and not exit_reported(drain(status))
+
+
 @attrs.frozen
 class _Jail:
     """What a sandboxed call runs with: the bwrap, the host's extra mounts (opened), and
@@ -257,6 +264,22 @@ class Sandbox:
                 await stop_process(process, self._grace_s)
                 await process.aclose()
 
+    def _jail_environment(self, program: str) -> dict[str, str]:
+        """A sandboxed command's environment; raises when ``program`` is not on its
+        ``PATH`` (bwrap's own message would be less clear)."""
+        environment = command_environment(self.settings.pass_env, self.set_env, SANDBOX_HOME)
+        if "/" not in program and shutil.which(program, path=environment["PATH"]) is None:
+            raise ToolError(f"command not found: {program}")
+        return environment
+
+    def _launcher(self, jail: _Jail, cgroup: PidsCgroup | None) -> list[str]:
+        """What starts bwrap as another user, with its rlimits set on the way (a root
+        host may not set them on another user's process from outside); nothing when bwrap
+        runs as the host's own user."""
+        if jail.run_as is None:
+            return []
+        return [*switch_to(jail.run_as), *limited_start(self.settings.limits, cgroup)]
+
     @contextlib.asynccontextmanager
     async def _jailed(
         self,
@@ -267,9 +290,7 @@ class Sandbox:
     ) -> AsyncIterator[Launch]:
         """bwrap reports the sandbox's first process (``--json-status-fd``) and holds it
         (``--block-fd``) until it is limited; then the exit code, if the command started."""
-        environment = command_environment(self.settings.pass_env, self.set_env, SANDBOX_HOME)
-        if "/" not in argv[0] and shutil.which(argv[0], path=environment["PATH"]) is None:
-            raise ToolError(f"command not found: {argv[0]}")
+        environment = self._jail_environment(argv[0])
         status_r, status_w = os.pipe()
         block_r, block_w = os.pipe()
         os.set_blocking(status_r, False)
@@ -278,7 +299,7 @@ class Sandbox:
         cgroup: PidsCgroup | None = None
         try:
             cgroup = PidsCgroup.create(self.settings.limits.processes)
-            arguments = jail_arguments(
+            arguments = self._launcher(jail, cgroup) + jail_arguments(
                 jail.bubblewrap,
                 self.settings,
                 root=Mount(root.fd, str(root.path), writable=True),
@@ -287,9 +308,6 @@ class Sandbox:
                 status_fd=status_w,
                 block_fd=block_r,
             )
-            if jail.run_as is not None:  # the user, and its rlimits, set before bwrap starts
-                launcher = [*switch_to(jail.run_as), *limited_start(self.settings.limits, cgroup)]
-                arguments = [*launcher, *arguments]
             descriptors = (root.fd, *(mount.fd for mount in jail.extra), status_w, block_r)
             try:
                 process = await open_process(
@@ -308,11 +326,7 @@ class Sandbox:
                 release(child, limits, cgroup, gate=block_w)
             launch = Launch(process, sandboxed=child is not None, network=self.settings.network)
             yield launch
-            launch.setup_failed = (
-                process.returncode is not None
-                and process.returncode >= 0
-                and not exit_reported(drain(status_r))
-            )
+            launch.setup_failed = _setup_failed(process, status_r)
         finally:
             with anyio.CancelScope(shield=True):
                 if process is not None:
