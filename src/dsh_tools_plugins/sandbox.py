@@ -289,7 +289,8 @@ class Sandbox:
         jail: _Jail,
     ) -> AsyncIterator[Launch]:
         """bwrap reports the sandbox's first process (``--json-status-fd``) and holds it
-        (``--block-fd``) until it is limited; then the exit code, if the command started."""
+        (``--block-fd``) until its extra mounts are seen in place and it is limited; then
+        the exit code, if the command started."""
         environment = self._jail_environment(argv[0])
         status_r, status_w = os.pipe()
         block_r, block_w = os.pipe()
