@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from dsh_tools.cli import EXIT_CALL_FAILED, EXIT_OK, EXIT_USAGE, main
+from sandbox_owner import give_away
 
 
 class Run:
@@ -293,6 +294,7 @@ def test_sandbox_flags_reach_run_command_and_its_rules(
     ``--network`` keep asking (no terminal here: denied)."""
     from dsh_tools_plugins.sandbox import Sandbox
 
+    give_away(workspace)  # a root host runs sandboxed commands as the workspace's owner
     monkeypatch.setenv("DSH_TOOLS_SANDBOX", "")
     monkeypatch.setenv("DSH_TOOLS_NETWORK", "")
     call = ["call", "run_command", '{"argv": ["echo", "hi"]}']

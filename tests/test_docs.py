@@ -8,9 +8,14 @@ block that reads ``DSH_TOOLS_APPROVALS_URL`` gets the test PostgreSQL server's.
 from __future__ import annotations
 
 import re
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from sandbox_owner import give_away
 
 ROOT = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
@@ -30,6 +35,15 @@ def _examples() -> list[tuple[str, int, str]]:
 EXAMPLES = _examples()
 
 
+def _given_away(mkdtemp: Callable[..., str]) -> Callable[..., str]:
+    def made(*args: Any, **kwargs: Any) -> str:
+        path = mkdtemp(*args, **kwargs)
+        give_away(Path(path))
+        return path
+
+    return made
+
+
 def test_the_docs_have_examples() -> None:
     assert any(page == "README.md" for page, _, _ in EXAMPLES)
 
@@ -46,6 +60,10 @@ def test_example_runs(
     request: pytest.FixtureRequest,
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    if "run_command" in source:
+        # A root host runs sandboxed commands as the workspace's owner: the temporary
+        # workspace goes to an unprivileged user, as a root host's workspace must.
+        monkeypatch.setattr(tempfile, "mkdtemp", _given_away(tempfile.mkdtemp))
     if "DSH_TOOLS_APPROVALS_URL" in source:
         # The PostgreSQL examples read the database's URL from the environment.
         monkeypatch.setenv("DSH_TOOLS_APPROVALS_URL", request.getfixturevalue("postgres_url"))

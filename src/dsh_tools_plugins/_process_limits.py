@@ -11,14 +11,16 @@ import logging
 import os
 import resource
 import signal as signals
+import typing
 
 import anyio
 
-from dsh_tools.errors import ToolError
+from dsh_tools.errors import ErrorCode, ToolError
 
+from ._host_programs import system_program
 from ._sandbox_settings import SandboxLimits
 
-__all__ = ["PidsCgroup", "confine", "enforces_process_limit", "release"]
+__all__ = ["PidsCgroup", "confine", "enforces_process_limit", "limited_start", "release"]
 
 logger = logging.getLogger("dsh_tools")
 
@@ -134,15 +136,12 @@ def enforces_process_limit() -> bool:
     return _pids_hierarchy() is not None or os.geteuid() != 0
 
 
-def confine(pid: int, limits: SandboxLimits, cgroup: PidsCgroup | None) -> None:
-    """Limit the sandbox's first process before it starts the command (raises OSError).
-
-    No limit is raised above the hard limit the process already has. CPU time gets one
-    second between the soft limit (``SIGXCPU``, which a shell reports) and the hard one
-    (``SIGKILL``).
-    """
-    if cgroup is not None:
-        cgroup.join(pid)
+def _rlimits(
+    limits: SandboxLimits, cgroup: PidsCgroup | None, hard_now: typing.Callable[[int], int]
+) -> list[tuple[int, int, int]]:
+    """``(resource, soft, hard)`` for each rlimit a sandbox gets, never above the hard
+    limit its process has now (``hard_now``). CPU time gets one second between the soft
+    limit (``SIGXCPU``, which a shell reports) and the hard one (``SIGKILL``)."""
     wanted = [
         (resource.RLIMIT_DATA, limits.memory_bytes, 0),
         (resource.RLIMIT_FSIZE, limits.file_bytes, 0),
@@ -151,22 +150,69 @@ def confine(pid: int, limits: SandboxLimits, cgroup: PidsCgroup | None) -> None:
     ]
     if cgroup is None:
         wanted.append((resource.RLIMIT_NPROC, limits.processes, 0))
+    chosen = []
     for which, soft, slack in wanted:
         hard = soft + slack
-        current = resource.prlimit(pid, which)[1]
+        current = hard_now(which)
         if current != resource.RLIM_INFINITY:
             soft, hard = min(soft, current), min(hard, current)
+        chosen.append((which, soft, hard))
+    return chosen
+
+
+def confine(pid: int, limits: SandboxLimits, cgroup: PidsCgroup | None) -> None:
+    """Limit the sandbox's first process before it starts the command (raises OSError)."""
+    if cgroup is not None:
+        cgroup.join(pid)
+    for which, soft, hard in _rlimits(
+        limits, cgroup, lambda which: resource.prlimit(pid, which)[1]
+    ):
         resource.prlimit(pid, which, (soft, hard))
 
 
-def release(pid: int, limits: SandboxLimits, cgroup: PidsCgroup | None, *, gate: int) -> None:
-    """Limit the sandbox's first process, then write to its ``gate`` (bwrap's
-    ``--block-fd``) so the command starts. A process already gone (bwrap died while
-    setting up; its message is the output) is left to end the call."""
+_PRLIMIT_NAMES = {
+    resource.RLIMIT_DATA: "data",
+    resource.RLIMIT_FSIZE: "fsize",
+    resource.RLIMIT_CPU: "cpu",
+    resource.RLIMIT_CORE: "core",
+    resource.RLIMIT_NPROC: "nproc",
+}
+
+
+def limited_start(limits: SandboxLimits, cgroup: PidsCgroup | None) -> list[str]:
+    """The ``prlimit`` command line (util-linux, from a system directory) that sets the
+    rlimits on itself and then runs the program that follows: for a sandbox started as
+    another user, whose first process the host, without ``CAP_SYS_RESOURCE``, may not
+    limit from outside. Raises ``DENIED`` without ``prlimit``."""
+    program = system_program("prlimit")
+    if program is None:
+        raise ToolError(
+            "the host runs sandboxed commands as another user, and limits them with "
+            "prlimit, which is not installed (it is part of util-linux)",
+            code=ErrorCode.DENIED,
+        )
+    chosen = _rlimits(limits, cgroup, lambda which: resource.getrlimit(which)[1])
+    return [
+        program,
+        *(f"--{_PRLIMIT_NAMES[which]}={soft}:{hard}" for which, soft, hard in chosen),
+        "--",
+    ]
+
+
+def release(
+    pid: int, limits: SandboxLimits | None, cgroup: PidsCgroup | None, *, gate: int
+) -> None:
+    """Limit the sandbox's first process (only its cgroup when ``limits`` is ``None``:
+    :func:`limited_start` set them), then write to its ``gate`` (bwrap's ``--block-fd``)
+    so the command starts. A process already gone (bwrap died while setting up; its
+    message is the output) is left to end the call."""
     try:
-        confine(pid, limits, cgroup)
+        if limits is not None:
+            confine(pid, limits, cgroup)
+        elif cgroup is not None:
+            cgroup.join(pid)
         os.write(gate, b"1")
-    except ProcessLookupError:
-        pass
+    except (ProcessLookupError, BrokenPipeError):
+        pass  # the gate's other end closed with it
     except OSError as error:
         raise ToolError(f"cannot limit the sandbox: {error}") from None

@@ -97,6 +97,17 @@ def _env_names(names: Iterable[str]) -> tuple[str, ...]:
     return checked
 
 
+def _user(instance: object, attribute: attrs.Attribute[str | int | None], value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValueError(f"sandbox user must be a user name or a numeric user id, got {value!r}")
+    if isinstance(value, int) and value < 0:
+        raise ValueError(f"sandbox user must be a user id of 0 or more, got {value!r}")
+    if isinstance(value, str) and (not value.strip() or "\x00" in value or value != value.strip()):
+        raise ValueError(f"sandbox user must be a user name, got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class SandboxSettings:
     """What a host allows ``run_command``'s commands to reach.
@@ -110,6 +121,11 @@ class SandboxSettings:
     following links, and a call whose path is or passes through a link is refused.
     ``pass_env`` names host environment variables commands get besides
     :data:`DEFAULT_ENV_NAMES` (``NAME`` or ``PREFIX*``), with or without the sandbox.
+    ``user`` (a name or a numeric id) is who sandboxed commands run as when the host
+    runs as root; unset, that is the owner of the workspace, and a call in a workspace
+    that root owns is refused. ``"root"`` (or ``0``) keeps root, mapped to the host's
+    root. A host that is not root runs them as itself; ``user`` may then name only that
+    user.
     """
 
     mode: SandboxMode = attrs.field(default="auto", validator=_mode)
@@ -117,6 +133,7 @@ class SandboxSettings:
     read_only_paths: tuple[str, ...] = attrs.field(default=(), converter=_absolute_paths)
     read_write_paths: tuple[str, ...] = attrs.field(default=(), converter=_absolute_paths)
     pass_env: tuple[str, ...] = attrs.field(default=(), converter=_env_names)
+    user: str | int | None = attrs.field(default=None, validator=_user)
     limits: SandboxLimits = attrs.field(
         factory=SandboxLimits, validator=attrs.validators.instance_of(SandboxLimits)
     )

@@ -15,6 +15,11 @@ host's ``PATH``) a command sees only what this module mounts:
 * its own user, PID, IPC, UTS, cgroup and (unless the network is allowed) network
   namespaces, no capabilities, and no way to make new user namespaces.
 
+On a root host bubblewrap itself is started as an unprivileged user (the settings'
+``user``, else the workspace's owner; a workspace root owns is refused), so a command is
+never the host's root unless the host says ``user="root"``. Extra mounts are checked in
+place in the held sandbox before its command starts.
+
 It dies with the call: bwrap runs with ``--die-with-parent`` and the command is PID 1's
 child in a fresh PID namespace, so when the command exits or the call ends, the kernel
 kills everything it left behind, daemons included. Limits (see :class:`SandboxLimits`)
@@ -41,6 +46,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 
 import anyio
 import anyio.abc
+import attrs
 
 from dsh_tools.errors import ErrorCode, ToolError
 from dsh_tools.hostfiles import add_writable_tree
@@ -57,7 +63,7 @@ from ._bwrap import (
     sandbox_pid,
 )
 from ._host_programs import inside
-from ._process_limits import PidsCgroup, enforces_process_limit, release
+from ._process_limits import PidsCgroup, enforces_process_limit, limited_start, release
 from ._processes import (
     Launch,
     cannot_start,
@@ -67,6 +73,7 @@ from ._processes import (
     open_process,
     stop_process,
 )
+from ._sandbox_mounts import check_mounts
 from ._sandbox_settings import (
     ENV_NAME,
     SANDBOX_HOME,
@@ -75,6 +82,7 @@ from ._sandbox_settings import (
     SandboxSettings,
     SandboxState,
 )
+from ._sandbox_user import RunAs, sandbox_user, switch_to
 from .workspace import Opened
 
 __all__ = [
@@ -104,6 +112,23 @@ _PROC_FD = "/proc/self/fd"
 
 
 # --------------------------------------------------------------------------- environment
+
+
+def _setup_failed(process: anyio.abc.Process, status: int) -> bool:
+    """Whether bwrap ended without starting the command (it reports an exit code on
+    ``status`` only for a command it started); its own message is then the output."""
+    code = process.returncode
+    return code is not None and code >= 0 and not exit_reported(drain(status))
+
+
+@attrs.frozen
+class _Jail:
+    """What a sandboxed call runs with: the bwrap, the host's extra mounts (opened), and
+    the user bwrap is started as (``None``: the host's own)."""
+
+    bubblewrap: Bubblewrap
+    extra: tuple[Mount, ...]
+    run_as: RunAs | None
 
 
 def _env_values(values: Mapping[str, str] | None) -> dict[str, str]:
@@ -213,8 +238,11 @@ class Sandbox:
                     "write: refusing to run it",
                     code=ErrorCode.DENIED,
                 )
+            run_as = sandbox_user(self.settings.user, os.fstat(root.fd).st_uid)
             with extra_mounts(self.settings) as extra:
-                async with self._jailed(argv, root, directory, bubblewrap, extra) as launch:
+                async with self._jailed(
+                    argv, root, directory, _Jail(bubblewrap, extra, run_as)
+                ) as launch:
                     yield launch
 
     @contextlib.asynccontextmanager
@@ -236,20 +264,34 @@ class Sandbox:
                 await stop_process(process, self._grace_s)
                 await process.aclose()
 
+    def _jail_environment(self, program: str) -> dict[str, str]:
+        """A sandboxed command's environment; raises when ``program`` is not on its
+        ``PATH`` (bwrap's own message would be less clear)."""
+        environment = command_environment(self.settings.pass_env, self.set_env, SANDBOX_HOME)
+        if "/" not in program and shutil.which(program, path=environment["PATH"]) is None:
+            raise ToolError(f"command not found: {program}")
+        return environment
+
+    def _launcher(self, jail: _Jail, cgroup: PidsCgroup | None) -> list[str]:
+        """What starts bwrap as another user, with its rlimits set on the way (a root
+        host may not set them on another user's process from outside); nothing when bwrap
+        runs as the host's own user."""
+        if jail.run_as is None:
+            return []
+        return [*switch_to(jail.run_as), *limited_start(self.settings.limits, cgroup)]
+
     @contextlib.asynccontextmanager
     async def _jailed(
         self,
         argv: list[str],
         root: Opened,
         directory: Opened,
-        bubblewrap: Bubblewrap,
-        extra: tuple[Mount, ...],
+        jail: _Jail,
     ) -> AsyncIterator[Launch]:
         """bwrap reports the sandbox's first process (``--json-status-fd``) and holds it
-        (``--block-fd``) until it is limited; then the exit code, if the command started."""
-        environment = command_environment(self.settings.pass_env, self.set_env, SANDBOX_HOME)
-        if "/" not in argv[0] and shutil.which(argv[0], path=environment["PATH"]) is None:
-            raise ToolError(f"command not found: {argv[0]}")
+        (``--block-fd``) until its extra mounts are seen in place and it is limited; then
+        the exit code, if the command started."""
+        environment = self._jail_environment(argv[0])
         status_r, status_w = os.pipe()
         block_r, block_w = os.pipe()
         os.set_blocking(status_r, False)
@@ -258,34 +300,34 @@ class Sandbox:
         cgroup: PidsCgroup | None = None
         try:
             cgroup = PidsCgroup.create(self.settings.limits.processes)
-            jail = jail_arguments(
-                bubblewrap,
+            arguments = self._launcher(jail, cgroup) + jail_arguments(
+                jail.bubblewrap,
                 self.settings,
                 root=Mount(root.fd, str(root.path), writable=True),
-                extra=extra,
+                extra=jail.extra,
                 cwd=str(directory.path),
                 status_fd=status_w,
                 block_fd=block_r,
             )
-            descriptors = (root.fd, *(mount.fd for mount in extra), status_w, block_r)
+            descriptors = (root.fd, *(mount.fd for mount in jail.extra), status_w, block_r)
             try:
-                process = await open_process([*jail, *argv], pass_fds=descriptors, env=environment)
+                process = await open_process(
+                    [*arguments, *argv], pass_fds=descriptors, env=environment
+                )
             except OSError as error:
-                raise cannot_start(bubblewrap.path, error) from None
+                raise cannot_start(jail.bubblewrap.path, error) from None
             finally:
                 os.close(status_w)
                 os.close(block_r)
             child = await sandbox_pid(status_r)
             if child is not None:
                 init = open_pidfd(child)
-                release(child, self.settings.limits, cgroup, gate=block_w)
+                await check_mounts(child, jail.extra)
+                limits = self.settings.limits if jail.run_as is None else None
+                release(child, limits, cgroup, gate=block_w)
             launch = Launch(process, sandboxed=child is not None, network=self.settings.network)
             yield launch
-            launch.setup_failed = (
-                process.returncode is not None
-                and process.returncode >= 0
-                and not exit_reported(drain(status_r))
-            )
+            launch.setup_failed = _setup_failed(process, status_r)
         finally:
             with anyio.CancelScope(shield=True):
                 if process is not None:

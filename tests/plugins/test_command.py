@@ -25,6 +25,7 @@ from dsh_tools.presentation import TerminalCallView, TerminalResultView
 from dsh_tools_plugins.command import run_command_tool
 from dsh_tools_plugins.sandbox import Sandbox, SandboxSettings
 from dsh_tools_plugins.workspace import Workspace
+from sandbox_owner import give_away
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
 
@@ -34,6 +35,7 @@ def root(tmp_path: Path) -> Path:
     workspace = tmp_path / "ws"
     (workspace / "sub").mkdir(parents=True)
     (tmp_path / "outside").mkdir()
+    give_away(workspace)  # a root host runs sandboxed commands as the workspace's owner
     return workspace
 
 

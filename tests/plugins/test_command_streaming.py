@@ -14,6 +14,7 @@ from dsh_tools import ToolExecutionInput
 from dsh_tools.models import ToolExecution
 from dsh_tools.progress import Output, Progress
 from dsh_tools_plugins.sandbox import Sandbox
+from sandbox_owner import give_away
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
 
@@ -38,6 +39,7 @@ HANDSHAKE = (
 def test_output_arrives_while_the_command_runs_and_the_result_is_unchanged(
     tmp_path: Path, mode: str
 ) -> None:
+    give_away(tmp_path)  # a root host runs sandboxed commands as the workspace's owner
     registry = command_registry(tmp_path, sandbox=mode)
     events: list[Progress | Output] = []
 

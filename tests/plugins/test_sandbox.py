@@ -49,6 +49,7 @@ from dsh_tools_plugins.sandbox import (
 )
 from dsh_tools_plugins.tools import workspace_tools
 from dsh_tools_plugins.workspace import Workspace
+from sandbox_owner import give_away
 
 _STATE = Sandbox("auto").state()
 needs_sandbox = pytest.mark.skipif(not _STATE.sandboxed, reason=f"no sandbox here: {_STATE.reason}")
@@ -62,6 +63,7 @@ def root(tmp_path: Path) -> Path:
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "victim.txt").write_text("original\n")
+    give_away(workspace, outside)
     return workspace
 
 
@@ -106,6 +108,7 @@ def test_writes_outside_the_workspace_fail_and_the_same_writes_inside_work(
         _failed(registry, template.format(dir=outside))
         (root / "dest").mkdir()
         (root / "dest" / "victim.txt").write_text("original\n")
+        give_away(root / "dest")
         inside = ok(registry, command=template.format(dir="dest"))
         assert inside.value["exit_code"] == 0, (name, inside.text)
         shutil.rmtree(root / "dest")
@@ -213,6 +216,7 @@ def test_extra_read_only_and_read_write_paths(root: Path, tmp_path: Path) -> Non
     cache.mkdir()
     makefile = root / "Makefile"
     makefile.write_text("all:\n")
+    give_away(tools, cache, makefile)
     registry = _registry(
         root,
         read_only_paths=[tools, tmp_path / "missing", makefile],
@@ -340,9 +344,11 @@ def test_a_bwrap_planted_in_the_activated_workspace_virtualenv_never_runs(
 def test_a_bwrap_inside_the_workspace_is_never_run(
     root: Path, tmp_path: Path, system_directories: Callable[..., None]
 ) -> None:
-    """Even when the host's system directory is where commands write."""
+    """Even when the host's system directory is where commands write (and the host
+    trusts the workspace's files: the host's user owns them)."""
+    root = tmp_path / "owned"
     tools = root / "bin"
-    tools.mkdir()
+    tools.mkdir(parents=True)
     marker = tmp_path / "workspace-bwrap-ran"
     wrapper = tools / "bwrap"
     wrapper.write_text(f'#!/bin/sh\ntouch {marker}\nexec /usr/bin/bwrap "$@"\n')

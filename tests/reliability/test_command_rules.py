@@ -19,6 +19,7 @@ from dsh_tools.models import Allow
 from dsh_tools_plugins._shell import simple_argv
 from dsh_tools_plugins.permissions import PermissionRules, Rule, RulesError
 from fake_dists import run_dsh
+from sandbox_owner import give_away
 
 DOCUMENTED_REGEX_RULE = """\
 default = "ask"
@@ -45,6 +46,7 @@ def run_command_under(rules_text: str, tmp_path: Path, command: str) -> tuple[Pa
     rules.write_text(rules_text, encoding="utf-8")
     workspace = tmp_path / "ws"
     workspace.mkdir(exist_ok=True)
+    give_away(workspace)  # a root host runs sandboxed commands as the workspace's owner
     arguments = f'{{"command": "{command}"}}'
     base = ("--workspace", str(workspace), "--rules", str(rules))
     done = run_dsh(*base, "call", "run_command", arguments)
