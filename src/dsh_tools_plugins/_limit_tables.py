@@ -16,13 +16,14 @@ import attrs
 
 from dsh_tools.errors import DefinitionError
 
+from ._rules_error import RulesError
+from ._toml_places import TABLE, key_line, line_of, region, top_key_line
 from .cache import ResultCache
 from .limits import CallBudget, CallBudgets, ConcurrencyLimit
 
 _LIMITS_KEYS = frozenset({"per_tool", "per_agent", "overall"})
 _BUDGET_KEYS = frozenset({"tools", "limit", "window_s", "name"})
 _CACHE_KEYS = frozenset({"ttl_s", "max_entries"})
-_TABLE = re.compile(r"^[ \t]*\[", re.MULTILINE)
 
 Fail = Callable[[str, "str | None"], Exception]
 
@@ -41,13 +42,13 @@ def read_tables(text: str, source: str, document: Mapping[str, Any]) -> LimitTab
     the line of the key at fault."""
     concurrency = budgets = cache = None
     if "limits" in document:
-        fail = _failing(text, source, "limits", _region(text, "limits"))
+        fail = _failing(text, source, "limits", region(text, "limits"))
         table = _table(document["limits"], "limits", _LIMITS_KEYS, fail)
         concurrency = _build(ConcurrencyLimit, table, fail)
     if "budget" in document:
         budgets = CallBudgets(_budgets(text, source, document["budget"]))
     if "cache" in document:
-        fail = _failing(text, source, "cache", _region(text, "cache"))
+        fail = _failing(text, source, "cache", region(text, "cache"))
         cache = _build(ResultCache, _table(document["cache"], "cache", _CACHE_KEYS, fail), fail)
     return LimitTables(concurrency, budgets, cache)
 
@@ -63,11 +64,11 @@ def _budgets(text: str, source: str, tables: object) -> list[CallBudget]:
         )
     budgets = []
     for index, table in enumerate(tables):
-        region = None
+        written = None
         if index < len(headers):
-            following = _TABLE.search(text, headers[index] + 1)
-            region = (headers[index], following.start() if following else len(text))
-        fail = _failing(text, source, "budget", region, f"[[budget]] #{index + 1}: ")
+            following = TABLE.search(text, headers[index] + 1)
+            written = (headers[index], following.start() if following else len(text))
+        fail = _failing(text, source, "budget", written, f"[[budget]] #{index + 1}: ")
         given = _table(table, "budget", _BUDGET_KEYS, fail)
         if "limit" not in given:
             raise fail("missing 'limit' (how many calls)", None)
@@ -96,32 +97,16 @@ def _build(kind: Callable[..., Any], table: dict[str, Any], fail: Fail) -> Any:
         raise fail(str(error), key) from None
 
 
-def _region(text: str, key: str) -> tuple[int, int] | None:
-    """Where ``[key]`` and its ``[key.sub]`` tables are written, if they are."""
-    header = re.compile(rf"^[ \t]*\[[ \t]*{re.escape(key)}[ \t]*[\].]", re.MULTILINE)
-    found = header.search(text)
-    if found is None:
-        return None
-    start = end = found.start()
-    while found is not None:
-        following = _TABLE.search(text, found.end())
-        end = following.start() if following else len(text)
-        found = header.match(text, end) if following else None
-    return start, end
-
-
 def _failing(
-    text: str, source: str, key: str, region: tuple[int, int] | None, prefix: str = ""
+    text: str, source: str, key: str, written: tuple[int, int] | None, prefix: str = ""
 ) -> Fail:
-    from .permissions import RulesError, _key_line, _line_of, _top_key_line
-
     def fail(problem: str, at: str | None) -> Exception:
         line = None
-        if region is not None:
+        if written is not None:
             if at is not None:
-                line = _key_line(text, at, *region)
-            line = line or _line_of(text, region[0])
-        return RulesError(prefix + problem, source=source, line=line or _top_key_line(text, key))
+                line = key_line(text, at, *written)
+            line = line or line_of(text, written[0])
+        return RulesError(prefix + problem, source=source, line=line or top_key_line(text, key))
 
     return fail
 

@@ -71,6 +71,7 @@ def test_a_file_without_the_tables_configures_none() -> None:
         ),
         ('[[budget]]\ntools = "a"\n', "<string>:1: [[budget]] #1: missing 'limit'"),
         ("[cache]\nttl = 5\n", "<string>:2: unknown key 'ttl' in [cache]"),
+        ('["cache"]\n\nttl = 5\n', "<string>:3: unknown key 'ttl' in [cache]"),
         ("cache = 5\n", "<string>:1: cache must be a table"),
         ("budget = 5\n", "<string>:1: 'budget' must be an array of tables"),
     ],
