@@ -113,12 +113,14 @@ def _dsh(*argv: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def servers(common: list[str], env: dict[str, str], count: int, log: Path) -> Iterator[list[str]]:
+def servers(
+    common: list[str], env: dict[str, str], count: int, log: Path, *options: str
+) -> Iterator[list[str]]:
     """``count`` ``dsh-tools serve-mcp --http --approvals pending`` processes, their URLs;
     what they write to stderr goes to ``log``."""
     ports = [_free_port() for _ in range(count)]
-    serve = ["serve-mcp", "--http", "--approvals", "pending", "--port"]
-    with log.open("w") as errors:
+    serve = ["serve-mcp", "--http", "--approvals", "pending", *options, "--port"]
+    with log.open("a") as errors:
         processes = [
             subprocess.Popen(
                 _dsh(*common, *serve, str(port)),
@@ -185,3 +187,57 @@ async def test_a_call_approved_from_the_cli_runs_once_on_whichever_server_it_is_
             once = texts(await alice.call_tool("write_file", arguments))
     assert ticket.group(1) not in once  # used up: a new ticket waits
     assert not written.exists()
+
+
+@pytest.mark.anyio
+async def test_a_repeat_held_by_approval_wait_runs_when_the_cli_approves(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    """``--approval-wait-ms``: the client's repeat, at another server process, waits for
+    the person; the approval from the CLI ends the wait and the body runs once."""
+    if anyio_backend != "asyncio":
+        pytest.skip("one run is enough: the servers are processes")
+    workspace, store = tmp_path / "ws", tmp_path / "approvals.sqlite3"
+    workspace.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_TOOLS_")}
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    common = ["--workspace", str(workspace), "--approvals-store", str(store)]
+    arguments = {"path": "w.txt", "content": "hello\n"}
+    log = tmp_path / "log"
+    with servers(common, env, 1, log) as [first], anyio.fail_after(90):
+        async with client(first, ALICE) as alice:
+            pending = texts(await alice.call_tool("write_file", arguments))
+    ticket = re.search(r"dsh-tools approvals approve (t-[0-9a-f]+)", pending)
+    assert ticket is not None, pending
+    held: list[str] = []
+    with servers(common, env, 1, log, "--approval-wait-ms", "60000") as [second]:
+        async with client(second, ALICE) as alice, anyio.create_task_group() as group:
+
+            async def repeat() -> None:
+                result = await alice.call_tool("write_file", arguments)
+                held.append("error" if result.is_error else "ran")
+
+            group.start_soon(repeat)
+            approve = _dsh("--approvals-store", str(store), "approvals", "approve", ticket[1])
+            done = await anyio.run_process(approve, env=env, check=False)
+            assert done.returncode == 0, done.stderr
+    assert held == ["ran"]
+    assert (workspace / "w.txt").read_text() == "hello\n"
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        (["--approval-wait-ms", "100"], "--approval-wait-ms needs --approvals pending"),
+        (["--approvals", "pending", "--approval-wait-ms", "-1"], "approval_timeout_ms must be"),
+    ],
+)
+def test_a_bad_approval_wait_is_a_usage_error(
+    tmp_path: Path, options: list[str], problem: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_TOOLS_")}
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    command = _dsh("--workspace", str(tmp_path), "serve-mcp", "--http", "--port", "1", *options)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert problem in done.stderr
