@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -36,7 +37,11 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 TICKETS = Origin("approval tickets")
 _WAIT_SLICE_S = 0.5
-"""How long one wait lasts before the caller's signal is looked at again."""
+"""How long one wait on the store lasts before the caller's signal is looked at again."""
+_QUIET_SLICE_S = 5.0
+"""How long one wait on the store lasts for a call without a signal: only a cancelled
+caller's ``stop`` is looked at between waits (each wait costs the store a look at the
+ticket, so hundreds of waiting calls look less often)."""
 _WAITERS = 512
 """The most calls of one event loop that wait for an answer at once; more wait their turn
 (anyio's shared pool of 40 threads would make the 41st wait, answered or not)."""
@@ -134,28 +139,45 @@ async def _waited(
     call: Call, store: TicketStore, ticket: ApprovalTicket, timeout_s: float
 ) -> ApprovalTicket:
     """The ticket once it is no longer pending or ``timeout_s`` passed, woken by the
-    store; in slices, so the caller's cancellation interrupts the wait. On an event
-    loop each slice waits in a worker thread of a pool of its own (:data:`_WAITERS`),
-    so waiting calls never hold up the loop's other work in threads."""
+    store. On an event loop the whole wait runs in one worker thread of a pool of its own
+    (:data:`_WAITERS`), so waiting calls never hold up the loop's other work in threads;
+    a cancelled caller leaves it, and the thread ends at its next slice."""
     deadline = time.monotonic() + timeout_s
-    loop = on_event_loop()
+    stop = threading.Event()
+    if not on_event_loop():
+        seen = _sliced(call, store, ticket.id, deadline, stop)
+    else:
+        import anyio.to_thread
+
+        try:
+            seen = await anyio.to_thread.run_sync(
+                _sliced, call, store, ticket.id, deadline, stop,
+                abandon_on_cancel=True, limiter=_waiters(),
+            )  # fmt: skip
+        finally:
+            stop.set()
+    if seen is None:
+        raise StageFailed(_refused(ticket, "is gone from the approval store"))
+    if seen.state is TicketState.PENDING and call.cancelled():
+        raise Interrupted
+    return seen
+
+
+def _sliced(
+    call: Call, store: TicketStore, ticket_id: str, deadline: float, stop: threading.Event
+) -> ApprovalTicket | None:
+    """Wait in slices until the ticket is no longer pending, the deadline passed, or the
+    call was cancelled (its signal, or ``stop``): of :data:`_WAIT_SLICE_S` when the call
+    has a signal to look at, else of :data:`_QUIET_SLICE_S`."""
+    length = _WAIT_SLICE_S if call.signal is not None else _QUIET_SLICE_S
     while True:
         left = deadline - time.monotonic()
-        slice_s = max(0.0, min(left, _WAIT_SLICE_S))
-        if loop:
-            import anyio.to_thread
-
-            seen = await anyio.to_thread.run_sync(
-                _wait, call, store, ticket.id, slice_s, abandon_on_cancel=True, limiter=_waiters()
-            )
-        else:
-            seen = _wait(call, store, ticket.id, slice_s)
-        if seen is None:
-            raise StageFailed(_refused(ticket, "is gone from the approval store"))
-        if seen.state is not TicketState.PENDING or left <= slice_s:
+        slice_s = max(0.0, min(left, length))
+        seen = _wait(call, store, ticket_id, slice_s)
+        if seen is None or seen.state is not TicketState.PENDING or left <= slice_s:
             return seen
-        if call.cancelled():
-            raise Interrupted
+        if stop.is_set() or call.cancelled():
+            return seen
 
 
 def _waiters() -> CapacityLimiter:
