@@ -120,6 +120,12 @@ class StoreContract:
         store.answer_ticket(made.id, answer("rejected"))
         assert store.get_ticket(made.id).answer.feedback == "fine"
 
+    def test_an_answer_keeps_the_end_of_its_grant(self, store: Any) -> None:
+        made = store.open_ticket(ticket())
+        ends = TicketAnswer("allowed-always", "ana", "cli", expires_in_s=90.5, uses=3)  # type: ignore[arg-type]
+        store.answer_ticket(made.id, ends)
+        assert store.get_ticket(made.id).answer == ends
+
     def test_answers_to_unknown_or_expired_tickets_are_refused(self, store: Any) -> None:
         with pytest.raises(TicketNotFoundError):
             store.answer_ticket("t-unknown", answer())

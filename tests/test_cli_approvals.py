@@ -131,3 +131,43 @@ def test_a_named_store_file_is_used(workspace: Path, tmp_path: Path) -> None:
 def test_serving_the_inbox_beyond_loopback_needs_allow_remote(workspace: Path) -> None:
     exit_code, _ = dsh("approvals", "serve", "--host", "0.0.0.0")
     assert exit_code == EXIT_USAGE
+
+
+def test_approve_always_may_end_after_uses_or_a_lifetime(workspace: Path) -> None:
+    registry, ran = host(workspace)
+    ticket = registry.execute_sync(CALL).meta["approval"]["ticket"]  # type: ignore[index]
+    argv = ["approvals", "approve", ticket, "--always", "--expires-in", "1h", "--uses", "1"]
+    exit_code, said = dsh(*argv, "--feedback", "just this once more", "--json")
+    assert exit_code == EXIT_OK
+    answer = json.loads(said)["answer"]
+    assert (answer["expires_in_s"], answer["uses"]) == (3600.0, 1)
+    assert answer["feedback"] == "just this once more"
+    assert [code(registry.execute_sync(CALL)) for _ in range(3)] == [
+        "ok",
+        "ok",
+        "APPROVAL_PENDING",
+    ]
+    assert ran == ["a.txt", "a.txt"]
+    _, shown = dsh("approvals", "show", ticket)
+    assert "ends after 1h or 1 use" in shown
+
+
+@pytest.mark.parametrize(
+    ("extra", "problem"),
+    [
+        (["--always", "--expires-in", "soon"], "--expires-in: 'soon' is not a duration"),
+        (["--always", "--expires-in", "0s"], "--expires-in must be a positive"),
+        (["--always", "--uses", "0"], "--uses must be at least 1"),
+        (["--uses", "2"], "--uses and --expires-in go with --always"),
+        (["--expires-in", "5m"], "--uses and --expires-in go with --always"),
+    ],
+)
+def test_a_grant_that_cannot_end_so_is_bad_usage(
+    workspace: Path, extra: list[str], problem: str
+) -> None:
+    registry, _ = host(workspace)
+    ticket = registry.execute_sync(CALL).meta["approval"]["ticket"]  # type: ignore[index]
+    exit_code, said = dsh("approvals", "approve", ticket, *extra)
+    assert exit_code == EXIT_USAGE
+    assert problem in said
+    assert code(registry.execute_sync(CALL)) == "APPROVAL_PENDING"  # still unanswered

@@ -150,6 +150,27 @@ def test_a_rejection_carries_the_persons_feedback(browser: Any, inbox: Any) -> N
     )
 
 
+def test_an_always_approval_may_end(browser: Any, inbox: Any) -> None:
+    tickets, url = inbox
+    page = browser.new_page()
+    page.goto(url)
+    card = page.locator("article", has_text="echo hello")
+    card.locator("select[name=lasts]").select_option(label="for 1 hour")
+    card.get_by_role("button", name="Approve always").click()
+    page.wait_for_selector("text=: allowed-always.")
+    [answer] = _answers(tickets)
+    assert (answer.outcome, answer.expires_in_s, answer.uses) == (
+        ApprovalOutcome.ALLOWED_ALWAYS,
+        3600.0,
+        None,
+    )
+    card = page.locator("article", has_text="notes.txt")
+    card.locator("select[name=lasts]").select_option(label="for 10 more calls")
+    card.get_by_role("button", name="Approve always").click()
+    page.wait_for_selector("text=: allowed-always.")
+    assert {(a.expires_in_s, a.uses) for a in _answers(tickets)} == {(3600.0, None), (None, 10)}
+
+
 def test_without_the_token_the_inbox_answers_401(browser: Any, inbox: Any) -> None:
     tickets, url = inbox
     base = url.split("?")[0]

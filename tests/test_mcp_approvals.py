@@ -125,7 +125,9 @@ async def test_a_rejection_tells_the_model_the_users_feedback(mode: str) -> None
         async with Client(server, mode=mode, elicitation_callback=user) as client:
             result = await client.call_tool("write", {"path": "notes.txt"})
     assert result.is_error
-    assert "The user said: write it under docs/\\x1b[2J instead" in texts(result)
+    # As every channel tells it: the rejection, then what the user said, made safe.
+    said = 'the user rejected tool "write": write it under docs/\\x1b[2J instead'
+    assert said in texts(result)
     assert runs == []
 
 

@@ -18,13 +18,13 @@ from typing import Any, cast
 from ._call import Call, Interrupted, StageFailed
 from ._loops import is_awaitable, stops_the_caller
 from ._results import error_result, message, shown
-from ._tickets import awaited, pending, stored, taken, ticket_store
+from ._tickets import TICKETS, answer_of, awaited, pending, stored, taken, ticket_store
 from .approvals import (
     REMEMBERED_OUTCOMES,
     ApprovalAnswer,
     ApprovalKey,
     ApprovalStore,
-    TicketAnswer,
+    ApprovalTicket,
     exact_outcome,
 )
 from .errors import ErrorCode, RegistrationError
@@ -137,6 +137,7 @@ async def approve(call: Call, ask: Ask) -> Allow | Deny:
             return _answered(call, keys, taken(call, tickets, ticket))
     request = ApprovalRequest(agent, name, execution.call_id, arguments, ask.reason, call.signal)
     answer = await _answer(call, service, request)
+    _said(call, APPROVAL, answer)
     if answer.outcome is ApprovalOutcome.PENDING:
         if tickets is None:
             kind = type(call.plan.approval_store).__qualname__
@@ -176,25 +177,47 @@ def resumed(call: Call, decision: Allow | Ask) -> Allow | Deny:
 
 
 def _answered(
-    call: Call, keys: tuple[ApprovalKey, ApprovalKey], answer: TicketAnswer
+    call: Call, keys: tuple[ApprovalKey, ApprovalKey], ticket: ApprovalTicket
 ) -> Allow | Deny:
-    """A person's answer to the call's ticket, remembered when it says always."""
-    decision = _kept(call, keys, ApprovalAnswer(answer.outcome, any_arguments=answer.any_arguments))
-    if isinstance(decision, Deny) and answer.feedback:
-        return Deny(f"{decision.reason}: {safe_text(answer.feedback, multiline=True)}")
-    return decision
+    """The answer to the call's ticket, which this call took: recorded as a service's
+    answer is, then decided by."""
+    answer, seen = answer_of(ticket)
+    _said(call, TICKETS, answer, seen)
+    return _kept(call, keys, answer)
+
+
+def _said(
+    call: Call, origin: Origin, answer: ApprovalAnswer, about: dict[str, Any] | None = None
+) -> None:
+    """Trace an answer: the one step every channel's answer (a service's, an elicited
+    one, a ticket's) becomes in the call's records, with who gave it through what, what
+    they said, and how far it reaches. ``about`` says more (the ticket it answered)."""
+    if not call.plan.traced:
+        return
+    detail = dict(about or {})
+    for field in ("by", "channel", "feedback", "expires_in_s", "uses"):
+        value = getattr(answer, field)
+        if value is not None:
+            detail[field] = value
+    if answer.any_arguments:
+        detail["any_arguments"] = True
+    call.trace("approval", origin.name, answer.outcome.value, detail or answer.outcome, origin)
 
 
 def _kept(
     call: Call, keys: tuple[ApprovalKey, ApprovalKey], answer: ApprovalAnswer
 ) -> Allow | Deny:
-    """An answer's decision, after keeping an ``*-always`` answer."""
+    """An answer's decision, after keeping an ``*-always`` answer; a rejection tells the
+    model the person's feedback."""
     if answer.outcome in REMEMBERED_OUTCOMES:
         if call.cancelled():
             raise Interrupted
         key = keys[1] if answer.any_arguments else keys[0]
         _remember(call, call.plan.approval_store, key, answer)
-    return _decision(call, answer.outcome)
+    decision = _decision(call, answer.outcome)
+    if isinstance(decision, Deny) and answer.feedback:
+        return Deny(f"{decision.reason}: {safe_text(answer.feedback, multiline=True)}")
+    return decision
 
 
 def approval_keys(call: Call) -> tuple[ApprovalKey, ApprovalKey]:
@@ -254,8 +277,6 @@ async def _answer(call: Call, service: ApprovalService, request: ApprovalRequest
                 ErrorCode.POLICY_ERROR,
             )
         )
-    if call.plan.traced:
-        call.trace("approval", "approval service", outcome.value, answer, APPROVAL)
     return answer if type(answer) is ApprovalAnswer else ApprovalAnswer(outcome)
 
 

@@ -67,10 +67,17 @@ def _answered(store: TicketStore, options: argparse.Namespace, out: TextIO) -> i
     outcome = ("allowed" if approve else "rejected") + ("-always" if options.always else "")
     if outcome == "allowed":
         outcome = "allowed-once"
-    feedback = None if approve else options.feedback
     if options.by is not None and not options.by.strip():
         raise UsageError("--by needs a name")
-    answer = TicketAnswer(outcome, options.by or _person(), "cli", feedback=feedback)
+    expires_in_s, uses = _grant_end(options) if approve else (None, None)
+    answer = TicketAnswer(
+        outcome,
+        options.by or _person(),
+        "cli",
+        feedback=options.feedback,
+        expires_in_s=expires_in_s,
+        uses=uses,
+    )
     try:
         ticket = store.answer_ticket(options.ticket, answer)
     except TicketError as error:
@@ -85,6 +92,32 @@ def _answered(store: TicketStore, options: argparse.Namespace, out: TextIO) -> i
     else:
         out.write(f"{ticket.id}: {outcome} by {safe_text(answer.by)}\n")
     return EXIT_OK
+
+
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _grant_end(options: argparse.Namespace) -> tuple[float | None, int | None]:
+    """``approve --always``'s ``--expires-in`` (in seconds) and ``--uses``, checked."""
+    import math
+    import re
+
+    text, uses = options.expires_in, options.uses
+    if (text is not None or uses is not None) and not options.always:
+        raise UsageError("--uses and --expires-in go with --always (a grant that ends)")
+    if uses is not None and uses < 1:
+        raise UsageError(f"--uses must be at least 1, got {uses}")
+    if text is None:
+        return None, uses
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if found is None:
+        raise UsageError(
+            f"--expires-in: {safe_text(text)!r} is not a duration (such as 90s, 30m, 1h, 2d)"
+        )
+    seconds = float(found.group(1)) * _UNITS[found.group(2)]
+    if not 0 < seconds < math.inf:
+        raise UsageError(f"--expires-in must be a positive duration, got {safe_text(text)!r}")
+    return seconds, uses
 
 
 def _person() -> str:
@@ -110,15 +143,7 @@ def ticket_json(ticket: ApprovalTicket) -> dict[str, Any]:
         "asked_by": None if ticket.asked_by is None else thaw(ticket.asked_by),
         "created_at": ticket.created_at,
         "expires_at": ticket.expires_at,
-        "answer": None
-        if answer is None
-        else {
-            "outcome": answer.outcome.value,
-            "by": answer.by,
-            "channel": answer.channel,
-            "feedback": answer.feedback,
-            "any_arguments": answer.any_arguments,
-        },
+        "answer": None if answer is None else answer.to_json(),
         "answered_at": ticket.answered_at,
         "resumed_at": ticket.resumed_at,
     }
@@ -139,7 +164,7 @@ def _listed(tickets: Sequence[ApprovalTicket], as_json: bool, out: TextIO) -> in
 
 def _shown(ticket: ApprovalTicket, out: TextIO) -> None:
     """The call's card, then the ticket's record: who asked, why, and what became of it."""
-    from ._ticket_text import ticket_card
+    from ._ticket_text import grant_text, ticket_card
     from .terminal import emit_card, render_call_view
 
     emit_card(render_call_view(ticket_card(ticket)), out)
@@ -155,6 +180,9 @@ def _shown(ticket: ApprovalTicket, out: TextIO) -> None:
     if answer is not None:
         said = f"  {answer.outcome.value} by {answer.by} via {answer.channel}"
         lines.append(said + (f": {answer.feedback}" if answer.feedback else ""))
+        grant = grant_text(answer.expires_in_s, answer.uses)
+        if grant is not None:
+            lines.append(f"  the grant {grant}")
     lines.append(f"  arguments sha256 {ticket.arguments_sha256}")
     out.write("".join(safe_text(line) + "\n" for line in lines))
 

@@ -220,6 +220,15 @@ def _approvals_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     approve.add_argument(
         "--always", action="store_true", help="and remember it for these arguments"
     )
+    approve.add_argument(
+        "--expires-in",
+        metavar="DURATION",
+        help="with --always: the grant ends this long after the call resumes (90s, 30m, 1h, 2d)",
+    )
+    approve.add_argument(
+        "--uses", type=int, metavar="N", help="with --always: the grant allows N later calls"
+    )
+    approve.add_argument("--feedback", metavar="TEXT", help="a note kept in the call's records")
     reject = _command(actions, "reject", "refuse the ticket's call")
     reject.add_argument("--feedback", metavar="TEXT", help="what the model is told instead")
     reject.add_argument("--always", action="store_true", help="and remember the refusal")

@@ -37,7 +37,7 @@ from urllib.parse import urlencode
 import anyio
 import attrs
 
-from ._inbox_page import Notice, fragment, page
+from ._inbox_page import LASTS, Notice, fragment, page
 from .approvals import (
     ApprovalTicket,
     TicketAnswer,
@@ -205,12 +205,17 @@ class _Inbox:
         if self.cross_site(request) or not (isinstance(csrf, str) and self.secrets.csrf_ok(csrf)):
             return PlainTextResponse("cross-site request refused\n", 403, headers=_headers())
         outcome = _ANSWERS.get(str(form.get("outcome", "")))
-        if outcome is None:
+        lasts = LASTS.get(str(form.get("lasts", "")))
+        if outcome is None or lasts is None:
             return PlainTextResponse("unknown answer\n", 400, headers=_headers())
         feedback = str(form.get("feedback", "")).strip()[:_MAX_FEEDBACK] or None
         ticket = request.path_params["ticket"]
         who = f"web ({request.client.host})" if request.client else "web"
-        status = await self._answered(ticket, outcome, feedback, who)
+        ends = lasts[1:] if outcome is ApprovalOutcome.ALLOWED_ALWAYS else (None, None)
+        answer = TicketAnswer(
+            outcome, who, CHANNEL, feedback=feedback, expires_in_s=ends[0], uses=ends[1]
+        )
+        status = await self._answered(ticket, answer)
         query = urlencode({"ticket": ticket, "answered": outcome.value, "status": status})
         signed = urlencode({"mac": self.secrets.sign(query)})
         return RedirectResponse(f"/?{query}&{signed}", 303, headers=_headers())
@@ -218,10 +223,7 @@ class _Inbox:
     def pending(self) -> Sequence[ApprovalTicket]:
         return self.store.list_tickets(state=TicketState.PENDING)
 
-    async def _answered(
-        self, ticket: str, outcome: ApprovalOutcome, feedback: str | None, who: str
-    ) -> str:
-        answer = TicketAnswer(outcome, who, CHANNEL, feedback=feedback)
+    async def _answered(self, ticket: str, answer: TicketAnswer) -> str:
         try:
             await _stored(self.store.answer_ticket, ticket, answer)
         except TicketNotFoundError:

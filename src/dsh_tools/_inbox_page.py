@@ -23,7 +23,17 @@ from .presentation import DiffCallView, ToolCallView
 from .safetext import safe_text
 from .terminal import render_call_view
 
-__all__ = ["Notice", "fragment", "page"]
+__all__ = ["LASTS", "Notice", "fragment", "page"]
+
+LASTS: dict[str, tuple[str, float | None, int | None]] = {
+    "": ("until forgotten", None, None),
+    "1h": ("for 1 hour", 3600.0, None),
+    "1d": ("for 1 day", 86400.0, None),
+    "1": ("for 1 more call", None, 1),
+    "10": ("for 10 more calls", None, 10),
+}
+"""How long an *Approve always* lasts, by the value the page sends: its label, then the
+grant's ``expires_in_s`` and ``uses``."""
 
 
 @attrs.frozen
@@ -131,9 +141,13 @@ def _answer_form(ticket: ApprovalTicket, csrf: str) -> str:
         f'<button name="outcome" value="{outcome.value}">{label}</button>'
         for outcome, label in buttons
     )
+    lasts = "".join(
+        f'<option value="{value}">{label}</option>' for value, (label, *_) in LASTS.items()
+    )
     return (
         f'<form method="post" action="{action}">'
         f'<input type="hidden" name="csrf" value="{_text(csrf)}">{shown}'
+        f'<select name="lasts" aria-label="approve always lasts">{lasts}</select>'
         '<input name="feedback" placeholder="feedback for the model (with Reject)" '
         'maxlength="2000" aria-label="feedback"></form>'
     )

@@ -12,7 +12,7 @@ from .approvals import ApprovalTicket
 from .json import FrozenDict, thaw
 from .presentation import CardError, ToolCallView, fallback_call_view, structure_call_view
 
-__all__ = ["asked_by_text", "ticket_card", "ticket_fields"]
+__all__ = ["asked_by_text", "grant_text", "ticket_card", "ticket_fields"]
 
 
 def ticket_card(ticket: ApprovalTicket) -> ToolCallView:
@@ -65,6 +65,25 @@ def ticket_fields(ticket: ApprovalTicket) -> list[tuple[str, str]]:
         at = "" if ticket.answered_at is None else f" at {_when(ticket.answered_at)}"
         rows.append(("answer", f"{answer.outcome.value} by {answer.by} via {answer.channel}{at}"))
         rows.append(("feedback", answer.feedback))
+        rows.append(("grant", grant_text(answer.expires_in_s, answer.uses)))
     if ticket.resumed_at is not None:
         rows.append(("resumed", _when(ticket.resumed_at)))
     return [(name, value) for name, value in rows if value]
+
+
+def grant_text(expires_in_s: float | None, uses: int | None) -> str | None:
+    """When an ``allowed-always`` answer ends, as text (``ends after 1h or 3 uses``), or
+    ``None`` for one that never does."""
+    ends = []
+    if expires_in_s is not None:
+        unit = next(
+            (name for name, size in _SPANS if expires_in_s >= size and expires_in_s % size == 0),
+            "s",
+        )
+        ends.append(f"{expires_in_s / dict(_SPANS)[unit]:g}{unit}")
+    if uses is not None:
+        ends.append(f"{uses} use" + ("" if uses == 1 else "s"))
+    return "ends after " + " or ".join(ends) if ends else None
+
+
+_SPANS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from ._call import Call, Interrupted, StageFailed
 from ._loops import on_event_loop, stops_the_caller
 from ._results import error_result, message
-from .approvals import ApprovalKey, ApprovalTicket, TicketAnswer, TicketState, TicketStore
+from .approvals import ApprovalAnswer, ApprovalKey, ApprovalTicket, TicketState, TicketStore
 from .errors import ErrorCode
 from .json import FrozenDict, snapshot
 from .models import Ask, ToolExecutionFailure, ToolExecutionInput, failure_result
@@ -66,8 +66,8 @@ def stored(call: Call, what: str, operation: Callable[[], T]) -> T:
         raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
 
 
-def taken(call: Call, store: TicketStore, ticket: ApprovalTicket) -> TicketAnswer:
-    """The answer of ``ticket`` for this call, taken once: pending, expired, already
+def taken(call: Call, store: TicketStore, ticket: ApprovalTicket) -> ApprovalTicket:
+    """``ticket`` answered and resumed by this call, once: pending, expired, already
     resumed, tampered with or another call's ticket ends the call (``StageFailed``)."""
     execution = call.execution
     arguments: FrozenDict = execution.arguments  # type: ignore[assignment]
@@ -92,10 +92,7 @@ def taken(call: Call, store: TicketStore, ticket: ApprovalTicket) -> TicketAnswe
             "its call does not run again"
         )
         raise _stopped(call, "already-resumed", ticket, failure_result(text, ErrorCode.DENIED))
-    answer = won.answer
-    if call.plan.traced:
-        call.trace("approval", TICKETS.name, answer.outcome.value, _seen(won), TICKETS)
-    return answer
+    return won
 
 
 def _stopped(
@@ -107,7 +104,7 @@ def _stopped(
     return StageFailed(failure)
 
 
-async def pending(call: Call, store: TicketStore, ask: Ask, asker: Origin | None) -> TicketAnswer:
+async def pending(call: Call, store: TicketStore, ask: Ask, asker: Origin | None) -> ApprovalTicket:
     """Open (or find) the call's ticket, wait for an answer as long as the registry
     says, and take it; without one in time the call ends pending or expired."""
     timeout_ms, on_timeout, expiry_s = call.registry.approval_waiting
@@ -246,14 +243,21 @@ def _card(call: Call) -> FrozenDict | None:
 
 def _seen(ticket: ApprovalTicket) -> dict[str, Any]:
     """What a trace step (and so a decision record) shows of a ticket: its id, when it
-    expires, and who answered through which channel when."""
+    expires, and when it was answered and resumed (the answer itself is one step of
+    :mod:`dsh_tools._approval`, shown as every channel's answer is)."""
     seen: dict[str, Any] = {"ticket": ticket.id, "expires_at": _time(ticket.expires_at)}
-    answer = ticket.answer
-    if answer is not None:
-        seen.update(by=answer.by, channel=answer.channel, answered_at=ticket.answered_at)
+    if ticket.answered_at is not None:
+        seen["answered_at"] = ticket.answered_at
     if ticket.resumed_at is not None:
         seen["resumed_at"] = ticket.resumed_at
     return seen
+
+
+def answer_of(ticket: ApprovalTicket) -> tuple[ApprovalAnswer, dict[str, Any]]:
+    """The answer a call took from ``ticket`` (see :func:`taken`), as an approval
+    service would have given it, and what its trace step shows of the ticket."""
+    assert ticket.answer is not None  # taken() returns answered tickets only
+    return ticket.answer.approval_answer(), _seen(ticket)
 
 
 def _time(seconds: float) -> float | None:

@@ -170,3 +170,18 @@ class ContextMessage:
         if self.source is not None:
             data["source"] = self.source
         return _block(data)
+
+
+def context_messages(value: Iterable[ContextMessage]) -> tuple[ContextMessage, ...]:
+    """The ``additional_contexts`` of a result or decision as a tuple; anything that is
+    not a :class:`ContextMessage` raises ``TypeError`` naming its index."""
+    if type(value) is tuple and not value:  # the common case: no deferred context
+        return ()
+    contexts = tuple(value)
+    for index, context in enumerate(contexts):
+        if not isinstance(context, ContextMessage):
+            raise TypeError(
+                f"additional_contexts[{index}] must be a ContextMessage, "
+                f"got {type(context).__qualname__}"
+            )
+    return contexts

@@ -3,25 +3,39 @@
 Every record is an attrs frozen class whose JSON-carrying fields are snapshotted on
 construction, so a result or decision that exists is already lossless JSON and no stage
 can mutate what a later stage sees. Change a record with ``attrs.evolve``.
+
+The calls, results and tool definitions are defined here; the decisions and the approval
+channel's types are defined in :mod:`dsh_tools._decisions` and imported from here.
 """
 
 from __future__ import annotations
 
-import enum
 import math
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, Union
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import attrs
 
+from ._decisions import (
+    Accept,
+    Allow,
+    ApprovalChannel,
+    ApprovalOutcome,
+    ApprovalRequest,
+    ApprovalService,
+    Ask,
+    Block,
+    Deny,
+    PostExecuteDecision,
+    PreExecuteDecision,
+)
 from .cancel import CancelSignal
-from .content import ContentLike, ContextMessage, content_blocks, content_text
+from .content import ContentLike, ContextMessage, content_blocks, content_text, context_messages
 from .errors import DefinitionError, ErrorCode, JsonValueError
 from .json import FrozenDict, FrozenList, JsonValue, snapshot, thaw, unicode_text
 from .paths import ToolPaths
 
 if TYPE_CHECKING:
-    from .approvals import ApprovalAnswer
     from .arguments import ArgumentsModel
     from .presentation import ToolCallView, ToolResultView
     from .progress import ProgressListener
@@ -91,19 +105,6 @@ def _tool_object(value: object, definition: Any, field: attrs.Attribute[Any]) ->
 
 
 _TOOL_OBJECT = attrs.Converter(_tool_object, takes_self=True, takes_field=True)
-
-
-def _contexts(value: Iterable[ContextMessage]) -> tuple[ContextMessage, ...]:
-    if type(value) is tuple and not value:  # the common case: no deferred context
-        return ()
-    contexts = tuple(value)
-    for index, context in enumerate(contexts):
-        if not isinstance(context, ContextMessage):
-            raise TypeError(
-                f"additional_contexts[{index}] must be a ContextMessage, "
-                f"got {type(context).__qualname__}"
-            )
-    return contexts
 
 
 # --------------------------------------------------------------------------- identity
@@ -216,7 +217,9 @@ class ToolExecutionSuccess:
     value: JsonValue = attrs.field(converter=_frozen_json)
     content: FrozenList = attrs.field(converter=content_blocks)
     meta: JsonValue = attrs.field(default=None, converter=_frozen_json)
-    additional_contexts: tuple[ContextMessage, ...] = attrs.field(default=(), converter=_contexts)
+    additional_contexts: tuple[ContextMessage, ...] = attrs.field(
+        default=(), converter=context_messages
+    )
     concludes_turn: bool = False
     is_error: Literal[False] = attrs.field(default=False, init=False)
 
@@ -243,7 +246,9 @@ class ToolExecutionFailure:
     error: ToolFailure
     content: FrozenList = attrs.field(converter=content_blocks)
     meta: JsonValue = attrs.field(default=None, converter=_frozen_json)
-    additional_contexts: tuple[ContextMessage, ...] = attrs.field(default=(), converter=_contexts)
+    additional_contexts: tuple[ContextMessage, ...] = attrs.field(
+        default=(), converter=context_messages
+    )
     concludes_turn: bool = False
     """Set on ``APPROVAL_PENDING``: the model should end its turn and wait for a person."""
     is_error: Literal[True] = attrs.field(default=True, init=False)
@@ -289,179 +294,6 @@ def result_to_json(result: ToolExecutionResult) -> dict[str, Any]:
     if result.concludes_turn:
         data["concludesTurn"] = True
     return data
-
-
-# --------------------------------------------------------------------------- decisions
-
-
-def detail_object(value: object) -> FrozenDict | None:
-    """A decision's structured detail, frozen: ``None`` or a JSON object (raises
-    ``TypeError`` naming what is wrong otherwise). A converter for decision classes."""
-    if value is None:
-        return None
-    try:
-        frozen = snapshot(value, "detail")
-    except JsonValueError as error:
-        raise TypeError(f"a decision's detail must be a JSON object: {error.message}") from None
-    if type(frozen) is not FrozenDict:
-        raise TypeError(f"a decision's detail must be a JSON object, got {type(value).__name__}")
-    return frozen
-
-
-@attrs.frozen
-class Allow:
-    """Pre-execute: let the call proceed (guards still run). ``detail`` (a JSON object,
-    keyword only, as for ``Deny`` and ``Ask``) says what decided; decision records keep
-    it (the permission rules put the deciding rule there), the model never sees it, and
-    decisions compare (and show in traces) the same whatever their details."""
-
-    detail: FrozenDict | None = attrs.field(
-        default=None, kw_only=True, eq=False, repr=False, converter=detail_object
-    )
-
-
-@attrs.frozen
-class Deny:
-    """Pre-execute: refuse the call; ``reason`` becomes the model-facing error.
-    ``detail`` (a JSON object) says what decided, for decision records."""
-
-    reason: str = attrs.field(validator=attrs.validators.instance_of(str))
-    detail: FrozenDict | None = attrs.field(
-        default=None, kw_only=True, eq=False, repr=False, converter=detail_object
-    )
-
-
-def _lifetime(instance: object, attribute: object, value: Any) -> None:
-    if value is None:
-        return
-    if type(value) not in (int, float) or not 0 < value < math.inf:
-        raise ValueError(f"expires_in_s must be a positive number of seconds, got {value!r}")
-
-
-@attrs.frozen
-class Ask:
-    """Pre-execute: ask the approval service; anything but an allowed outcome denies.
-    ``detail`` (a JSON object) says what asked, for decision records. ``expires_in_s``
-    bounds how long an approval ticket opened for this ask stays open (default: the
-    registry's ``approval_expiry_s``)."""
-
-    reason: str | None = attrs.field(
-        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
-    )
-    detail: FrozenDict | None = attrs.field(
-        default=None, kw_only=True, eq=False, repr=False, converter=detail_object
-    )
-    expires_in_s: float | None = attrs.field(
-        default=None, kw_only=True, eq=False, repr=False, validator=_lifetime
-    )
-
-
-PreExecuteDecision = Allow | Deny | Ask
-
-
-class _Unset:
-    """Marks an ``Accept`` that does not replace the value (``None`` is a valid value)."""
-
-    def __repr__(self) -> str:
-        return "<unset>"
-
-
-_UNSET: Any = _Unset()
-
-
-@attrs.frozen
-class Accept:
-    """Post-execute: keep the result, optionally replacing its ``content`` or its ``value``.
-
-    Replacing both at once is refused: a new value is re-rendered into content by the
-    tool's output contract, so a second content would contradict it.
-
-    New ``content`` is a redaction: the ``value`` and ``meta`` it was rendered from are
-    withheld from every wire. ``bounded=True`` says the new content only shortens the
-    same answer (an output limit): the value and meta are kept for the host, and a
-    success stays a success on every wire.
-    """
-
-    content: FrozenList | None = attrs.field(
-        default=None, converter=attrs.converters.optional(content_blocks)
-    )
-    value: JsonValue = attrs.field(default=_UNSET)
-    additional_contexts: tuple[ContextMessage, ...] = attrs.field(default=(), converter=_contexts)
-    bounded: bool = attrs.field(default=False, kw_only=True)
-
-    def __attrs_post_init__(self) -> None:
-        if self.bounded is not False and (self.bounded is not True or self.content is None):
-            raise ValueError("Accept(bounded=True) needs the bounded content")
-        if self.value is not _UNSET:
-            if self.content is not None:
-                raise ValueError("Accept cannot replace both value and content")
-            object.__setattr__(self, "value", snapshot(self.value))
-
-    @property
-    def replaces_value(self) -> bool:
-        """True when this decision carries a replacement value."""
-        return self.value is not _UNSET
-
-
-@attrs.frozen
-class Block:
-    """Post-execute: withhold the result; ``feedback`` becomes the error content verbatim."""
-
-    feedback: FrozenList = attrs.field(converter=content_blocks)
-    additional_contexts: tuple[ContextMessage, ...] = attrs.field(default=(), converter=_contexts)
-
-
-PostExecuteDecision = Accept | Block
-
-
-# --------------------------------------------------------------------------- approval
-
-
-class ApprovalOutcome(str, enum.Enum):
-    """How an approval request ended; only the two ``ALLOWED_*`` outcomes let the call run.
-    The ``*_ALWAYS`` ones are also remembered for the agent's later calls (see
-    :mod:`dsh_tools.approvals`)."""
-
-    ALLOWED_ONCE = "allowed-once"
-    ALLOWED_ALWAYS = "allowed-always"
-    REJECTED = "rejected"
-    REJECTED_ALWAYS = "rejected-always"
-    CANCELLED = "cancelled"
-    UNAVAILABLE = "unavailable"
-    PENDING = "pending"
-    """Nobody can answer now: the call ends ``APPROVAL_PENDING`` with an open approval
-    ticket a person answers later (see :mod:`dsh_tools.approvals`)."""
-
-
-@attrs.frozen
-class ApprovalRequest:
-    """What an approval service is asked: which agent wants to run which call, and why."""
-
-    agent: str
-    tool_name: str
-    call_id: str
-    arguments: FrozenDict
-    reason: str | None
-    signal: CancelSignal | None
-
-
-ApprovalReply = Union[ApprovalOutcome, str, "ApprovalAnswer"]
-"""What an approval service may answer."""
-
-
-class ApprovalService(Protocol):
-    """Answers ``Ask`` decisions, for example by prompting a person in an editor: with an
-    :class:`ApprovalOutcome`, its value as a plain ``str``, or an
-    :class:`~dsh_tools.approvals.ApprovalAnswer` (anything else fails the call closed)."""
-
-    def request(self, request: ApprovalRequest) -> Awaitable[ApprovalReply] | ApprovalReply: ...
-
-
-ApprovalChannel = (
-    ApprovalService | Callable[[ApprovalRequest], "Awaitable[ApprovalReply] | ApprovalReply"]
-)
-"""What ``ToolRegistry(approval=...)`` takes: a service, or a plain function (sync or
-``async def``) that answers as :meth:`ApprovalService.request` does."""
 
 
 # --------------------------------------------------------------------------- definitions

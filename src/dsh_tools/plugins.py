@@ -32,20 +32,17 @@ without (``dsh-tools call`` and ``serve-mcp`` do).
 
 from __future__ import annotations
 
-import contextlib
-import inspect
 import logging
 import os
 import re
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Final, Literal
 
 import attrs
 
+from ._plugin_loaders import LOADERS, Disposer, LoadFailure, dispose_all, shipped_by
 from .errors import PluginConfigError, PluginError
-from .models import ToolDefinition
-from .records import Origin
 
 if TYPE_CHECKING:
     from importlib_metadata import EntryPoint
@@ -93,9 +90,6 @@ POLICY_KINDS: Final[frozenset[PluginKind]] = frozenset({"guards", "plugins"})
 policy (a tools entry point that failed only means missing tools)."""
 
 _DIST_PREFIX = "dist:"
-_UNKNOWN = "unknown"
-
-Disposer = Callable[[], None]
 
 
 @attrs.frozen
@@ -209,10 +203,6 @@ def _provides(record: PluginRecord) -> str:
     return "; ".join(parts) or "-"
 
 
-class _LoadFailure(Exception):
-    """Internal: why one entry point failed; becomes a :class:`PluginFailure`."""
-
-
 _Key = tuple[str, str, str, str]
 """(group, entry point name, value, normalized distribution name)."""
 
@@ -296,7 +286,7 @@ class _Pass:
         first_of_name: dict[str, EntryPoint],
     ) -> None:
         """Load ``entry_point`` unless it is left out, already loaded, blocked or shadowed."""
-        distribution, version = _origin(entry_point)
+        distribution, version = shipped_by(entry_point)
         self.seen.append((entry_point.name, distribution))
         key = (group, entry_point.name, entry_point.value, _normalize(distribution))
         if self.wanted is not None and not self.wanted.match(entry_point.name, distribution):
@@ -312,9 +302,9 @@ class _Pass:
         winner = first_of_name.setdefault(entry_point.name, entry_point)
         try:
             if winner is not entry_point:
-                raise _LoadFailure(_shadowed(winner))
-            tools, hooks, disposer = _LOADERS[kind](self.registry, entry_point)
-        except _LoadFailure as exc:
+                raise LoadFailure(_shadowed(winner))
+            tools, hooks, disposer = LOADERS[kind](self.registry, entry_point)
+        except LoadFailure as exc:
             self.failed.append(
                 PluginFailure(
                     entry_point.name, kind, distribution, version, entry_point.value, str(exc)
@@ -323,7 +313,7 @@ class _Pass:
             self.causes.append(exc.__cause__)
             return
         except PluginConfigError:
-            _dispose_all(self.disposers)
+            dispose_all(self.disposers)
             raise
         record = PluginRecord(
             entry_point.name, kind, distribution, version, entry_point.value, tools, hooks
@@ -336,7 +326,7 @@ class _Pass:
         """Under ``strict``, undo everything and raise if anything failed; otherwise keep
         what loaded and log each failure."""
         if strict and self.failed:
-            _dispose_all(self.disposers)
+            dispose_all(self.disposers)
             lines = "\n".join(f"  - {failure.message}" for failure in self.failed)
             raise PluginError(
                 f"{len(self.failed)} plugin entry point(s) failed to load "
@@ -350,7 +340,7 @@ class _Pass:
 
 
 def _shadowed(winner: EntryPoint) -> str:
-    distribution, version = _origin(winner)
+    distribution, version = shipped_by(winner)
     return (
         f"the name is also declared by {distribution} {version} ({winner.value}), which comes "
         "first on sys.path and is the one loaded; block one of them (dist:<distribution>)"
@@ -399,127 +389,3 @@ class _Selectors:
 
     def match(self, name: str, distribution: str) -> bool:
         return name in self.names or _normalize(distribution) in self.distributions
-
-
-def _origin(entry_point: EntryPoint) -> tuple[str, str]:
-    dist = entry_point.dist
-    if dist is None:
-        return _UNKNOWN, _UNKNOWN
-    return dist.name, dist.version
-
-
-# --------------------------------------------------------------------------- loading
-
-_Loaded = tuple[tuple[str, ...], tuple[str, ...], Disposer]
-"""(tool names, hook names, disposer undoing every registration of the entry point)."""
-
-
-def _cause(exc: BaseException) -> str:
-    """``Type: message`` on one line (pluggy's messages span several), for tables and logs."""
-    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-
-
-@contextlib.contextmanager
-def _failing_as(what: str) -> Iterator[None]:
-    """Turn an exception into a :class:`_LoadFailure` saying ``<what><Type>: <message>``.
-
-    A :class:`PluginConfigError` passes through: :func:`load_plugins` raises it.
-    """
-    try:
-        yield
-    except PluginConfigError:
-        raise
-    except Exception as exc:
-        raise _LoadFailure(f"{what}{_cause(exc)}") from exc
-
-
-def _import(entry_point: EntryPoint) -> object:
-    with _failing_as("import failed: "):
-        target = entry_point.load()
-    return target
-
-
-def _type_name(value: object) -> str:
-    return type(value).__qualname__
-
-
-def _dispose_all(disposers: list[Disposer]) -> None:
-    """Undo in reverse order, so each disposer sees the state it was made in."""
-    for dispose in reversed(disposers):
-        dispose()
-
-
-def _load_tools(registry: ToolRegistry, entry_point: EntryPoint) -> _Loaded:
-    definitions = _tool_definitions(_import(entry_point))
-    disposers: list[Disposer] = []
-    for definition in definitions:
-        try:
-            with _failing_as(f'registering tool "{definition.name}" failed: '):
-                disposers.append(registry.register(definition))
-        except BaseException:
-            _dispose_all(disposers)
-            raise
-    return tuple(d.name for d in definitions), (), lambda: _dispose_all(disposers)
-
-
-def _tool_definitions(target: object) -> tuple[ToolDefinition[object], ...]:
-    produced = target
-    if callable(target) and not isinstance(target, ToolDefinition):
-        with _failing_as(f"calling {_callable_name(target)}() raised "):
-            produced = target()
-    if isinstance(produced, ToolDefinition):
-        return (produced,)
-    if isinstance(produced, (str, bytes, Mapping)) or not isinstance(produced, Iterable):
-        raise _LoadFailure(
-            "expected a ToolDefinition, an iterable of them, or a zero-argument callable "
-            f"returning them; got {_type_name(produced)}"
-        )
-    with _failing_as("iterating the tools raised "):
-        items = tuple(produced)
-    for index, item in enumerate(items):
-        if not isinstance(item, ToolDefinition):
-            raise _LoadFailure(f"item {index} is a {_type_name(item)}, not a ToolDefinition")
-    return items
-
-
-def _callable_name(target: object) -> str:
-    return str(getattr(target, "__qualname__", _type_name(target)))
-
-
-def _load_guard(registry: ToolRegistry, entry_point: EntryPoint) -> _Loaded:
-    guard = _import(entry_point)
-    if isinstance(guard, type) or not callable(guard):
-        raise _LoadFailure(
-            f"expected a guard function fn(execution) -> str | None, got {_type_name(guard)}"
-        )
-    origin = Origin(entry_point.name, _origin(entry_point)[0])
-    with _failing_as("registering the guard failed: "):
-        disposer = registry._add_guard((), guard, origin)
-    return (), ("dsh_tools_guard",), disposer
-
-
-def _load_plugin(registry: ToolRegistry, entry_point: EntryPoint) -> _Loaded:
-    plugin = _import(entry_point)
-    if isinstance(plugin, type) or inspect.isfunction(plugin):
-        # A class, or a zero-argument factory function, makes the plugin object.
-        with _failing_as(f"instantiating {_callable_name(plugin)}() raised "):
-            plugin = plugin()
-        if plugin is None:
-            # The factory's configuration leaves the plugin off: nothing to register.
-            return (), (), _nothing
-    with _failing_as("registering the plugin failed: "):
-        disposer = registry.add_plugin(plugin, name=entry_point.name)
-    registry._pm.set_distribution(entry_point.name, _origin(entry_point)[0])
-    callers = registry.plugin_manager.get_hookcallers(plugin) or []
-    return (), tuple(sorted(caller.name for caller in callers)), disposer
-
-
-def _nothing() -> None:
-    """The disposer of an entry point that registered nothing."""
-
-
-_LOADERS: Final[Mapping[PluginKind, Callable[[ToolRegistry, EntryPoint], _Loaded]]] = {
-    "tools": _load_tools,
-    "guards": _load_guard,
-    "plugins": _load_plugin,
-}

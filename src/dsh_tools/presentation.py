@@ -32,17 +32,32 @@ from __future__ import annotations
 
 import difflib
 import enum
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeAlias
 
 import attrs
 
-from .content import ContentLike, content_blocks
-from .errors import DshToolsError, ErrorCode, JsonValueError
+from ._card_fields import (
+    CardError,
+    _always_emit,
+    _check_total,
+    _count,
+    _diffs,
+    _freeze_content,
+    _freeze_json,
+    _Invalid,
+    _locations,
+    _matches,
+    _one_based,
+    _paths,
+    _read_lines,
+    _search_files,
+    _sources,
+)
 
 # FrozenDict and FrozenList must be names here: cattrs resolves JsonValue's forward references
 # in this module's namespace.
-from .json import FrozenDict, FrozenList, JsonValue, snapshot  # noqa: F401
+from .json import FrozenDict, FrozenList, JsonValue  # noqa: F401
 
 __all__ = [
     "DIFF_MATCH_LINES",
@@ -77,126 +92,8 @@ __all__ = [
 ]
 
 
-class CardError(DshToolsError, ValueError):
-    """A card is malformed: bad JSON on the way in, or a broken rule on construction.
-
-    The message lists every problem as ``path: problem``, separated by ``; ``.
-    """
-
-    default_code = ErrorCode.INVALID_JSON.value
-
-
-class _Invalid(CardError):
-    """One problem at ``where`` (a JSON path suffix such as ``.lineNumber`` or ``[2]``).
-
-    Raised by validators, converters and hooks; the reader prefixes the path of the
-    record it was structuring, so the final message names the full JSON path.
-    """
-
-    def __init__(self, problem: str, *, where: str = "", label: str = "") -> None:
-        super().__init__(f"{label}: {problem}" if label else problem)
-        self.problem = problem
-        self.where = where
-
-
-def _wire(name: str) -> str:
-    """The camelCase wire key of a snake_case attribute."""
-    head, *rest = name.split("_")
-    return head + "".join(part.capitalize() for part in rest)
-
-
-# --- converters and validators used by the records ----------------------------------
-
-
-def _freeze_json(value: object) -> JsonValue:
-    try:
-        return snapshot(value, "raw_input")
-    except JsonValueError as error:
-        where = error.path[len("raw_input") :]
-        raise _Invalid(error.problem, where=where, label=error.path) from None
-
-
 ContentBlocks: TypeAlias = tuple[FrozenDict, ...]
 """Frozen content blocks (``{"type": "text", "text": ...}`` and friends)."""
-
-
-def _freeze_content(value: str | Iterable[ContentLike] | None) -> ContentBlocks | None:
-    if value is None:
-        return None
-    try:
-        blocks = content_blocks(value, "content")  # each one a FrozenDict with a "type"
-        return tuple(block for block in blocks if isinstance(block, FrozenDict))
-    except JsonValueError as error:
-        where = error.path[len("content") :]
-        raise _Invalid(error.problem, where=where, label=error.path) from None
-
-
-def _at_least(minimum: int) -> Callable[[Any, attrs.Attribute[Any], int | None], None]:
-    def check(instance: Any, attribute: attrs.Attribute[Any], value: int | None) -> None:
-        if value is not None and value < minimum:
-            raise _Invalid(
-                f"must be {minimum} or more, got {value}",
-                where=f".{_wire(attribute.name)}",
-                label=f"{type(instance).__name__}.{attribute.name}",
-            )
-
-    return check
-
-
-_one_based = _at_least(1)
-_count = _at_least(0)
-
-
-def _check_total(shown: int, instance: SearchMatchesView | SearchPathsView) -> None:
-    """``total`` counts everything found; without truncation it is exactly what is shown."""
-    name = type(instance).__name__
-    if instance.total < shown or (not instance.truncated and instance.total != shown):
-        rule = "at least" if instance.truncated else "exactly"
-        raise _Invalid(
-            f"must be {rule} the {shown} shown, got {instance.total}",
-            where=".total",
-            label=f"{name}.total",
-        )
-
-
-# Typed tuple converters: records take any iterable (a list is natural to write) and keep
-# a tuple. One named function per element type, because mypy's attrs plugin cannot bind a
-# generic converter's type variable.
-
-
-def _locations(items: Iterable[FileLocation]) -> tuple[FileLocation, ...]:
-    return tuple(items)
-
-
-def _diffs(items: Iterable[FileDiff]) -> tuple[FileDiff, ...]:
-    return tuple(items)
-
-
-def _matches(items: Iterable[SearchMatch]) -> tuple[SearchMatch, ...]:
-    return tuple(items)
-
-
-def _search_files(items: Iterable[SearchFileMatches]) -> tuple[SearchFileMatches, ...]:
-    return tuple(items)
-
-
-def _read_lines(items: Iterable[ReadFileLine]) -> tuple[ReadFileLine, ...]:
-    return tuple(items)
-
-
-def _sources(items: Iterable[WebSource]) -> tuple[WebSource, ...]:
-    return tuple(items)
-
-
-def _paths(items: Iterable[str]) -> tuple[str, ...]:
-    if isinstance(items, str):  # a str is iterable too, but one path is not a list of them
-        raise _Invalid("expected a list of paths, got a string", label="paths")
-    return tuple(items)
-
-
-def _always_emit() -> dict[str, bool]:
-    """Field metadata: write this field even while it holds its default."""
-    return {"always_emit": True}
 
 
 # --- shared file vocabulary -----------------------------------------------------------

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import attrs
 
+from ._decisions import detail_object
 from ._results import message
 from .content import content_text
 from .json import FrozenDict, thaw
@@ -36,7 +37,6 @@ from .models import (
     ToolExecution,
     ToolExecutionFailure,
     ToolExecutionSuccess,
-    detail_object,
 )
 from .progress import StreamSummary
 
@@ -431,13 +431,12 @@ def _step(event: TracedStep, entered: float, previous: float) -> DecisionStep:
 def _approval_step(event: TracedStep) -> tuple[str, str | None, FrozenDict | None] | None:
     """The approval steps whose outcome text says more than their detail: an answer the
     store remembered, a store that failed to recall (the service is asked instead), an
-    answer that is no outcome; and a ticket's steps (pending, waiting, a person's answer
-    with who gave it through which channel, expired, already resumed, refused)."""
+    answer that is no outcome; and the steps whose detail is a mapping: an answer with
+    who gave it through what and what they said (from any channel), and a ticket's
+    steps (pending, waiting, expired, already resumed, refused)."""
     outcome, value = event.outcome, event.detail
-    if event.source == "approval tickets" and isinstance(value, Mapping):
-        by = value.get("by")
-        reason = None if by is None else f"answered by {by} via {value.get('channel')}"
-        return outcome, reason, detail_object(value)
+    if isinstance(value, Mapping):
+        return outcome, _answered(value), detail_object(value)
     if outcome.startswith("remembered "):
         return outcome.removeprefix("remembered "), "a remembered answer", None
     if outcome.startswith("recall raised "):
@@ -445,6 +444,16 @@ def _approval_step(event: TracedStep) -> tuple[str, str | None, FrozenDict | Non
     if outcome.startswith("returned "):
         return "invalid", f"the approval service {outcome}", None
     return None
+
+
+def _answered(detail: Mapping[str, Any]) -> str | None:
+    """An answer step's reason: who answered through what, and what they said."""
+    by, channel, feedback = detail.get("by"), detail.get("channel"), detail.get("feedback")
+    if by is None and channel is None and feedback is None:
+        return None
+    said = "answered" + (f" by {by}" if by is not None else "")
+    said += f" via {channel}" if channel is not None else ""
+    return said if feedback is None else f"{said}: {feedback}"
 
 
 def _decision(event: TracedStep) -> tuple[str, str | None, FrozenDict | None]:

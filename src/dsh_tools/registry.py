@@ -4,41 +4,39 @@ A :class:`ToolRegistry` is the global layer; ``registry.scope("agent")`` returns
 :class:`ToolScope` with a layer of its own, and scopes nest. What a call can see and
 which implementations run for it are computed per agent path into a plan
 (:mod:`dsh_tools._plan`) that is kept until anything changes, so the per-call cost does
-not grow with the number of tools. Calls run in :mod:`dsh_tools._drivers`; the
-architecture page of the docs maps every stage to its module.
+not grow with the number of tools. What the registry and its scopes both do (register
+through a view, run, resume or explain a call) is :mod:`dsh_tools._views`; calls run in
+:mod:`dsh_tools._drivers`; the architecture page of the docs maps every stage to its
+module.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 import pluggy
 
-from . import _drivers, _explain
 from ._approval import channel
 from ._layers import Layer, restriction, visible
-from ._loops import drive, refuse_inside_a_loop, run_on_own_loop, stops_the_caller
+from ._loops import stops_the_caller
 from ._manager import PluginManager
 from ._plan import Plan, ToolEntry, build_plan, guard_impl, label
-from ._tickets import resumed_call, waiting
-from .approvals import ApprovalStore, ApprovalTicket, MemoryApprovalStore
+from ._tickets import waiting
+from ._views import SEPARATOR, _ViewBase, path_of
+from .approvals import ApprovalStore, MemoryApprovalStore
 from .errors import DefinitionError, RegistrationError
 from .models import (
     ApprovalChannel,
-    PresentableResult,
     ToolDefinition,
     ToolExecution,
     ToolExecutionInput,
-    ToolExecutionResult,
-    ToolSchema,
 )
 from .tracing import Tracer
 
 if TYPE_CHECKING:
-    from .presentation import ToolCallView, ToolResultView
-    from .records import Explanation, Origin
+    from .records import Origin
 
 __all__ = ["Disposer", "Guard", "ToolRegistry", "ToolScope"]
 
@@ -47,194 +45,6 @@ Disposer = Callable[[], None]
 
 Guard = Callable[[ToolExecution], "str | None"]
 """A final pre-dispatch check: return a reason string to deny, ``None`` to abstain."""
-
-_SEPARATOR = "/"
-
-
-class _ViewBase:
-    """Operations shared by the registry (global layer) and its scopes."""
-
-    _registry: ToolRegistry
-    _path: tuple[str, ...]
-
-    @property
-    def agent(self) -> str | None:
-        """The agent id calls through this view carry (``None`` for the global layer)."""
-        return _SEPARATOR.join(self._path) if self._path else None
-
-    def register(self, definition: ToolDefinition[Any]) -> Disposer:
-        """Add a tool to this layer; returns a disposer that removes exactly this entry."""
-        return self._registry._register(self._path, definition)
-
-    def guard(self, fn: Guard) -> Disposer:
-        """Add a guard that applies to calls of this layer's agent and its descendants."""
-        return self._registry._add_guard(self._path, fn)
-
-    def add_plugin(self, plugin: object, name: str | None = None) -> Disposer:
-        """Add a pluggy plugin whose ``dsh_tools_*`` hooks see this layer's calls."""
-        return self._registry._add_plugin(self._path, plugin, name)
-
-    def get(self, name: str) -> ToolDefinition[Any] | None:
-        """The definition a call by this view's agent would run, or ``None``."""
-        entry = self._registry._plan(self._path).tools.get(name)
-        return entry.definition if entry is not None else None
-
-    def definition_for(self, name: str, agent: str | None = None) -> ToolDefinition[Any] | None:
-        """The definition a call to ``name`` by ``agent`` would run, seen from this view.
-
-        ``agent=None`` means this view's own agent. An agent outside this view (not this
-        scope or one of its descendants), or a malformed agent id, sees nothing: ``None``.
-        """
-        try:
-            path = self._path if agent is None else _path_of(agent)
-        except RegistrationError:
-            return None
-        if not _is_prefix(self._path, path):
-            return None
-        entry = self._registry._plan(path).tools.get(name)
-        return entry.definition if entry is not None else None
-
-    def names(self) -> list[str]:
-        """Names of the visible tools, in :meth:`schemas` order."""
-        return list(self._registry._plan(self._path).tools)
-
-    def schemas(self) -> list[ToolSchema]:
-        """The model-facing schemas of every visible tool: name, description, parameters.
-
-        An explicit allowlist: callbacks, output declarations and timeouts never appear.
-        ``parameters`` are deep-frozen, so a caller cannot change what the registry holds.
-        """
-        return [entry.schema for entry in self._registry._plan(self._path).tools.values()]
-
-    def scope(self, key: str) -> ToolScope:
-        """The child scope ``key`` (created on first use); scopes nest."""
-        if not isinstance(key, str) or not key or _SEPARATOR in key:
-            raise RegistrationError(
-                f"scope key must be a non-empty string without {_SEPARATOR!r}, got {key!r}"
-            )
-        return ToolScope(self._registry, (*self._path, key))
-
-    def present_call(self, call: ToolExecutionInput) -> ToolCallView:
-        """The pending card for ``call`` as this view's agent sees the tool; never raises
-        (a missing, failing or outdated presenter gives the generic fallback card)."""
-        from .presenting import present_call
-
-        assert isinstance(self, (ToolRegistry, ToolScope))
-        return present_call(self, call)
-
-    def present_result(
-        self, call: ToolExecutionInput, result: ToolExecutionResult | PresentableResult
-    ) -> ToolResultView | None:
-        """The completed card for ``call``, or ``None`` to show the raw content; never raises."""
-        from .presenting import present_result
-
-        assert isinstance(self, (ToolRegistry, ToolScope))
-        return present_result(self, call, result)
-
-    def execution_mode(self, call: ToolExecutionInput) -> str:
-        """``"parallel"`` only when the tool's ``is_concurrency_safe`` returns exactly
-        ``True`` for these arguments and no execute wrapper runs its calls one at a time
-        (a plugin whose ``serializes(name, agent)`` says ``True``, as ``ConcurrencyLimit``
-        with a cap of 1); ``"exclusive"`` otherwise, failures included."""
-        return self._registry._execution_mode(self._route(call))
-
-    def execute(self, call: ToolExecutionInput) -> Awaitable[ToolExecutionResult]:
-        """Run one call through the five stages; await it for the frozen result.
-
-        Routing errors (a malformed agent id, a call for another scope) raise at once;
-        everything that happens to the call itself ends in a result.
-        """
-        registry = self._registry
-        # The usual call, the registry's own with no agent, skips _planned's frame.
-        if not self._path and type(call) is ToolExecutionInput and call.agent is None:
-            return _drivers.start(registry._plans.get(()) or registry._plan(()), registry, call)
-        plan, routed = self._planned(call)
-        return _drivers.start(plan, registry, routed)
-
-    def execute_sync(self, call: ToolExecutionInput) -> ToolExecutionResult:
-        """:meth:`execute` for synchronous hosts.
-
-        The call runs the very same stages with no event loop and no thread whenever
-        nothing in it needs one: sync hookimpls and approval service, a sync body, and
-        execute wrappers whose dispatch does not await a loop (the first-party policies
-        do not). An ``async def`` hookimpl, approval service or body makes the call run on
-        an event loop of its own; a ``def`` body with a deadline runs in one worker
-        thread. Raises :class:`RuntimeError` inside a running event loop.
-        """
-        refuse_inside_a_loop()
-        registry = self._registry
-        # The usual call, the registry's own with no agent, skips _planned's frame.
-        if not self._path and type(call) is ToolExecutionInput and call.agent is None:
-            plan = registry._plans.get(()) or registry._plan(())
-            return _drivers.execute_sync(plan, registry, call)
-        plan, routed = self._planned(call)
-        return _drivers.execute_sync(plan, registry, routed)
-
-    def resume(self, ticket: ApprovalTicket | str) -> Awaitable[ToolExecutionResult]:
-        """Run the call an approval ticket holds, on its frozen arguments, once.
-
-        Pre-execute and the guards run again (a policy that denies now wins over the
-        approval); the ticket's answer is then taken, atomically: the body runs at most
-        once however many processes resume the ticket. The others, and a ticket still
-        pending, expired, rejected or changed in the store, get a failure result saying
-        so. Raises :class:`~dsh_tools.approvals.TicketError` for an unknown ticket, a
-        store that cannot be read, or (through a scope) another agent's ticket.
-        """
-        call, ticket_id = resumed_call(self._registry.approval_store, ticket, self.agent)
-        plan, routed = self._planned(call)
-        return _drivers.start(plan, self._registry, routed, ticket_id)
-
-    def resume_sync(self, ticket: ApprovalTicket | str) -> ToolExecutionResult:
-        """:meth:`resume` for synchronous hosts (no event loop unless the call needs one)."""
-        refuse_inside_a_loop()
-        call, ticket_id = resumed_call(self._registry.approval_store, ticket, self.agent)
-        plan, routed = self._planned(call)
-        return _drivers.execute_sync(plan, self._registry, routed, ticket_id)
-
-    def explain(self, call: ToolExecutionInput) -> Explanation:
-        """What would happen to ``call``, without running it: a policy dry run.
-
-        Validates the arguments and runs pre-execute and the guards, as the call would
-        see them through this view, but never the approval service, the wrappers, the
-        body, post-execute or the result observers, and the plugins see
-        ``execution.dry_run`` set. Returns an :class:`~dsh_tools.records.Explanation`:
-        ``run``, ``deny`` (with the deciding plugin, its reason and, for permission
-        rules, the rule), ``ask`` (with what an approval would lead to) or ``invalid``.
-        An ``Ask`` whose answer the approval store remembers is decided by that answer,
-        as the call would be (the store is read, never written).
-        Raises :class:`RuntimeError` inside a running event loop (use
-        :meth:`explain_async` there).
-        """
-        refuse_inside_a_loop()
-        plan, routed = self._planned(call)
-        run = _explain.explain(plan, self._registry, routed)
-        return run_on_own_loop(run) if plan.needs_loop else drive(run)
-
-    async def explain_async(self, call: ToolExecutionInput) -> Explanation:
-        """:meth:`explain` for asynchronous hosts."""
-        plan, routed = self._planned(call)
-        return await _explain.explain(plan, self._registry, routed)
-
-    def _planned(self, call: ToolExecutionInput) -> tuple[Plan, ToolExecutionInput]:
-        """The plan that runs ``call``, and the call routed to this view's agent."""
-        routed = self._route(call)
-        return self._registry._plan(_path_of(routed.agent)), routed
-
-    def _route(self, call: ToolExecutionInput) -> ToolExecutionInput:
-        if not isinstance(call, ToolExecutionInput):
-            raise TypeError(
-                f"execute() expects a ToolExecutionInput, got {type(call).__qualname__}"
-            )
-        if not self._path:
-            return call
-        if call.agent is None:
-            return _with_agent(call, self.agent)
-        if call.agent != self.agent:
-            raise RegistrationError(
-                f"call {call.call_id!r} names agent {call.agent!r} but was executed through "
-                f"scope {self.agent!r}; execute it through the registry or that agent's scope"
-            )
-        return call
 
 
 class ToolRegistry(_ViewBase):
@@ -380,7 +190,7 @@ class ToolRegistry(_ViewBase):
         name = definition.name
         layer = self._layer(path)
         if name in layer.tools:
-            where = f"in scope {_SEPARATOR.join(path)!r}" if path else "globally"
+            where = f"in scope {SEPARATOR.join(path)!r}" if path else "globally"
             hint = "" if path else " (register a per-agent variant through registry.scope(agent))"
             raise RegistrationError(f'tool "{name}" is already registered {where}{hint}')
         layer.tools[name] = entry
@@ -473,7 +283,7 @@ class ToolRegistry(_ViewBase):
 
     def _execution_mode(self, call: ToolExecutionInput) -> str:
         try:
-            plan = self._plan(_path_of(call.agent))
+            plan = self._plan(path_of(call.agent))
         except RegistrationError:
             return "exclusive"
         entry = plan.tools.get(call.name)
@@ -549,10 +359,6 @@ class ToolScope(_ViewBase):
 # ---------------------------------------------------------------------- helpers
 
 
-def _is_prefix(prefix: tuple[str, ...], path: tuple[str, ...]) -> bool:
-    return path[: len(prefix)] == prefix
-
-
 def _serialized(plan: Plan, call: ToolExecutionInput) -> bool:
     """Whether an execute wrapper runs this tool's calls one at a time: its plugin has a
     ``serializes(name, agent)`` method that says ``True`` (``ConcurrencyLimit`` with a
@@ -562,22 +368,3 @@ def _serialized(plan: Plan, call: ToolExecutionInput) -> bool:
         if callable(serializes) and serializes(call.name, call.agent) is True:
             return True
     return False
-
-
-def _path_of(agent: str | None) -> tuple[str, ...]:
-    """The scope path of an agent id; a malformed id (``"a//b"``, ``"a/"``) is refused."""
-    if agent is None:
-        return ()
-    path = tuple(agent.split(_SEPARATOR))
-    if not isinstance(agent, str) or not all(path):
-        raise RegistrationError(
-            f"agent id {agent!r} is malformed: use scope keys joined by {_SEPARATOR!r}, "
-            "as ToolScope.agent gives them"
-        )
-    return path
-
-
-def _with_agent(call: ToolExecutionInput, agent: str | None) -> ToolExecutionInput:
-    import attrs
-
-    return attrs.evolve(call, agent=agent)

@@ -125,6 +125,32 @@ def _const_type(spec: dict[str, Any], path: str) -> str | None:
     return _SCALAR_WORDS[type(literal)]
 
 
+def _kind(spec: dict[str, Any], path: str, is_property: bool) -> tuple[str, str | None]:
+    """The spec's kind (a type word, or ``oneOf``) and the type a lone ``const`` implies;
+    refuses ``required`` where it cannot stand and any key the kind does not take."""
+    if "required" in spec:
+        if not is_property:
+            _fail(f"{path}.required is not supported by the value schema DSL")
+        if spec["required"] is not True:
+            _fail(f"{path}.required must be true when present")
+    implied = None
+    if "oneOf" in spec:
+        if "type" in spec:
+            _fail(f"{path} cannot declare both type and oneOf")
+        kind = "oneOf"
+    else:
+        implied = _const_type(spec, path)
+        word = implied or spec.get("type")
+        if not isinstance(word, str) or word not in _TYPE_WORDS:
+            _fail(f"{path}.type must be {'/'.join(_TYPE_WORDS)}, or use oneOf")
+        kind = word
+    allowed = _VOCABULARY[kind]
+    for key in spec:
+        if key not in allowed and key not in ANNOTATIONS and key != "required":
+            _fail(f"{path}.{key} is not supported by the value schema DSL")
+    return kind, implied
+
+
 class _Compiler:
     """One compilation: tracks the specs being compiled so a cycle is named, not looped."""
 
@@ -139,26 +165,7 @@ class _Compiler:
             _fail(f"{path} is circular")
         if depth > MAX_NODE_DEPTH:
             _fail(f"{path} nests deeper than {MAX_DEPTH} levels")
-        if "required" in spec:
-            if not is_property:
-                _fail(f"{path}.required is not supported by the value schema DSL")
-            if spec["required"] is not True:
-                _fail(f"{path}.required must be true when present")
-        implied = None
-        if "oneOf" in spec:
-            if "type" in spec:
-                _fail(f"{path} cannot declare both type and oneOf")
-            kind = "oneOf"
-        else:
-            implied = _const_type(spec, path)
-            word = implied or spec.get("type")
-            if not isinstance(word, str) or word not in _TYPE_WORDS:
-                _fail(f"{path}.type must be {'/'.join(_TYPE_WORDS)}, or use oneOf")
-            kind = word
-        allowed = _VOCABULARY[kind]
-        for key in spec:
-            if key not in allowed and key not in ANNOTATIONS and key != "required":
-                _fail(f"{path}.{key} is not supported by the value schema DSL")
+        kind, implied = _kind(spec, path, is_property)
         for problem in annotation_violations(spec, path, depth):
             _fail(problem)
 
@@ -168,35 +175,33 @@ class _Compiler:
         for key, item in spec.items():
             if key == "required" or (key == "type" and kind == "json"):
                 continue
-            if key == "items":
-                out[key] = self.value(item, f"{path}.items", depth + 1, False)
-            elif key == "properties":
-                out[key] = self.properties(item, f"{path}.properties", depth + 1, required)
-            elif key == "oneOf":
-                if not isinstance(item, (list, tuple)) or len(item) < 2:
-                    _fail(f"{path}.oneOf must be an array of at least two value schemas")
-                out[key] = [
-                    self.value(branch, f"{path}.oneOf[{index}]", depth + 2, False)
-                    for index, branch in enumerate(item)
-                ]
-            elif key == "enum":
-                if (
-                    not isinstance(item, (list, tuple))
-                    or not item
-                    or not all(map(_is_scalar, item))
-                ):
-                    _fail(f"{path}.enum must be a non-empty array of scalar values")
-                out[key] = list(item)
-            elif key == "additionalProperties":
-                if type(item) is not bool:
-                    _fail(f"{path}.additionalProperties must be explicitly true or false")
-                out[key] = item
-            else:
-                out[key] = item
+            out[key] = self.keyword(key, item, path, depth, required)
         if required:
             out["required"] = required
         self.active.discard(id(spec))
         return out
+
+    def keyword(self, key: str, item: Any, path: str, depth: int, required: list[str]) -> Any:
+        """One keyword of the spec at ``path``, compiled; a property marked required adds
+        its name to ``required``."""
+        if key == "items":
+            return self.value(item, f"{path}.items", depth + 1, False)
+        if key == "properties":
+            return self.properties(item, f"{path}.properties", depth + 1, required)
+        if key == "oneOf":
+            if not isinstance(item, (list, tuple)) or len(item) < 2:
+                _fail(f"{path}.oneOf must be an array of at least two value schemas")
+            return [
+                self.value(branch, f"{path}.oneOf[{index}]", depth + 2, False)
+                for index, branch in enumerate(item)
+            ]
+        if key == "enum":
+            if not isinstance(item, (list, tuple)) or not item or not all(map(_is_scalar, item)):
+                _fail(f"{path}.enum must be a non-empty array of scalar values")
+            return list(item)
+        if key == "additionalProperties" and type(item) is not bool:
+            _fail(f"{path}.additionalProperties must be explicitly true or false")
+        return item
 
     def properties(
         self, specs: object, path: str, depth: int, required: list[str]

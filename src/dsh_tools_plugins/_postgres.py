@@ -24,7 +24,9 @@ __all__ = ["SCHEMA_VERSION", "Connections", "shown_url"]
 
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""Version 2: a ticket's answer may end (``expires_in_s`` and ``uses`` in its JSON), which
+version 1 code would read as a grant that never ends; the tables are version 1's."""
 _LOCK = 0x647368746F6F6C73
 """The advisory lock that orders schema creation between processes ("dshtools")."""
 _IDLE = 4
@@ -183,5 +185,10 @@ def _create_schema(connection: psycopg.Connection[tuple[object, ...]]) -> None:
         connection.execute(
             "INSERT INTO dsh_tools_schema VALUES ('approvals', %s)", (SCHEMA_VERSION,)
         )
-    elif row[0] != SCHEMA_VERSION:
-        raise ValueError(f"schema version {row[0]}, expected {SCHEMA_VERSION}")
+    elif row[0] not in range(1, SCHEMA_VERSION + 1):
+        raise ValueError(f"schema version {row[0]}, expected at most {SCHEMA_VERSION}")
+    elif row[0] != SCHEMA_VERSION:  # version 1: only the version moves on
+        connection.execute(
+            "UPDATE dsh_tools_schema SET version = %s WHERE component = 'approvals'",
+            (SCHEMA_VERSION,),
+        )

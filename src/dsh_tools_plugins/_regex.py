@@ -382,24 +382,8 @@ def matching_lines(
     Lines past ``keep`` are only counted, which costs a third as much. With a required
     literal, RE2 looks only at the lines that hold it.
     """
-    first, find_required = regex.first, regex.find_required
+    locate = _line_locator(regex, data)
     text_end = len(data) - (data[-1:] == b"\n")
-
-    def locate(position: int, end: int) -> int:
-        """A position in the first matching line within ``data[position:end]``, or -1."""
-        if find_required is None:
-            return first(data, position, end)
-        while True:
-            hit = find_required(data, position, end)
-            if hit < 0:
-                return -1
-            line_start = data.rfind(b"\n", 0, hit) + 1
-            line_end = data.find(b"\n", hit, end)
-            line_end = end if line_end < 0 else line_end
-            if first(data, line_start, line_end) >= 0:
-                return hit
-            position = line_end + 1
-
     kept: list[tuple[int, bytes]] = []
     count, number, counted, start = 0, 1, 0, 0
     while start <= text_end and data:
@@ -421,13 +405,43 @@ def matching_lines(
             kept.append((number, line[:-1] if line[-1:] == b"\r" else line))
             count += 1
             position = line_end + 1
-        while position <= end:  # past keep: count only
-            at = locate(position, end)
-            if at < 0:
-                break
-            count += 1
-            position = data.find(b"\n", at, end) + 1 or end + 1
+        count += _count_rest(locate, data, position, end)  # past keep: count only
         start = end + 1
         if start <= text_end and stop():
             break
     return kept, count
+
+
+def _line_locator(regex: LineRegex, data: bytes) -> Callable[[int, int], int]:
+    """A function giving a position in the first line of ``data[position:end]`` that
+    ``regex`` matches, or -1; with a required literal, RE2 looks only at the lines that
+    hold it."""
+    first, find_required = regex.first, regex.find_required
+    if find_required is None:
+        return lambda position, end: first(data, position, end)
+
+    def locate(position: int, end: int) -> int:
+        while True:
+            hit = find_required(data, position, end)
+            if hit < 0:
+                return -1
+            line_start = data.rfind(b"\n", 0, hit) + 1
+            line_end = data.find(b"\n", hit, end)
+            line_end = end if line_end < 0 else line_end
+            if first(data, line_start, line_end) >= 0:
+                return hit
+            position = line_end + 1
+
+    return locate
+
+
+def _count_rest(locate: Callable[[int, int], int], data: bytes, position: int, end: int) -> int:
+    """How many lines of ``data[position:end]`` match, found by ``locate``."""
+    count = 0
+    while position <= end:
+        at = locate(position, end)
+        if at < 0:
+            break
+        count += 1
+        position = data.find(b"\n", at, end) + 1 or end + 1
+    return count

@@ -4,7 +4,6 @@ PostgreSQL) write and read back, so the two keep tickets in the same form."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from dsh_tools.approvals import ApprovalTicket, TicketAnswer
 from dsh_tools.json import FrozenDict, snapshot
@@ -50,24 +49,9 @@ def json_object(text: object) -> FrozenDict:
 
 def answer_json(answer: TicketAnswer) -> str:
     """An answer as its column's JSON text."""
-    return json_text(
-        {
-            "outcome": answer.outcome.value,
-            "by": answer.by,
-            "channel": answer.channel,
-            "feedback": answer.feedback,
-            "any_arguments": answer.any_arguments,
-        }
-    )
+    return json_text(answer.to_json())
 
 
 def answer_from_json(text: object) -> TicketAnswer:
     """An answer read back from its column."""
-    fields: Any = json_object(text)
-    return TicketAnswer(
-        fields["outcome"],
-        fields["by"],
-        fields["channel"],
-        feedback=fields.get("feedback"),
-        any_arguments=fields.get("any_arguments", False),
-    )
+    return TicketAnswer.from_json(json_object(text))

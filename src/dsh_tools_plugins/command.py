@@ -26,7 +26,7 @@ import codecs
 import shlex
 import signal as signals
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -302,6 +302,40 @@ def _description(default_timeout_ms: int, settings: SandboxSettings) -> str:
     return text
 
 
+def _checked(
+    args: RunCommandArgs, shell: str, default_timeout_ms: int, max_timeout_ms: int
+) -> tuple[list[str], int]:
+    """The argv a call runs and its timeout in milliseconds; its arguments checked first."""
+    if (args.command is None) == (args.argv is None):
+        raise ToolArgsError(['pass exactly one of "command" (a shell string) and "argv"'])
+    if args.argv is not None and not args.argv:
+        raise ToolArgsError(['"argv" must name a program'])
+    timeout_ms = default_timeout_ms if args.timeout_ms is None else args.timeout_ms
+    if not 0 < timeout_ms <= max_timeout_ms:
+        raise ToolArgsError(
+            [f'"timeout_ms" must be between 1 and {max_timeout_ms}, got {timeout_ms}']
+        )
+    argv = [shell, "-c", args.command] if args.command is not None else list(args.argv or [])
+    return argv, timeout_ms
+
+
+def _call_presenter(starter: Sandbox) -> Callable[[RunCommandArgs], TerminalCallView]:
+    """The call card, which says whether ``starter`` would run the command sandboxed."""
+
+    def present_call(args: RunCommandArgs) -> TerminalCallView:
+        cwd = None if args.cwd in (".", "") else args.cwd
+        state = starter.state()
+        return TerminalCallView(
+            _title(args),
+            description=args.description,
+            cwd=cwd,
+            sandboxed=state.sandboxed,
+            network=state.network,
+        )
+
+    return present_call
+
+
 def run_command_tool(
     workspace: Workspace,
     *,
@@ -327,28 +361,8 @@ def run_command_tool(
         raise ValueError("need 0 < default_timeout_ms <= max_timeout_ms")
     starter = Sandbox(sandbox, set_env=env, kill_grace_ms=kill_grace_ms)
 
-    def present_call(args: RunCommandArgs) -> TerminalCallView:
-        cwd = None if args.cwd in (".", "") else args.cwd
-        state = starter.state()
-        return TerminalCallView(
-            _title(args),
-            description=args.description,
-            cwd=cwd,
-            sandboxed=state.sandboxed,
-            network=state.network,
-        )
-
     async def execute(args: RunCommandArgs, ctx: ToolRunContext) -> dict[str, Any]:
-        if (args.command is None) == (args.argv is None):
-            raise ToolArgsError(['pass exactly one of "command" (a shell string) and "argv"'])
-        if args.argv is not None and not args.argv:
-            raise ToolArgsError(['"argv" must name a program'])
-        timeout_ms = default_timeout_ms if args.timeout_ms is None else args.timeout_ms
-        if not 0 < timeout_ms <= max_timeout_ms:
-            raise ToolArgsError(
-                [f'"timeout_ms" must be between 1 and {max_timeout_ms}, got {timeout_ms}']
-            )
-        argv = [shell, "-c", args.command] if args.command is not None else list(args.argv or [])
+        argv, timeout_ms = _checked(args, shell, default_timeout_ms, max_timeout_ms)
         _, bubblewrap = await starter.prepare()
         capture = _Capture(max_output_bytes)
         with (
@@ -371,7 +385,7 @@ def run_command_tool(
         execute=execute,
         output=ToolOutput(_OUTPUT_SCHEMA, _render, lambda args, value: value),
         timeout_ms=max_timeout_ms + kill_grace_ms + 5_000,
-        present_call=present_call,
+        present_call=_call_presenter(starter),
         present_result=_present_result,
         metadata={"read_only": False},
         paths=workspace.tool_paths(PathArgument("cwd", "directory")),

@@ -11,6 +11,8 @@ files over the size cap are refused with a message saying so, and no write or ed
 leave a file over the cap. Every tool declares an output value (``ToolOutput``) and
 copies it into the result ``meta`` so the result presenters, which must be pure, rebuild
 their cards from ``meta`` alone; the diffs a change carries are bounded by the same cap.
+The schemas, texts and cards are :mod:`dsh_tools_plugins._file_output`'s; this module
+does the work.
 
 The tools are ``blocking=True``: an async host runs them in a worker thread (about
 100 µs a call), so a slow disk, a large file or a large directory never stalls its event
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -31,23 +32,27 @@ import attrs
 from dsh_tools.context import ToolRunContext
 from dsh_tools.define import define_tool
 from dsh_tools.errors import ToolArgsError, ToolError
-from dsh_tools.json import JsonValue
-from dsh_tools.models import PresentableResult, ToolDefinition, ToolOutput
+from dsh_tools.models import ToolDefinition
 from dsh_tools.paths import PathArgument
-from dsh_tools.presentation import (
-    DiffCallView,
-    DiffResultView,
-    FileDiff,
-    FileLocation,
-    GenericCallView,
-    GenericResultView,
-    ReadFileLine,
-    ReadResultView,
-    ToolCallKind,
-    file_diffs,
-)
 from dsh_tools.safetext import safe_text
 
+from ._file_output import (
+    EDIT_OUTPUT,
+    LIST_OUTPUT,
+    READ_OUTPUT,
+    WRITE_OUTPUT,
+    change_value,
+    fields,
+    present_change_result,
+    present_edit_call,
+    present_list_call,
+    present_list_result,
+    present_read_call,
+    present_read_result,
+    present_write_call,
+    utf8_size,
+)
+from ._languages import language_of
 from .workspace import Workspace
 
 __all__ = [
@@ -87,53 +92,6 @@ BINARY_SNIFF_BYTES = 8192
 """A NUL byte in this many leading bytes makes a file binary."""
 
 READ_ONLY = {"read_only": True, "idempotent": True}
-
-_LANGUAGES = {
-    ".py": "python",
-    ".pyi": "python",
-    ".js": "javascript",
-    ".mjs": "javascript",
-    ".cjs": "javascript",
-    ".jsx": "jsx",
-    ".ts": "typescript",
-    ".tsx": "tsx",
-    ".json": "json",
-    ".md": "markdown",
-    ".rst": "rst",
-    ".toml": "toml",
-    ".yaml": "yaml",
-    ".yml": "yaml",
-    ".ini": "ini",
-    ".cfg": "ini",
-    ".sh": "bash",
-    ".bash": "bash",
-    ".zsh": "bash",
-    ".c": "c",
-    ".h": "c",
-    ".cc": "cpp",
-    ".cpp": "cpp",
-    ".hpp": "cpp",
-    ".rs": "rust",
-    ".go": "go",
-    ".java": "java",
-    ".kt": "kotlin",
-    ".rb": "ruby",
-    ".php": "php",
-    ".cs": "csharp",
-    ".swift": "swift",
-    ".sql": "sql",
-    ".html": "html",
-    ".htm": "html",
-    ".css": "css",
-    ".scss": "scss",
-    ".xml": "xml",
-    ".txt": "text",
-}
-
-
-def language_of(path: str) -> str | None:
-    """A syntax-highlighting hint from the file extension, or ``None`` when unknown."""
-    return _LANGUAGES.get(os.path.splitext(path)[1].lower())
 
 
 # --------------------------------------------------------------------------- helpers
@@ -204,46 +162,6 @@ def _positive(name: str, value: int) -> None:
         raise ToolArgsError([f'"{name}" must be 1 or more, got {value}'])
 
 
-def _value_as_meta(args: object, value: JsonValue) -> JsonValue:
-    return value
-
-
-def fields(value: object) -> Mapping[str, Any]:
-    """A declared output value as a mapping (the output schema guarantees an object)."""
-    if not isinstance(value, Mapping):
-        raise TypeError(f"expected a JSON object, got {type(value).__qualname__}")
-    return value
-
-
-def _meta(result: PresentableResult) -> Mapping[str, Any] | None:
-    if result.is_error or not isinstance(result.meta, Mapping):
-        return None
-    return result.meta
-
-
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"oneOf": [schema, {"type": "null"}]}
-
-
-def _object(properties: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": list(properties),
-        "additionalProperties": False,
-    }
-
-
-_STRING = {"type": "string"}
-_INTEGER = {"type": "integer"}
-_BOOLEAN = {"type": "boolean"}
-
-_DIFFS_SCHEMA = {
-    "type": "array",
-    "items": _object({"old_text": _nullable(_STRING), "new_text": _STRING}),
-}
-
-
 # --------------------------------------------------------------------------- read_file
 
 
@@ -257,59 +175,6 @@ class ReadFileArgs:
     offset: int = attrs.field(default=1, metadata={"description": "First line to read (1-based)"})
     limit: int = attrs.field(
         default=DEFAULT_READ_LIMIT, metadata={"description": "Most lines to return"}
-    )
-
-
-_READ_SCHEMA = _object(
-    {
-        "path": _STRING,
-        "offset": _INTEGER,
-        "lines": {"type": "array", "items": _object({"number": _INTEGER, "text": _STRING})},
-        "total_lines": _INTEGER,
-        "truncated": _BOOLEAN,
-        "lang": _nullable(_STRING),
-    }
-)
-
-
-def _render_read(args: ReadFileArgs, value: Any) -> str:
-    value = fields(value)
-    lines = value["lines"]
-    total = value["total_lines"]
-    if not lines:
-        if total == 0:
-            return f"{value['path']} is empty"
-        return f"{value['path']} has {total} lines; offset {value['offset']} is past the end"
-    text = "\n".join(f"{line['number']:>6}\t{line['text']}" for line in lines)
-    if value["truncated"]:
-        last = lines[-1]["number"]
-        text += (
-            f"\n\n[showing lines {value['offset']}-{last} of {total}; "
-            f"continue with offset={last + 1}]"
-        )
-    return text
-
-
-def _present_read_call(args: ReadFileArgs) -> GenericCallView:
-    line = args.offset if isinstance(args.offset, int) and args.offset > 1 else None
-    return GenericCallView(
-        f"Read {args.path}",
-        kind=ToolCallKind.READ,
-        locations=[FileLocation(args.path, line)],
-    )
-
-
-def _present_read_result(args: ReadFileArgs, result: PresentableResult) -> ReadResultView | None:
-    meta = _meta(result)
-    if meta is None:
-        return None
-    return ReadResultView(
-        meta["path"],
-        title=f"Read {meta['path']}",
-        offset=meta["offset"],
-        lines=[ReadFileLine(line["number"], line["text"]) for line in meta["lines"]],
-        total_lines=meta["total_lines"],
-        lang=meta["lang"],
     )
 
 
@@ -347,9 +212,9 @@ def read_file_tool(
         ),
         parameters=ReadFileArgs,
         execute=execute,
-        output=ToolOutput(_READ_SCHEMA, _render_read, _value_as_meta),
-        present_call=_present_read_call,
-        present_result=_present_read_result,
+        output=READ_OUTPUT,
+        present_call=present_read_call,
+        present_result=present_read_result,
         metadata=READ_ONLY,
         paths=workspace.tool_paths(PathArgument("path", "file")),
         blocking=True,
@@ -371,70 +236,6 @@ class WriteFileArgs:
         metadata={"description": "File to create or overwrite, relative to the workspace root"}
     )
     content: str = attrs.field(metadata={"description": "The complete new content of the file"})
-
-
-_CHANGE_SCHEMA = _object(
-    {
-        "path": _STRING,
-        "created": _BOOLEAN,
-        "bytes": _INTEGER,
-        "replacements": _INTEGER,
-        "diffs": _DIFFS_SCHEMA,
-        "diffs_omitted": _INTEGER,
-    }
-)
-
-_CONTEXT = 3
-"""Unchanged lines a hunk carries on each side."""
-
-
-def _bounded_diffs(
-    display: str, before: str | None, after: str, budget: int
-) -> tuple[list[dict[str, str | None]], int]:
-    """The hunks from ``before`` to ``after`` that fit, in order, in ``budget`` UTF-8
-    bytes of text, and how many hunks were left out."""
-    hunks = file_diffs(display, before, after, context=_CONTEXT)
-    kept: list[dict[str, str | None]] = []
-    used = 0
-    for index, diff in enumerate(hunks):
-        used += _utf8_size(diff.old_text or "") + _utf8_size(diff.new_text)
-        if used > budget:
-            return kept, len(hunks) - index
-        kept.append({"old_text": diff.old_text, "new_text": diff.new_text})
-    return kept, 0
-
-
-def _utf8_size(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode("utf-8"))
-
-
-def _present_change_result(args: object, result: PresentableResult) -> DiffResultView | None:
-    meta = _meta(result)
-    if meta is None:
-        return None
-    path = meta["path"]
-    title = f"{'Created' if meta['created'] else 'Edited'} {path}"
-    omitted = meta.get("diffs_omitted", 0)  # absent in logs written before it existed
-    if omitted:
-        title += f" ({omitted} {'hunk' if omitted == 1 else 'hunks'} too large to show)"
-    return DiffResultView(
-        title=title,
-        diffs=[FileDiff(path, diff["old_text"], diff["new_text"]) for diff in meta["diffs"]],
-    )
-
-
-def _render_write(args: WriteFileArgs, value: Any) -> str:
-    value = fields(value)
-    verb = "Created" if value["created"] else "Overwrote"
-    return f"{verb} {value['path']} ({value['bytes']} bytes)"
-
-
-def _present_write_call(args: WriteFileArgs) -> DiffCallView:
-    return DiffCallView(
-        f"Write {args.path}",
-        [FileDiff(args.path, None, args.content)],
-        locations=[FileLocation(args.path)],
-    )
 
 
 def write_file_tool(
@@ -464,15 +265,15 @@ def write_file_tool(
                 except ToolError:
                     before = None
             _write_all(opened.fd, data)
-        diffs, omitted = _bounded_diffs(opened.display, before, args.content, max_bytes)
-        return {
-            "path": opened.display,
-            "created": opened.created,
-            "bytes": len(data),
-            "replacements": 0,
-            "diffs": diffs,
-            "diffs_omitted": omitted,
-        }
+        return change_value(
+            opened.display,
+            created=opened.created,
+            size=len(data),
+            replacements=0,
+            before=before,
+            after=args.content,
+            budget=max_bytes,
+        )
 
     return define_tool(
         name="write_file",
@@ -483,9 +284,9 @@ def write_file_tool(
         ),
         parameters=WriteFileArgs,
         execute=execute,
-        output=ToolOutput(_CHANGE_SCHEMA, _render_write, _value_as_meta),
-        present_call=_present_write_call,
-        present_result=_present_change_result,
+        output=WRITE_OUTPUT,
+        present_call=present_write_call,
+        present_result=present_change_result,
         metadata={"read_only": False},
         paths=workspace.tool_paths(PathArgument("path", "file")),
         blocking=True,
@@ -511,19 +312,36 @@ class EditFileArgs:
     )
 
 
-def _render_edit(args: EditFileArgs, value: Any) -> str:
-    value = fields(value)
-    count = value["replacements"]
-    noun = "occurrence" if count == 1 else "occurrences"
-    return f"Edited {value['path']}: replaced {count} {noun}"
+def _check_edit(args: EditFileArgs) -> None:
+    """Refuse an edit that could change nothing, before the file is opened."""
+    if not args.old_string:
+        raise ToolArgsError(['"old_string" must not be empty; use write_file to create a file'])
+    if args.old_string == args.new_string:
+        raise ToolArgsError(['"new_string" must differ from "old_string"'])
 
 
-def _present_edit_call(args: EditFileArgs) -> DiffCallView:
-    return DiffCallView(
-        f"Edit {args.path}",
-        [FileDiff(args.path, args.old_string, args.new_string)],
-        locations=[FileLocation(args.path)],
-    )
+def _occurrences(args: EditFileArgs, before: str, display: str, max_bytes: int) -> int:
+    """How many times ``old_string`` is replaced in ``before``; refused when it is not
+    found, found more than once without ``replace_all``, or the result is too large."""
+    count = before.count(args.old_string)
+    if count == 0:
+        raise ToolError(
+            f'"old_string" was not found in "{display}"; it must match the file '
+            "exactly, whitespace and indentation included"
+        )
+    if count > 1 and not args.replace_all:
+        raise ToolError(
+            f'"old_string" matches {count} times in "{display}"; add surrounding '
+            "lines to make it unique, or pass replace_all: true"
+        )
+    growth = count * (utf8_size(args.new_string) - utf8_size(args.old_string))
+    size = utf8_size(before) + growth
+    if size > max_bytes:
+        raise ToolError(
+            f'"{display}" would be {size} bytes after the edit, over the limit of '
+            f"{max_bytes} bytes; the file is unchanged"
+        )
+    return count
 
 
 def edit_file_tool(
@@ -538,43 +356,23 @@ def edit_file_tool(
     """
 
     def execute(args: EditFileArgs, ctx: ToolRunContext) -> dict[str, Any]:
-        if not args.old_string:
-            raise ToolArgsError(['"old_string" must not be empty; use write_file to create a file'])
-        if args.old_string == args.new_string:
-            raise ToolArgsError(['"new_string" must differ from "old_string"'])
+        _check_edit(args)
         with workspace.open_for_write(args.path, create=False) as opened:
             display = opened.display
             before = _read_text(opened.fd, display, opened.stat.st_size, max_bytes, "edit")
-            count = before.count(args.old_string)
-            if count == 0:
-                raise ToolError(
-                    f'"old_string" was not found in "{display}"; it must match the file '
-                    "exactly, whitespace and indentation included"
-                )
-            if count > 1 and not args.replace_all:
-                raise ToolError(
-                    f'"old_string" matches {count} times in "{display}"; add surrounding '
-                    "lines to make it unique, or pass replace_all: true"
-                )
-            growth = count * (_utf8_size(args.new_string) - _utf8_size(args.old_string))
-            size = _utf8_size(before) + growth
-            if size > max_bytes:
-                raise ToolError(
-                    f'"{display}" would be {size} bytes after the edit, over the limit of '
-                    f"{max_bytes} bytes; the file is unchanged"
-                )
+            count = _occurrences(args, before, display, max_bytes)
             after = before.replace(args.old_string, args.new_string)
             data = after.encode("utf-8")
             _write_all(opened.fd, data)
-        diffs, omitted = _bounded_diffs(display, before, after, max_bytes)
-        return {
-            "path": display,
-            "created": False,
-            "bytes": len(data),
-            "replacements": count,
-            "diffs": diffs,
-            "diffs_omitted": omitted,
-        }
+        return change_value(
+            display,
+            created=False,
+            size=len(data),
+            replacements=count,
+            before=before,
+            after=after,
+            budget=max_bytes,
+        )
 
     return define_tool(
         name="edit_file",
@@ -585,9 +383,9 @@ def edit_file_tool(
         ),
         parameters=EditFileArgs,
         execute=execute,
-        output=ToolOutput(_CHANGE_SCHEMA, _render_edit, _value_as_meta),
-        present_call=_present_edit_call,
-        present_result=_present_change_result,
+        output=EDIT_OUTPUT,
+        present_call=present_edit_call,
+        present_result=present_change_result,
         metadata={"read_only": False},
         paths=workspace.tool_paths(PathArgument("path", "file")),
         blocking=True,
@@ -609,21 +407,6 @@ class ListDirArgs:
     )
 
 
-_MARKERS = {"dir": "/", "symlink": "@", "fifo": "|", "socket": "=", "file": "", "other": "?"}
-
-_LIST_SCHEMA = _object(
-    {
-        "path": _STRING,
-        "entries": {
-            "type": "array",
-            "items": _object({"name": _STRING, "type": {"type": "string", "enum": list(_MARKERS)}}),
-        },
-        "total": _INTEGER,
-        "truncated": _BOOLEAN,
-    }
-)
-
-
 def _entry_type(mode: int) -> str:
     if stat.S_ISDIR(mode):
         return "dir"
@@ -636,30 +419,6 @@ def _entry_type(mode: int) -> str:
     if stat.S_ISSOCK(mode):
         return "socket"
     return "other"
-
-
-def _render_list(args: ListDirArgs, value: Any) -> str:
-    value = fields(value)
-    entries = value["entries"]
-    if not entries:
-        return f"{value['path']} is empty"
-    text = "\n".join(f"{entry['name']}{_MARKERS[entry['type']]}" for entry in entries)
-    if value["truncated"]:
-        text += f"\n\n[showing {len(entries)} of {value['total']} entries]"
-    return text
-
-
-def _present_list_call(args: ListDirArgs) -> GenericCallView:
-    return GenericCallView(
-        f"List {args.path}", kind=ToolCallKind.READ, locations=[FileLocation(args.path)]
-    )
-
-
-def _present_list_result(args: ListDirArgs, result: PresentableResult) -> GenericResultView | None:
-    meta = _meta(result)
-    if meta is None:
-        return None
-    return GenericResultView(title=f"List {meta['path']} ({meta['total']} entries)")
 
 
 def list_dir_tool(workspace: Workspace) -> ToolDefinition[ListDirArgs]:
@@ -697,9 +456,9 @@ def list_dir_tool(workspace: Workspace) -> ToolDefinition[ListDirArgs]:
         ),
         parameters=ListDirArgs,
         execute=execute,
-        output=ToolOutput(_LIST_SCHEMA, _render_list, _value_as_meta),
-        present_call=_present_list_call,
-        present_result=_present_list_result,
+        output=LIST_OUTPUT,
+        present_call=present_list_call,
+        present_result=present_list_result,
         metadata=READ_ONLY,
         paths=workspace.tool_paths(PathArgument("path", "directory")),
         blocking=True,

@@ -359,6 +359,9 @@ def _step_attributes(step: DecisionStep, with_errors: bool) -> dict[str, str]:
         attributes["dsh_tools.reason"] = step.reason
     if step.detail is not None:
         attributes["dsh_tools.detail"] = dumps(step.detail)
+        feedback = step.detail.get("feedback") if step.stage == "approval" else None
+        if isinstance(feedback, str):
+            attributes["dsh_tools.feedback"] = feedback
     return attributes
 
 

@@ -33,7 +33,6 @@ import attrs
 from dsh_tools.context import ToolRunContext
 from dsh_tools.define import define_tool
 from dsh_tools.errors import ToolArgsError, ToolError
-from dsh_tools.json import is_unicode, unicode_text
 from dsh_tools.models import PresentableResult, ToolDefinition, ToolOutput
 from dsh_tools.paths import PathArgument
 from dsh_tools.presentation import (
@@ -46,11 +45,12 @@ from dsh_tools.presentation import (
 )
 from dsh_tools.safetext import safe_text
 
+from ._glob_patterns import GlobMatcher, compile_glob
 from ._grep import MAX_MATCH_LINE_CHARS, Findings, search_tree
 from ._host_programs import inside, system_program
 from ._ignore import ignore_filter
 from ._reach import split_glob
-from ._regex import compile_line_pattern, compile_path_regex
+from ._regex import compile_line_pattern
 from .files import DEFAULT_MAX_FILE_BYTES, fields
 from .workspace import Opened, WalkFilter, Workspace, WorkspaceFile
 
@@ -76,97 +76,6 @@ _READ_ONLY = {"read_only": True, "idempotent": True}
 _INCLUDE_IGNORED = (
     "Also search files that .gitignore or .ignore files exclude (.git is always skipped)"
 )
-
-
-# --------------------------------------------------------------------------- patterns
-
-
-def _literal(char: str) -> str:
-    return char if char.isascii() and char.isalnum() else f"\\x{{{ord(char):x}}}"
-
-
-def _translate_class(body: str) -> str:
-    """An RE2 class for the glob class ``body`` (between ``[`` and ``]``)."""
-    negate = body[:1] in ("!", "^")
-    if negate:
-        body = body[1:]
-    members: list[str] = []
-    index = 0
-    while index < len(body):
-        if index + 2 < len(body) and body[index + 1] == "-":
-            members.append(f"{_literal(body[index])}-{_literal(body[index + 2])}")
-            index += 3
-        else:
-            members.append(_literal(body[index]))
-            index += 1
-    return f"[{'^/' if negate else ''}{''.join(members)}]"
-
-
-def _translate_component(part: str) -> str:
-    out: list[str] = []
-    index = 0
-    while index < len(part):
-        char = part[index]
-        index += 1
-        if char == "*":
-            out.append("[^/]*")
-        elif char == "?":
-            out.append("[^/]")
-        elif char == "[":
-            end = part.find("]", index + 1 if part[index : index + 1] in ("!", "^") else index)
-            if end < 0:
-                out.append(_literal(char))
-                continue
-            out.append(_translate_class(part[index:end]))
-            index = end + 1
-        elif char == "{":
-            end = part.find("}", index)
-            if end < 0:
-                out.append(_literal(char))
-                continue
-            options = part[index:end].split(",")
-            index = end + 1
-            out.append("(?:" + "|".join(_translate_component(o) for o in options) + ")")
-        else:
-            out.append(_literal(char))
-    return "".join(out)
-
-
-class GlobMatcher:
-    """A compiled glob: :meth:`matches` a ``/``-separated relative path, whole.
-
-    Matching is RE2's, linear in the length of the path.
-    """
-
-    __slots__ = ("_regex", "pattern")
-
-    def __init__(self, pattern: str, regex: Any) -> None:
-        self.pattern = pattern
-        self._regex = regex
-
-    def matches(self, path: str) -> bool:
-        """Whether ``path`` matches (a name that is not valid Unicode is matched as
-        shown, with U+FFFD)."""
-        if not is_unicode(path):
-            path = unicode_text(path)
-        return self._regex.fullmatch(path.encode()) is not None
-
-
-def compile_glob(pattern: str, argument: str = "pattern") -> GlobMatcher:
-    """Compile a glob ``pattern`` (see the module docstring).
-
-    Raises :class:`~dsh_tools.errors.ToolArgsError` naming ``argument`` when the pattern
-    cannot be compiled (a class range such as ``[z-a]``).
-    """
-    parts = [part for part in pattern.split("/") if part not in ("", ".")]
-    out: list[str] = []
-    for index, part in enumerate(parts):
-        last = index == len(parts) - 1
-        if part == "**":
-            out.append("(?s:.*)" if last else "(?:[^/]+/)*")
-        else:
-            out.append(_translate_component(part) + ("" if last else "/"))
-    return GlobMatcher(pattern, compile_path_regex("".join(out), pattern, argument))
 
 
 def _check_pattern(name: str, pattern: str) -> None:

@@ -136,9 +136,43 @@ def test_a_database_of_another_schema_version_is_refused(postgres_url: str) -> N
     store.check()
     with psycopg.connect(postgres_url, autocommit=True) as connection:
         connection.execute("UPDATE dsh_tools_schema SET version = 9")
-    with pytest.raises(ApprovalStoreError, match="schema version 9, expected 1"):
+    with pytest.raises(ApprovalStoreError, match="schema version 9, expected at most 2"):
         PostgresApprovalStore(postgres_url).recall(KEY)
     store.close()
+
+
+def test_a_version_1_database_is_upgraded_keeping_its_tickets(postgres_url: str) -> None:
+    from dsh_tools import ApprovalTicket, TicketAnswer
+
+    store = PostgresApprovalStore(postgres_url)
+    ticket = store.open_ticket(
+        ApprovalTicket.new(
+            KEY,
+            "c1",
+            {"service": "web"},  # type: ignore[arg-type]
+            created_at=time.time(),
+            expires_at=time.time() + 3600,
+        )
+    )
+    store.answer_ticket(ticket.id, TicketAnswer("allowed-always", "ana", "cli"))  # type: ignore[arg-type]
+    store.close()
+    old_answer = (
+        '{"any_arguments":false,"by":"ana","channel":"cli","feedback":null,'
+        '"outcome":"allowed-always"}'
+    )
+    with psycopg.connect(postgres_url, autocommit=True) as connection:  # as version 1 left it
+        connection.execute("UPDATE dsh_tools_approval_tickets SET answer = %s", (old_answer,))
+        connection.execute("UPDATE dsh_tools_schema SET version = 1")
+    again = PostgresApprovalStore(postgres_url)
+    kept = again.get_ticket(ticket.id)
+    assert kept is not None
+    assert kept.answer is not None
+    assert (kept.answer.by, kept.answer.uses, kept.answer.expires_in_s) == ("ana", None, None)
+    again.close()
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        # Version 1 code refuses the database now: it would read a grant that ends as one
+        # that never does.
+        assert connection.execute("SELECT version FROM dsh_tools_schema").fetchone() == (2,)
 
 
 def test_a_tampered_outcome_is_refused(postgres_url: str) -> None:

@@ -152,7 +152,7 @@ def test_a_foreign_or_tampered_file_is_refused(tmp_path: Path) -> None:
     foreign = tmp_path / "foreign.sqlite3"
     with sqlite3.connect(foreign) as connection:
         connection.execute("PRAGMA user_version = 7")
-    with pytest.raises(ApprovalStoreError, match="schema version 7, expected at most 2"):
+    with pytest.raises(ApprovalStoreError, match="schema version 7, expected at most 3"):
         SqliteApprovalStore(foreign).recall(ApprovalKey.for_tool("ops", "deploy"))
 
     store = SqliteApprovalStore(tmp_path / "approvals.sqlite3")
@@ -230,7 +230,7 @@ def test_a_version_1_file_is_upgraded_in_place_keeping_every_answer(tmp_path: Pa
     store.remember(keys[1], ApprovalOutcome.ALLOWED_ALWAYS, uses=1)
     assert [store.use(keys[1]) for _ in range(2)] == [ApprovalOutcome.ALLOWED_ALWAYS, None]
     with sqlite3.connect(path) as connection:
-        assert connection.execute("PRAGMA user_version").fetchone() == (2,)
+        assert connection.execute("PRAGMA user_version").fetchone() == (3,)
         assert connection.execute("SELECT COUNT(*) FROM approvals").fetchone() == (3,)
     connection.close()
 

@@ -25,12 +25,12 @@ from mcp import types as mcp_types
 from mcp.shared.exceptions import NoBackChannelError
 
 from .._approval import channel
-from ..approvals import ApprovalKey
+from .._decisions import ApprovalReply
+from ..approvals import ApprovalAnswer, ApprovalKey
 from ..content import TextContent
 from ..errors import ErrorCode
 from ..models import (
     ApprovalOutcome,
-    ApprovalReply,
     ApprovalRequest,
     ToolExecutionFailure,
     ToolExecutionInput,
@@ -58,7 +58,8 @@ __all__ = [
 ApprovalsMode = Literal["pending", "deny"]
 """What an ask becomes when the client cannot elicit."""
 
-_ALLOWING = frozenset({ApprovalOutcome.ALLOWED_ONCE, ApprovalOutcome.ALLOWED_ALWAYS})
+CHANNEL = "mcp"
+"""The channel an elicited answer is recorded as coming through."""
 _DECISIONS = {
     "allow-once": ApprovalOutcome.ALLOWED_ONCE,
     "allow-always": ApprovalOutcome.ALLOWED_ALWAYS,
@@ -94,16 +95,13 @@ class _Caller:
     view: ToolRegistry | ToolScope
     answer: mcp_types.ElicitResult | None = None
     question: mcp_types.ElicitRequest | None = None
-    feedback: str | None = None
-    """What the user wrote when refusing the call, for the model."""
 
-    def decided(self, answer: mcp_types.ElicitResult) -> ApprovalOutcome:
-        """The outcome of the user's answer; a refusal's feedback is kept."""
-        outcome = _outcome(answer)
-        written = (answer.content or {}).get("feedback")
-        if outcome not in _ALLOWING and isinstance(written, str) and written.strip():
-            self.feedback = written.strip()
-        return outcome
+    def decided(self, answer: mcp_types.ElicitResult) -> ApprovalAnswer:
+        """The user's answer with what they wrote (the pipeline tells the model a
+        rejection's feedback, and records it whatever the outcome)."""
+        written = (answer.content or {}).get("feedback") if answer.action == "accept" else None
+        feedback = written.strip() if isinstance(written, str) and written.strip() else None
+        return ApprovalAnswer(_outcome(answer), feedback=feedback, channel=CHANNEL)
 
 
 def _elicits(session: ServerSession) -> bool:
@@ -215,16 +213,10 @@ class McpApprovals:
         return ApprovalOutcome.PENDING if self.mode == "pending" else ApprovalOutcome.UNAVAILABLE
 
 
-def with_approval_hint(result: ToolExecutionResult, caller: _Caller) -> ToolExecutionResult:
-    """The result the client gets: a refusal with the user's feedback for the model, an
-    ``APPROVAL_PENDING`` result with a line saying how a person approves its ticket;
-    any other result as it is."""
-    if not isinstance(result, ToolExecutionFailure):
-        return result
-    if caller.feedback is not None:
-        said = TextContent(f"The user said: {safe_text(caller.feedback, multiline=True)}")
-        return attrs.evolve(result, content=(*result.content, said))
-    if result.code != ErrorCode.APPROVAL_PENDING:
+def with_approval_hint(result: ToolExecutionResult) -> ToolExecutionResult:
+    """The result the client gets: an ``APPROVAL_PENDING`` result with a line saying how
+    a person approves its ticket; any other result as it is."""
+    if not isinstance(result, ToolExecutionFailure) or result.code != ErrorCode.APPROVAL_PENDING:
         return result
     meta = result.meta
     approval = meta.get("approval") if isinstance(meta, Mapping) else None

@@ -5,10 +5,11 @@ A remote server may ask the user something while one of its tools runs
 ``approval=`` answers such a question through that channel: the channel gets an
 :class:`~dsh_tools.models.ApprovalRequest` naming the agent, the remote tool and the call
 that was running, with the server's message (made safe to show) as the reason. The
-channel can only allow or refuse, so an allowing answer accepts only a form it can fill:
-an approval form (a ``decision`` offering ``allow-once``/``allow-always``, such as this
-project's own servers send) or a form that requires nothing. Anything else, a refusal,
-or a channel that fails, declines; a cancelled ask cancels.
+channel can only allow or refuse, so an answer accepts only a form it can fill: an
+approval form (a ``decision`` offering ``allow-once``/``allow-always``/``reject``, such
+as this project's own servers send, with the channel's feedback when the form has a
+``feedback`` field), or, to allow, a form that requires nothing. Anything else, a
+refusal the form cannot say, or a channel that fails, declines; a cancelled ask cancels.
 
 :mod:`dsh_tools.bridges.mcp` is the public import path.
 """
@@ -45,9 +46,12 @@ _RUNNING: contextvars.ContextVar[ToolExecution | None] = contextvars.ContextVar(
 """The local call of a remote tool, while it waits for the server (an elicitation that
 arrives in the caller's task, as on the per-request protocol, names it)."""
 
-_ALLOWING = {
+_ALLOWING = frozenset({ApprovalOutcome.ALLOWED_ONCE, ApprovalOutcome.ALLOWED_ALWAYS})
+_DECISIONS = {
     ApprovalOutcome.ALLOWED_ONCE: "allow-once",
     ApprovalOutcome.ALLOWED_ALWAYS: "allow-always",
+    ApprovalOutcome.REJECTED: "reject",
+    ApprovalOutcome.REJECTED_ALWAYS: "reject",
 }
 
 
@@ -71,22 +75,30 @@ def _request(params: mcp_types.ElicitRequestFormParams) -> ApprovalRequest:
     return ApprovalRequest(agent, tool, call_id, arguments, message, None)  # type: ignore[arg-type]
 
 
-def _filled(outcome: ApprovalOutcome, schema: dict[str, Any]) -> dict[str, Any] | None:
-    """The form an allowing ``outcome`` fills in, or ``None`` when it cannot fill it."""
+def _filled(answer: ApprovalAnswer, schema: dict[str, Any]) -> dict[str, Any] | None:
+    """The form ``answer`` fills in, or ``None`` when it cannot fill it."""
     properties = schema.get("properties") or {}
-    decision = properties.get("decision") if isinstance(properties, dict) else None
+    properties = properties if isinstance(properties, dict) else {}
+    decision = properties.get("decision")
     offered = decision.get("enum") if isinstance(decision, dict) else None
-    if isinstance(offered, list):
-        wanted = _ALLOWING[outcome]
-        chosen = wanted if wanted in offered else "allow-once"
-        return {"decision": chosen} if chosen in offered else None
-    return None if schema.get("required") else {}
+    allowing = answer.outcome in _ALLOWING
+    if not isinstance(offered, list):
+        return {} if allowing and not schema.get("required") else None
+    wanted = _DECISIONS.get(answer.outcome)
+    chosen = wanted if wanted in offered or not allowing else "allow-once"
+    if chosen is None or chosen not in offered:
+        return None
+    filled = {"decision": chosen}
+    if answer.feedback is not None and isinstance(properties.get("feedback"), dict):
+        filled["feedback"] = answer.feedback
+    return filled
 
 
-def _outcome(reply: object) -> ApprovalOutcome | None:
+def _answer(reply: object) -> ApprovalAnswer | None:
     if isinstance(reply, ApprovalAnswer):
-        return reply.outcome
-    return exact_outcome(reply)
+        return reply
+    outcome = exact_outcome(reply)
+    return None if outcome is None else ApprovalAnswer(outcome)
 
 
 def elicitation_answerer(approval: ApprovalChannel) -> Any:
@@ -101,13 +113,13 @@ def elicitation_answerer(approval: ApprovalChannel) -> Any:
             return mcp_types.ElicitResult(action="decline")  # a URL to open: not ours to
         try:
             reply = service.request(_request(params))
-            outcome = _outcome(await reply if inspect.isawaitable(reply) else reply)
+            given = _answer(await reply if inspect.isawaitable(reply) else reply)
         except Exception as error:
             logger.warning("the approval channel failed on an MCP elicitation: %s", error)
             return mcp_types.ElicitResult(action="decline")
-        if outcome is ApprovalOutcome.CANCELLED:
+        if given is not None and given.outcome is ApprovalOutcome.CANCELLED:
             return mcp_types.ElicitResult(action="cancel")
-        filled = None if outcome not in _ALLOWING else _filled(outcome, params.requested_schema)
+        filled = None if given is None else _filled(given, params.requested_schema)
         if filled is None:
             return mcp_types.ElicitResult(action="decline")
         return mcp_types.ElicitResult(action="accept", content=filled)

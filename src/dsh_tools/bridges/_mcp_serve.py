@@ -196,7 +196,7 @@ async def _call_tool(
     with asking.calling(call, ctx, params, client_view) as caller:
         run = client_view.execute(call)
         outcome = await (run if relay is None else relay.run(run))
-        result = with_approval_hint(outcome, caller)
+        result = with_approval_hint(outcome)
     structured = _object_output_schema(target.get(params.name)) is not None
     return input_required(call, caller) or _call_tool_result(result, structured)
 
