@@ -147,6 +147,35 @@ def servers(
             process.wait(timeout=30)
 
 
+class Site:
+    """A workspace and an approval store in ``folder``, served by ``serve-mcp`` processes
+    and answered with ``dsh-tools approvals`` (environment without ``DSH_TOOLS_*``)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.workspace, self.store, self.log = folder / "ws", folder / "store.db", folder / "log"
+        self.workspace.mkdir()
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_TOOLS_")}
+        self.env["XDG_STATE_HOME"] = str(folder / "state")
+
+    def servers(self, count: int, *options: str) -> contextlib.AbstractContextManager[list[str]]:
+        common = ["--workspace", str(self.workspace), "--approvals-store", str(self.store)]
+        return servers(common, self.env, count, self.log, *options)
+
+    async def approve(self, ticket: str) -> None:
+        approve = _dsh("--approvals-store", str(self.store), "approvals", "approve", ticket)
+        done = await anyio.run_process(approve, env=self.env, check=False)
+        assert done.returncode == 0, done.stderr
+
+
+def ticket_in(text: str) -> str:
+    found = re.search(r"dsh-tools approvals approve (t-[0-9a-f]+)", text)
+    assert found is not None, text
+    return found[1]
+
+
+ARGUMENTS = {"path": "w.txt", "content": "hello\n"}
+
+
 @pytest.mark.anyio
 async def test_a_call_approved_from_the_cli_runs_once_on_whichever_server_it_is_repeated(
     tmp_path: Path, anyio_backend: str
@@ -156,36 +185,27 @@ async def test_a_call_approved_from_the_cli_runs_once_on_whichever_server_it_is_
     another client's same call finds no approval of its own."""
     if anyio_backend != "asyncio":
         pytest.skip("one run is enough: the servers are processes")
-    workspace, store = tmp_path / "ws", tmp_path / "approvals.sqlite3"
-    workspace.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_TOOLS_")}
-    env["XDG_STATE_HOME"] = str(tmp_path / "state")
-    common = ["--workspace", str(workspace), "--approvals-store", str(store)]
-    arguments = {"path": "w.txt", "content": "hello\n"}
-    written = workspace / "w.txt"
-    with servers(common, env, 2, tmp_path / "log") as (first, second), anyio.fail_after(90):
+    site = Site(tmp_path)
+    written = site.workspace / "w.txt"
+    with site.servers(2) as (first, second), anyio.fail_after(90):
         async with client(first, ALICE) as alice:
-            pending = texts(await alice.call_tool("write_file", arguments))
-        ticket = re.search(r"dsh-tools approvals approve (t-[0-9a-f]+)", pending)
-        assert ticket is not None, pending
+            ticket = ticket_in(texts(await alice.call_tool("write_file", ARGUMENTS)))
         async with client(second, ALICE) as alice:  # still waiting: the same ticket
-            assert ticket.group(1) in texts(await alice.call_tool("write_file", arguments))
-        approve = _dsh("--approvals-store", str(store), "approvals", "approve", ticket.group(1))
-        done = await anyio.run_process(approve, env=env, check=False)
-        assert done.returncode == 0, done.stderr
+            assert ticket in texts(await alice.call_tool("write_file", ARGUMENTS))
+        await site.approve(ticket)
         async with client(second, BOB) as bob:  # another client: not its approval
-            refused = texts(await bob.call_tool("write_file", arguments))
+            refused = texts(await bob.call_tool("write_file", ARGUMENTS))
         assert "APPROVAL_PENDING" in refused or "waiting for a person" in refused
-        assert ticket.group(1) not in refused
+        assert ticket not in refused
         assert not written.exists()
         async with client(second, ALICE) as alice:
-            ran = await alice.call_tool("write_file", arguments)
+            ran = await alice.call_tool("write_file", ARGUMENTS)
             assert not ran.is_error, texts(ran)
             assert written.read_text() == "hello\n"
             written.unlink()
         async with client(first, ALICE) as alice:
-            once = texts(await alice.call_tool("write_file", arguments))
-    assert ticket.group(1) not in once  # used up: a new ticket waits
+            once = texts(await alice.call_tool("write_file", ARGUMENTS))
+    assert ticket not in once  # used up: a new ticket waits
     assert not written.exists()
 
 
@@ -197,32 +217,22 @@ async def test_a_repeat_held_by_approval_wait_runs_when_the_cli_approves(
     the person; the approval from the CLI ends the wait and the body runs once."""
     if anyio_backend != "asyncio":
         pytest.skip("one run is enough: the servers are processes")
-    workspace, store = tmp_path / "ws", tmp_path / "approvals.sqlite3"
-    workspace.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_TOOLS_")}
-    env["XDG_STATE_HOME"] = str(tmp_path / "state")
-    common = ["--workspace", str(workspace), "--approvals-store", str(store)]
-    arguments = {"path": "w.txt", "content": "hello\n"}
-    log = tmp_path / "log"
-    with servers(common, env, 1, log) as [first], anyio.fail_after(90):
+    site = Site(tmp_path)
+    with site.servers(1) as [first], anyio.fail_after(90):
         async with client(first, ALICE) as alice:
-            pending = texts(await alice.call_tool("write_file", arguments))
-    ticket = re.search(r"dsh-tools approvals approve (t-[0-9a-f]+)", pending)
-    assert ticket is not None, pending
+            ticket = ticket_in(texts(await alice.call_tool("write_file", ARGUMENTS)))
     held: list[str] = []
-    with servers(common, env, 1, log, "--approval-wait-ms", "60000") as [second]:
+    with site.servers(1, "--approval-wait-ms", "60000") as [second]:
         async with client(second, ALICE) as alice, anyio.create_task_group() as group:
 
             async def repeat() -> None:
-                result = await alice.call_tool("write_file", arguments)
+                result = await alice.call_tool("write_file", ARGUMENTS)
                 held.append("error" if result.is_error else "ran")
 
             group.start_soon(repeat)
-            approve = _dsh("--approvals-store", str(store), "approvals", "approve", ticket[1])
-            done = await anyio.run_process(approve, env=env, check=False)
-            assert done.returncode == 0, done.stderr
+            await site.approve(ticket)
     assert held == ["ran"]
-    assert (workspace / "w.txt").read_text() == "hello\n"
+    assert (site.workspace / "w.txt").read_text() == "hello\n"
 
 
 @pytest.mark.parametrize(
@@ -235,9 +245,10 @@ async def test_a_repeat_held_by_approval_wait_runs_when_the_cli_approves(
 def test_a_bad_approval_wait_is_a_usage_error(
     tmp_path: Path, options: list[str], problem: str
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_TOOLS_")}
-    env["XDG_STATE_HOME"] = str(tmp_path / "state")
-    command = _dsh("--workspace", str(tmp_path), "serve-mcp", "--http", "--port", "1", *options)
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
+    site = Site(tmp_path)
+    command = _dsh("--workspace", str(site.workspace), "serve-mcp", "--http", "--port", "1")
+    done = subprocess.run(
+        [*command, *options], env=site.env, capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 2
     assert problem in done.stderr
