@@ -102,6 +102,33 @@ async def test_a_short_bearer_token_runs_nothing(anyio_backend: str) -> None:
     assert runs == []
 
 
+@pytest.mark.anyio
+async def test_a_pending_call_says_when_its_client_cannot_be_found_again(
+    anyio_backend: str,
+) -> None:
+    """A per-request client without a token is told its repeat will not find the ticket;
+    a client with a token, or with a session, is not."""
+    if anyio_backend != "asyncio":
+        pytest.skip("serve_http runs uvicorn, which needs asyncio")
+    registry, runs = asking_registry()
+    said: dict[str, str] = {}
+    serve = functools.partial(serve_http, registry, port=0, approvals="pending")
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+            url = await group.start(serve)
+            for name, token, mode in [("nobody", None, "auto"), ("alice", ALICE, "auto")]:
+                async with client(url, token, mode=mode) as connected:
+                    said[name] = texts(await connected.call_tool("write", {"path": name}))
+            async with client(url, None, mode="legacy") as session:
+                said["session"] = texts(await session.call_tool("write", {"path": "s"}))
+            group.cancel_scope.cancel()
+    assert all("waiting for a person" in text for text in said.values()), said
+    assert "carry no bearer token" in said["nobody"]
+    assert "carry no bearer token" not in said["alice"]
+    assert "carry no bearer token" not in said["session"]
+    assert runs == []
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -21,10 +21,25 @@ import secrets
 import weakref
 from typing import TYPE_CHECKING, Any
 
+import attrs
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from ..content import TextContent
+from ..errors import ErrorCode
+from ..models import ToolExecutionFailure
+
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
 
-__all__ = ["MIN_SECRET_CHARS", "ClientIdentityError", "ClientScopes", "bearer_scope"]
+    from ..models import ToolExecutionResult
+
+__all__ = [
+    "MIN_SECRET_CHARS",
+    "ClientIdentityError",
+    "ClientScopes",
+    "bearer_scope",
+    "with_identity_hint",
+]
 
 MIN_SECRET_CHARS = 32
 """The fewest characters a bearer token must have to name a client (a guessable secret
@@ -86,3 +101,27 @@ class ClientScopes:
         if key is None:
             key = self._keys[connection] = f"mcp-{secrets.token_hex(4)}"
         return key
+
+    def lasting(self, ctx: ServerRequestContext[Any]) -> bool:
+        """Whether the client behind ``ctx`` is known beyond this request: by its token,
+        as the one client, or by a connection that keeps a session."""
+        if self.one_client or bearer_scope(_authorization(ctx)) is not None:
+            return True
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return False
+        connection = getattr(ctx.session, "_connection", None)
+        return ctx.request is None or getattr(connection, "session_id", None) is not None
+
+
+def with_identity_hint(result: ToolExecutionResult) -> ToolExecutionResult:
+    """An ``APPROVAL_PENDING`` result for a client known to this request only, with a line
+    saying why its repeated call will not find the ticket and what to send instead."""
+    if not isinstance(result, ToolExecutionFailure) or result.code != ErrorCode.APPROVAL_PENDING:
+        return result
+    hint = TextContent(
+        "This client's requests carry no bearer token, so each request is a client of its "
+        "own: the same call made again will not find this ticket. Configure the MCP client "
+        f"to send `Authorization: Bearer <secret>` (at least {MIN_SECRET_CHARS} characters, "
+        "the same on every request)."
+    )
+    return attrs.evolve(result, content=(*result.content, hint))

@@ -24,7 +24,7 @@ from ..progress import Output, Progress
 from ..registry import ToolRegistry, ToolScope
 from ..safetext import safe_text
 from ._mcp_approval import ApprovalsMode, McpApprovals, input_required, with_approval_hint
-from ._mcp_clients import ClientIdentityError
+from ._mcp_clients import ClientIdentityError, with_identity_hint
 from ._mcp_hints import annotations_of
 from .wire import to_mcp_call_result, to_mcp_tools
 
@@ -197,6 +197,8 @@ async def _call_tool(
         run = client_view.execute(call)
         outcome = await (run if relay is None else relay.run(run))
         result = with_approval_hint(outcome)
+    if not asking.clients.lasting(ctx):
+        result = with_identity_hint(result)
     structured = _object_output_schema(target.get(params.name)) is not None
     return input_required(call, caller) or _call_tool_result(result, structured)
 
