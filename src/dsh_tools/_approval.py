@@ -18,7 +18,7 @@ from typing import Any, cast
 from ._call import Call, Interrupted, StageFailed
 from ._loops import is_awaitable, stops_the_caller
 from ._results import error_result, message, shown
-from ._tickets import TICKETS, answer_of, pending, stored, taken, ticket_store
+from ._tickets import TICKETS, answer_of, awaited, pending, stored, taken, ticket_store
 from .approvals import (
     REMEMBERED_OUTCOMES,
     ApprovalAnswer,
@@ -132,7 +132,8 @@ async def approve(call: Call, ask: Ask) -> Allow | Deny:
     tickets = ticket_store(call)
     if tickets is not None:
         ticket = stored(call, "find a ticket", lambda: tickets.find_ticket(keys[0]))
-        if ticket is not None:
+        if ticket is not None:  # the call repeated: it waits for (and takes) that answer
+            ticket = await awaited(call, tickets, ticket)
             return _answered(call, keys, taken(call, tickets, ticket))
     request = ApprovalRequest(agent, name, execution.call_id, arguments, ask.reason, call.signal)
     answer = await _answer(call, service, request)

@@ -196,6 +196,16 @@ def _commands(commands: argparse._SubParsersAction[_Parser]) -> None:
             "answers with `dsh-tools approvals`) or deny (default)"
         ),
     )
+    serve.add_argument(
+        "--approval-wait-ms",
+        type=float,
+        metavar="MS",
+        help=(
+            "with --approvals pending: hold a call that waits for a person this long before "
+            "answering APPROVAL_PENDING (its repeat waits again); an answer ends the wait "
+            "at once"
+        ),
+    )
 
 
 def _approvals_command(commands: argparse._SubParsersAction[_Parser]) -> None:

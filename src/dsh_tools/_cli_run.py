@@ -16,6 +16,7 @@ from ._cli_exits import EXIT_CALL_FAILED, EXIT_OK, EXIT_WOULD_ASK, UsageError
 from .safetext import safe_text
 
 if TYPE_CHECKING:
+    from ._tickets import Waiting
     from .models import ToolExecutionResult
     from .records import DecisionRecord
     from .registry import ToolRegistry
@@ -227,6 +228,19 @@ def _holds_an_event(log: str, rotated: bool) -> bool:
         logger.removeFilter(unreported)
 
 
+def _waiting(wait_ms: float, registry: ToolRegistry) -> Waiting:
+    """The registry's approval waiting with ``--approval-wait-ms``; a bad value is a
+    usage error."""
+    from ._tickets import waiting
+    from .errors import DefinitionError
+
+    _, on_timeout, expiry_s = registry.approval_waiting
+    try:
+        return waiting(wait_ms, on_timeout, expiry_s)
+    except DefinitionError as error:
+        raise UsageError(f"--approval-wait-ms: {error}") from None
+
+
 def cmd_serve_mcp(registry: ToolRegistry, options: argparse.Namespace, err: TextIO) -> int:
     import functools
 
@@ -247,6 +261,10 @@ def cmd_serve_mcp(registry: ToolRegistry, options: argparse.Namespace, err: Text
         # Tickets where `dsh-tools approvals` (another process) answers them: the
         # workspace's store, when the command line named no store.
         registry.approval_store = ticket_store(options)  # type: ignore[assignment]
+    if options.approval_wait_ms is not None:
+        if options.approvals != "pending":
+            raise UsageError("--approval-wait-ms needs --approvals pending")
+        registry.approval_waiting = _waiting(options.approval_wait_ms, registry)
     if options.http:
         if not options.allow_remote and not is_loopback_host(options.host):
             raise UsageError(

@@ -13,10 +13,12 @@ and :mod:`dsh_tools._approval` turns it into a decision.
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ._call import Call, Interrupted, StageFailed
 from ._loops import on_event_loop, stops_the_caller
@@ -28,10 +30,21 @@ from .models import Ask, ToolExecutionFailure, ToolExecutionInput, failure_resul
 from .presentation import unstructure_view
 from .records import Origin
 
+if TYPE_CHECKING:
+    from anyio import CapacityLimiter
+    from anyio.lowlevel import RunVar
+
 T = TypeVar("T")
 TICKETS = Origin("approval tickets")
 _WAIT_SLICE_S = 0.5
-"""How long one wait lasts before the caller's signal is looked at again."""
+"""How long one wait on the store lasts before the caller's signal is looked at again."""
+_QUIET_SLICE_S = 5.0
+"""How long one wait on the store lasts for a call without a signal: only a cancelled
+caller's ``stop`` is looked at between waits (each wait costs the store a look at the
+ticket, so hundreds of waiting calls look less often)."""
+_WAITERS = 512
+"""The most calls of one event loop that wait for an answer at once; more wait their turn
+(anyio's shared pool of 40 threads would make the 41st wait, answered or not)."""
 
 
 def ticket_store(call: Call) -> TicketStore | None:
@@ -101,39 +114,88 @@ async def pending(call: Call, store: TicketStore, ask: Ask, asker: Origin | None
         lifetime = min(lifetime, timeout_ms / 1000)
     made = _new_ticket(call, ask, asker, now, now + lifetime)
     ticket = stored(call, "open a ticket", lambda: store.open_ticket(made))
-    if timeout_ms is not None and ticket.state is TicketState.PENDING:
-        if call.plan.traced:
-            call.trace("approval", TICKETS.name, "waiting", _seen(ticket), TICKETS)
-        ticket = await _waited(call, store, ticket, timeout_ms / 1000)
-        if ticket.state is TicketState.PENDING and on_timeout == "expired":
-            raise _stopped(call, "expired", ticket, expired_result(call, ticket))
-    return taken(call, store, ticket)
+    return taken(call, store, await awaited(call, store, ticket))
+
+
+async def awaited(call: Call, store: TicketStore, ticket: ApprovalTicket) -> ApprovalTicket:
+    """``ticket`` once answered, when it is pending and the registry waits for answers
+    (``approval_timeout_ms``): as it is after the wait, or the call ends expired when
+    the registry says so; otherwise ``ticket`` as it is."""
+    timeout_ms, on_timeout, _ = call.registry.approval_waiting
+    if timeout_ms is None or ticket.state is not TicketState.PENDING:
+        return ticket
+    if call.plan.traced:
+        call.trace("approval", TICKETS.name, "waiting", _seen(ticket), TICKETS)
+    ticket = await _waited(call, store, ticket, timeout_ms / 1000)
+    if ticket.state is TicketState.PENDING and on_timeout == "expired":
+        raise _stopped(call, "expired", ticket, expired_result(call, ticket))
+    return ticket
 
 
 async def _waited(
     call: Call, store: TicketStore, ticket: ApprovalTicket, timeout_s: float
 ) -> ApprovalTicket:
     """The ticket once it is no longer pending or ``timeout_s`` passed, woken by the
-    store; in slices, so the caller's cancellation interrupts the wait."""
+    store. On an event loop the whole wait runs in one worker thread of a pool of its own
+    (:data:`_WAITERS`), so waiting calls never hold up the loop's other work in threads;
+    a cancelled caller leaves it, and the thread ends at its next slice."""
     deadline = time.monotonic() + timeout_s
-    loop = on_event_loop()
+    stop = threading.Event()
+    if not on_event_loop():
+        seen = _sliced(call, store, ticket.id, deadline, stop)
+    else:
+        import anyio.to_thread
+
+        try:
+            seen = await anyio.to_thread.run_sync(
+                _sliced, call, store, ticket.id, deadline, stop,
+                abandon_on_cancel=True, limiter=_waiters(),
+            )  # fmt: skip
+        finally:
+            stop.set()
+    if seen is None:
+        raise StageFailed(_refused(ticket, "is gone from the approval store"))
+    if seen.state is TicketState.PENDING and call.cancelled():
+        raise Interrupted
+    return seen
+
+
+def _sliced(
+    call: Call, store: TicketStore, ticket_id: str, deadline: float, stop: threading.Event
+) -> ApprovalTicket | None:
+    """Wait in slices until the ticket is no longer pending, the deadline passed, or the
+    call was cancelled (its signal, or ``stop``): of :data:`_WAIT_SLICE_S` when the call
+    has a signal to look at, else of :data:`_QUIET_SLICE_S`."""
+    length = _WAIT_SLICE_S if call.signal is not None else _QUIET_SLICE_S
     while True:
         left = deadline - time.monotonic()
-        slice_s = max(0.0, min(left, _WAIT_SLICE_S))
-        if loop:
-            import anyio.to_thread
-
-            seen = await anyio.to_thread.run_sync(
-                _wait, call, store, ticket.id, slice_s, abandon_on_cancel=True
-            )
-        else:
-            seen = _wait(call, store, ticket.id, slice_s)
-        if seen is None:
-            raise StageFailed(_refused(ticket, "is gone from the approval store"))
-        if seen.state is not TicketState.PENDING or left <= slice_s:
+        slice_s = max(0.0, min(left, length))
+        seen = _wait(call, store, ticket_id, slice_s)
+        if seen is None or seen.state is not TicketState.PENDING or left <= slice_s:
             return seen
-        if call.cancelled():
-            raise Interrupted
+        if stop.is_set() or call.cancelled():
+            return seen
+
+
+def _waiters() -> CapacityLimiter:
+    """The event loop's pool of threads that wait for answers."""
+    from anyio import CapacityLimiter
+
+    threads = _waiting_threads()
+    try:
+        return threads.get()
+    except LookupError:
+        limiter = CapacityLimiter(_WAITERS)
+        threads.set(limiter)
+        return limiter
+
+
+@functools.cache
+def _waiting_threads() -> RunVar[CapacityLimiter]:
+    """Where each event loop keeps its :func:`_waiters` (anyio is imported on first use)."""
+    from anyio.lowlevel import RunVar
+
+    return RunVar("dsh_tools_approval_waiters")
 
 
 def _wait(call: Call, store: TicketStore, ticket_id: str, slice_s: float) -> ApprovalTicket | None:

@@ -60,9 +60,10 @@ class ToolRegistry(_ViewBase):
     :param default_timeout_ms: timeout for tools that declare none (``None``: no limit).
     :param tracer: called with a :class:`~dsh_tools.tracing.TraceEvent` for every step of
         every call (what each stage decided); for debugging, metrics and tests.
-    :param approval_timeout_ms: when the approval service answers ``pending``, how long
-        ``execute`` waits for a person's answer from any channel (``None``: it does not
-        wait; the call ends ``APPROVAL_PENDING`` at once).
+    :param approval_timeout_ms: when the approval service answers ``pending`` (or a call
+        is repeated while its ticket is open), how long ``execute`` waits for a person's
+        answer from any channel (``None``: it does not wait; the call ends
+        ``APPROVAL_PENDING`` at once).
     :param approval_timeout: how a call that waited in vain ends: ``"pending"`` (its
         ticket stays open) or ``"expired"`` (the ticket expires with the wait).
     :param approval_expiry_s: how long an approval ticket stays open unless the ``Ask``

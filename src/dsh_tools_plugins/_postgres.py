@@ -31,6 +31,9 @@ _LOCK = 0x647368746F6F6C73
 """The advisory lock that orders schema creation between processes ("dshtools")."""
 _IDLE = 4
 """Idle connections kept per store; more are opened while more threads are busy."""
+_BUSY = 12
+"""The most connections a store has in use at once; more threads wait for one (however
+many calls a process runs, its share of the server's connection limit stays bounded)."""
 
 _SCHEMA = (
     "CREATE TABLE dsh_tools_approvals (agent text NOT NULL, tool text NOT NULL, "
@@ -76,6 +79,7 @@ class Connections:
         self.timeout_s = timeout_s
         self._idle: list[psycopg.Connection[tuple[object, ...]]] = []
         self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(_BUSY)
         self._ready = False
         # Idle connections close when the store is dropped or the process ends.
         weakref.finalize(self, _close_all, self._idle, self._lock)
@@ -88,20 +92,32 @@ class Connections:
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
-        """A connection for the caller alone, kept for reuse when it is still sound."""
-        with self._lock:
-            connection = self._idle.pop() if self._idle else None
-        if connection is None:
-            with self.errors():
-                connection = self._connect()
+        """A connection for the caller alone, kept for reuse when it is still sound; at
+        most :data:`_BUSY` at a time (waiting up to ``timeout_s`` for one)."""
+        if not self._slots.acquire(timeout=self.timeout_s):
+            raise ApprovalStoreError(
+                self.redacted(f"all {_BUSY} connections stayed busy for {self.timeout_s:g} s")
+            )
         try:
-            yield connection
-        finally:
             with self._lock:
-                if connection.broken or connection.closed or len(self._idle) >= _IDLE:
-                    connection.close()
-                else:
-                    self._idle.append(connection)
+                connection = self._idle.pop() if self._idle else None
+            if connection is None:
+                connection = self.connect()
+            try:
+                yield connection
+            finally:
+                with self._lock:
+                    if connection.broken or connection.closed or len(self._idle) >= _IDLE:
+                        connection.close()
+                    else:
+                        self._idle.append(connection)
+        finally:
+            self._slots.release()
+
+    def connect(self) -> psycopg.Connection[tuple[object, ...]]:
+        """A new connection, outside the pool: the caller closes it."""
+        with self.errors():
+            return self._connect()
 
     @contextmanager
     def errors(self) -> Iterator[None]:

@@ -6,14 +6,13 @@ compare-and-set on the row, which exactly one connection wins whichever process 
 machine it belongs to. Whether a ticket has expired is judged by the server's clock
 (``now()``); its deadline is the one the asking process set. An answer notifies the
 ``dsh_tools_tickets`` channel with the ticket's id, which wakes the processes waiting on
-it (``LISTEN``) at once.
+it (``LISTEN``, one connection per store and process) at once.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 from dsh_tools.approvals import (
@@ -26,6 +25,7 @@ from dsh_tools.approvals import (
     TicketState,
 )
 
+from ._postgres_listen import Listener
 from ._ticket_columns import answer_from_json, answer_json, json_object, json_text, ticket_row
 
 if TYPE_CHECKING:
@@ -68,6 +68,7 @@ class PostgresTickets:
     ``_connections`` reach the database: one transaction per operation."""
 
     _connections: Connections
+    _listener: Listener
 
     def open_ticket(self, ticket: ApprovalTicket) -> ApprovalTicket:
         def run(connection: Connection) -> ApprovalTicket:
@@ -138,25 +139,19 @@ class PostgresTickets:
         return self._connections.run(run)
 
     def wait_for_answer(self, ticket_id: str, timeout_s: float) -> ApprovalTicket | None:
-        """Listen on :data:`CHANNEL`, then look at the ticket; while it is pending, sleep
-        until its id is announced (or :data:`_RECHECK_S` passed) and look again."""
+        """Watch for the ticket's announcement (one listening connection per store: see
+        :class:`~dsh_tools_plugins._postgres_listen.Listener`), then look at the ticket;
+        while it is pending, sleep until it is announced (or :data:`_RECHECK_S` passed)
+        and look again."""
         deadline = time.monotonic() + max(timeout_s, 0.0)
-        with self._connections.connection() as connection, self._connections.errors():
-            connection.execute(f"LISTEN {CHANNEL}")
-            try:
-                while True:
-                    ticket = _get(connection, ticket_id)
-                    left = deadline - time.monotonic()
-                    if ticket is None or ticket.state is not TicketState.PENDING or left <= 0:
-                        return ticket
-                    notices = connection.notifies(timeout=min(left, _RECHECK_S))
-                    with closing(notices):
-                        for notice in notices:
-                            if notice.payload == ticket_id:
-                                break
-            finally:
-                if not connection.broken:
-                    connection.execute(f"UNLISTEN {CHANNEL}")
+        with self._listener.watch(ticket_id) as announced:
+            while True:
+                announced.clear()
+                ticket = self.get_ticket(ticket_id)
+                left = deadline - time.monotonic()
+                if ticket is None or ticket.state is not TicketState.PENDING or left <= 0:
+                    return ticket
+                announced.wait(min(left, _RECHECK_S))
 
 
 def _get(connection: Connection, ticket_id: str) -> ApprovalTicket | None:

@@ -38,7 +38,8 @@ from dsh_tools.approvals import (
 from dsh_tools.models import ApprovalOutcome
 
 from ._postgres import Connections
-from ._postgres_tickets import PostgresTickets
+from ._postgres_listen import Listener
+from ._postgres_tickets import CHANNEL, PostgresTickets
 from .approval_store import ApprovalStoreError
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ class PostgresApprovalStore(PostgresTickets):
                 "the PostgreSQL approval store needs psycopg: pip install 'dsh-tools[postgres]'"
             ) from None
         self._connections = Connections(url, timeout_s)
+        self._listener = Listener(self._connections, CHANNEL)
         with self._connections.errors():
             from psycopg.conninfo import conninfo_to_dict
 

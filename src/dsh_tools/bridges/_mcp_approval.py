@@ -1,7 +1,8 @@
 """Approvals over MCP: each client its own agent, and an ask put to the client's user.
 
-Serving gives every MCP session an agent scope of its own (``mcp-<hex>``), so what one
-client's user answers "always" is never applied to another client's calls. An ``Ask`` of
+Serving gives every MCP client an agent scope of its own (``mcp-<hex>``; a client is known
+by its bearer token, else by its connection: :mod:`dsh_tools.bridges._mcp_clients`), so
+what one client's user answers "always" is never applied to another client's calls. An ``Ask`` of
 a call that came over MCP is put to that client as an elicitation (``elicitation/create``,
 form mode) when the client declared the capability: the message is the call's card, made
 safe to show, and the form offers allow once, allow always or reject, with feedback for
@@ -16,8 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import secrets
-import weakref
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -39,6 +38,7 @@ from ..models import (
 )
 from ..safetext import safe_text
 from ..terminal import render_call_view
+from ._mcp_clients import ClientScopes
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
@@ -152,24 +152,18 @@ class McpApprovals:
             raise ValueError(f"approvals mode must be 'pending' or 'deny', got {mode!r}")
         self.fallback = channel(fallback)
         self.mode = mode
-        self.one_client = one_client
+        self.clients = ClientScopes(one_client=one_client)
         self._calls: dict[str, _Caller] = {}
-        self._agents: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
 
-    def session_view(self, view: ToolRegistry | ToolScope, session: ServerSession) -> ToolScope:
-        """The agent scope of the client connection behind ``session`` under ``view``:
-        the same for every call made over it, another for every other connection.
-
-        The SDK makes a ``ServerSession`` per request and keeps the connection (the
-        initialize handshake's) behind it; the per-request protocol (2026-07-28) has no
-        connection that outlives a request, so there every request is a client of its
-        own and nothing it answers is remembered for another.
-        """
-        connection = self if self.one_client else getattr(session, "_connection", session)
-        key = self._agents.get(connection)
-        if key is None:
-            key = self._agents[connection] = f"mcp-{secrets.token_hex(4)}"
-        return view.scope(key)
+    def session_view(
+        self, view: ToolRegistry | ToolScope, ctx: ServerRequestContext[Any]
+    ) -> ToolScope:
+        """The agent scope under ``view`` of the client behind the request ``ctx``: the
+        same for every request of that client, another for every other client (see
+        :mod:`dsh_tools.bridges._mcp_clients` for how a client is known). Raises
+        :class:`~dsh_tools.bridges._mcp_clients.ClientIdentityError` for a request whose
+        token cannot name its client."""
+        return view.scope(self.clients.key(ctx))
 
     @contextlib.contextmanager
     def calling(

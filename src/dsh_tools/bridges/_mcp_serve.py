@@ -17,13 +17,14 @@ from pydantic import TypeAdapter, ValidationError
 from .._relay import Relay
 from .._version import __version__
 from ..content import content_text
-from ..errors import RegistrationError
+from ..errors import ErrorCode, RegistrationError
 from ..json import FrozenDict, thaw
-from ..models import ToolDefinition, ToolExecutionInput, ToolExecutionResult
+from ..models import ToolDefinition, ToolExecutionInput, ToolExecutionResult, failure_result
 from ..progress import Output, Progress
 from ..registry import ToolRegistry, ToolScope
 from ..safetext import safe_text
 from ._mcp_approval import ApprovalsMode, McpApprovals, input_required, with_approval_hint
+from ._mcp_clients import ClientIdentityError, with_identity_hint
 from ._mcp_hints import annotations_of
 from .wire import to_mcp_call_result, to_mcp_tools
 
@@ -173,6 +174,35 @@ def _install_approvals(view: View, mode: ApprovalsMode, one_client: bool) -> Mcp
     return approvals
 
 
+async def _call_tool(
+    target: View,
+    asking: McpApprovals,
+    ctx: ServerRequestContext[Any],
+    params: mcp_types.CallToolRequestParams,
+) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
+    """One ``tools/call``: run through the pipeline of the scope of the request's client
+    under ``target``; a request whose client cannot be told apart runs nothing."""
+    try:
+        client_view = asking.session_view(target, ctx)
+    except ClientIdentityError as error:
+        return _call_tool_result(failure_result(str(error), ErrorCode.POLICY_ERROR), False)
+    relay = Relay(_ProgressNotifier(ctx.session).send) if _may_want_progress(ctx) else None
+    call = ToolExecutionInput(
+        call_id=f"mcp-{uuid.uuid4().hex}",
+        name=params.name,
+        arguments={} if params.arguments is None else params.arguments,
+        on_progress=relay,
+    )
+    with asking.calling(call, ctx, params, client_view) as caller:
+        run = client_view.execute(call)
+        outcome = await (run if relay is None else relay.run(run))
+        result = with_approval_hint(outcome)
+    if not asking.clients.lasting(ctx):
+        result = with_identity_hint(result)
+    structured = _object_output_schema(target.get(params.name)) is not None
+    return input_required(call, caller) or _call_tool_result(result, structured)
+
+
 def build_mcp_server(
     view: View,
     *,
@@ -197,10 +227,14 @@ def build_mcp_server(
 
     ``agent`` serves a registry as that agent (``"parent/child"`` for nested scopes):
     tools, guards and plugins are that scope's. A ``ToolScope`` serves as its own agent.
-    Each client connection calls through an agent scope of its own under it
-    (``mcp-<hex>``), so remembered answers never pass from one client to another;
-    ``one_client=True`` says every request comes from the one client of this server
-    (stdio), which the per-request protocol could not tell otherwise.
+    Each client calls through an agent scope of its own under it (``mcp-<hex>``), so
+    remembered answers and tickets never pass from one client to another. Over HTTP a
+    client whose requests carry ``Authorization: Bearer <secret>`` (at least
+    :data:`~dsh_tools.bridges._mcp_clients.MIN_SECRET_CHARS` characters) is known by
+    the secret's digest on every request and every server sharing the approval store;
+    otherwise by its connection, and on the per-request protocol (2026-07-28) each
+    request is a client of its own. ``one_client=True`` says every request comes from
+    the one client of this server (stdio).
 
     An ``Ask`` of a call made over MCP becomes an elicitation when the client supports
     it; otherwise ``approvals`` decides: ``"deny"`` refuses the call, ``"pending"`` ends
@@ -220,20 +254,7 @@ def build_mcp_server(
     async def call_tool(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
-        structured = _object_output_schema(target.get(params.name)) is not None
-        relay = Relay(_ProgressNotifier(ctx.session).send) if _may_want_progress(ctx) else None
-        call = ToolExecutionInput(
-            call_id=f"mcp-{uuid.uuid4().hex}",
-            name=params.name,
-            arguments={} if params.arguments is None else params.arguments,
-            on_progress=relay,
-        )
-        session_view = asking.session_view(target, ctx.session)
-        with asking.calling(call, ctx, params, session_view) as caller:
-            run = session_view.execute(call)
-            outcome = await (run if relay is None else relay.run(run))
-            result = with_approval_hint(outcome)
-        return input_required(call, caller) or _call_tool_result(result, structured)
+        return await _call_tool(target, asking, ctx, params)
 
     return Server(name, version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
 

@@ -1,0 +1,127 @@
+"""Who an MCP request comes from: the agent scope its calls run under.
+
+A client is known, in this order, by
+
+1. the bearer token its requests carry (``Authorization: Bearer <secret>``): its scope is
+   ``mcp-`` and the first 32 hex digits of the SHA-256 of the secret, the same on every
+   request, every worker process and after a restart, and nobody without the secret can
+   name it (only the digest is ever kept: tickets and remembered answers hold the scope);
+2. the server's one client (stdio);
+3. the connection its requests share (the initialize handshake's session);
+4. nothing: a request of the per-request protocol (2026-07-28) without a token is a
+   client of its own, so nothing it is answered is remembered for another request.
+
+:mod:`dsh_tools.bridges.mcp` is the public import path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from ..content import TextContent
+from ..errors import ErrorCode
+from ..models import ToolExecutionFailure
+
+if TYPE_CHECKING:
+    from mcp.server.context import ServerRequestContext
+
+    from ..models import ToolExecutionResult
+
+__all__ = [
+    "MIN_SECRET_CHARS",
+    "ClientIdentityError",
+    "ClientScopes",
+    "bearer_scope",
+    "with_identity_hint",
+]
+
+MIN_SECRET_CHARS = 32
+"""The fewest characters a bearer token must have to name a client (a guessable secret
+would let another client take its scope)."""
+
+_DOMAIN = b"dsh-tools MCP client\x00"
+
+
+class ClientIdentityError(ValueError):
+    """A request names its client in a way that cannot be trusted (a short token)."""
+
+
+def bearer_scope(authorization: str | None) -> str | None:
+    """The agent scope a request's ``Authorization`` header names, or ``None`` when it
+    carries no bearer token. Raises :class:`ClientIdentityError` for a token shorter
+    than :data:`MIN_SECRET_CHARS`."""
+    if authorization is None:
+        return None
+    kind, _, secret = authorization.strip().partition(" ")
+    if kind.lower() != "bearer":
+        return None
+    secret = secret.strip()
+    if len(secret) < MIN_SECRET_CHARS:
+        raise ClientIdentityError(
+            f"the request's bearer token has {len(secret)} characters; a token that names "
+            f'a client needs at least {MIN_SECRET_CHARS} (make one with `python -c "import '
+            'secrets; print(secrets.token_urlsafe(32))"`)'
+        )
+    digest = hashlib.sha256(_DOMAIN + secret.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"mcp-{digest[:32]}"
+
+
+def _authorization(ctx: ServerRequestContext[Any]) -> str | None:
+    """The ``Authorization`` header of the HTTP request behind ``ctx``, if any."""
+    headers = getattr(ctx.request, "headers", None)
+    value = None if headers is None else headers.get("authorization")
+    return value if isinstance(value, str) else None
+
+
+class ClientScopes:
+    """The agent scope key of each request's client (see the module docstring).
+
+    :param one_client: every request comes from the server's one client (stdio).
+    """
+
+    def __init__(self, *, one_client: bool = False) -> None:
+        self.one_client = one_client
+        self._keys: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
+
+    def key(self, ctx: ServerRequestContext[Any]) -> str:
+        """The scope key of the client behind ``ctx``; raises
+        :class:`ClientIdentityError` when its token cannot name it."""
+        named = bearer_scope(_authorization(ctx))
+        if named is not None:
+            return named
+        session = ctx.session
+        connection = self if self.one_client else getattr(session, "_connection", session)
+        key = self._keys.get(connection)
+        if key is None:
+            key = self._keys[connection] = f"mcp-{secrets.token_hex(4)}"
+        return key
+
+    def lasting(self, ctx: ServerRequestContext[Any]) -> bool:
+        """Whether the client behind ``ctx`` is known beyond this request: by its token,
+        as the one client, or by a connection that keeps a session."""
+        if self.one_client or bearer_scope(_authorization(ctx)) is not None:
+            return True
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return False
+        connection = getattr(ctx.session, "_connection", None)
+        return ctx.request is None or getattr(connection, "session_id", None) is not None
+
+
+def with_identity_hint(result: ToolExecutionResult) -> ToolExecutionResult:
+    """An ``APPROVAL_PENDING`` result for a client known to this request only, with a line
+    saying why its repeated call will not find the ticket and what to send instead."""
+    if not isinstance(result, ToolExecutionFailure) or result.code != ErrorCode.APPROVAL_PENDING:
+        return result
+    hint = TextContent(
+        "This client's requests carry no bearer token, so each request is a client of its "
+        "own: the same call made again will not find this ticket. Configure the MCP client "
+        f"to send `Authorization: Bearer <secret>` (at least {MIN_SECRET_CHARS} characters, "
+        "the same on every request)."
+    )
+    return attrs.evolve(result, content=(*result.content, hint))
