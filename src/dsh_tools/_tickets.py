@@ -19,8 +19,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from ._call import Call, Interrupted, StageFailed
-from ._loops import on_event_loop, stops_the_caller
-from ._results import error_result, message
+from ._loops import on_event_loop
+from ._results import message
 from .approvals import ApprovalKey, ApprovalTicket, TicketAnswer, TicketState, TicketStore
 from .errors import ErrorCode
 from .json import FrozenDict, snapshot
@@ -45,12 +45,12 @@ def stored(call: Call, what: str, operation: Callable[[], T]) -> T:
     try:
         return operation()
     except BaseException as error:
-        if stops_the_caller(error):
-            raise
         store = type(call.plan.approval_store).__qualname__
-        call.trace("approval", TICKETS.name, f"{what} raised {message(error)}", error, TICKETS)
         prefix = f'approval store {store} failed to {what} for tool "{call.name}": '
-        raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
+        failure = call.contained(
+            error, ErrorCode.POLICY_ERROR, prefix, "approval", origin=TICKETS, doing=f"{what} "
+        )
+        raise StageFailed(failure) from None
 
 
 def taken(call: Call, store: TicketStore, ticket: ApprovalTicket) -> TicketAnswer:
