@@ -177,7 +177,8 @@ def _card(call: Call) -> FrozenDict | None:
     try:
         view = call.registry.present_call(call.input)
         card = snapshot(unstructure_view(view))
-    except Exception:  # a card is a courtesy: the ticket holds the arguments either way
+    except BaseException as error:  # a card is a courtesy: the ticket holds the arguments
+        call.caught(error)
         return None
     return card if type(card) is FrozenDict else None
 
