@@ -9,7 +9,8 @@ execute wrappers) is :mod:`dsh_tools._wrappers`; the body is :mod:`dsh_tools._bo
 
 Every function here takes the :class:`~dsh_tools._call.Call` and returns what its stage
 decided; a failing policy raises :class:`~dsh_tools._call.StageFailed` carrying the
-failure (the final path), an interrupted one :class:`~dsh_tools._call.Interrupted`.
+failure (the final path), an interrupted one :class:`~dsh_tools._call.Interrupted`. What
+an implementation raises is contained by :meth:`~dsh_tools._call.Call.contained`.
 """
 
 from __future__ import annotations
