@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from ._call import Call, Interrupted, StageFailed
-from ._loops import is_awaitable, stops_the_caller
-from ._results import error_result, message, shown
+from ._loops import is_awaitable
+from ._results import message, shown
 from ._tickets import TICKETS, answer_of, awaited, pending, stored, taken, ticket_store
 from .approvals import (
     REMEMBERED_OUTCOMES,
@@ -85,9 +85,7 @@ def unrunnable(call: Call, *, unknown: bool = True) -> ToolExecutionFailure | No
     try:
         call.parse(entry)
     except BaseException as error:
-        if stops_the_caller(error):
-            raise
-        return error_result(error, ErrorCode.INVALID_ARGS)
+        return call.contained(error, ErrorCode.INVALID_ARGS)
     paths = entry.definition.paths
     arguments = call.arguments
     if paths is None or not isinstance(arguments, FrozenDict):
@@ -99,9 +97,7 @@ def unrunnable(call: Call, *, unknown: bool = True) -> ToolExecutionFailure | No
         try:
             paths.resolve(value)
         except BaseException as error:
-            if stops_the_caller(error):
-                raise
-            return error_result(error, ErrorCode.TOOL_ERROR)
+            return call.contained(error, ErrorCode.TOOL_ERROR)
     return None
 
 
@@ -262,11 +258,9 @@ async def _answer(call: Call, service: ApprovalService, request: ApprovalRequest
         call.trace("approval", "approval service", "interrupted", origin=APPROVAL)
         raise
     except BaseException as error:
-        if stops_the_caller(error):
-            raise
-        call.trace("approval", "approval service", f"raised {message(error)}", error, APPROVAL)
         prefix = "approval service failed: "
-        raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
+        failure = call.contained(error, ErrorCode.POLICY_ERROR, prefix, "approval", origin=APPROVAL)
+        raise StageFailed(failure) from None
     outcome = exact_outcome(answer.outcome if type(answer) is ApprovalAnswer else answer)
     if outcome is None:
         call.trace("approval", "approval service", f"returned {shown(answer)}", answer, APPROVAL)
@@ -293,11 +287,7 @@ def _recalled(
             if value is not None and outcome not in REMEMBERED_OUTCOMES:
                 raise TypeError(f"recall() returned {shown(value)}; expected an always-outcome")
         except BaseException as error:
-            if stops_the_caller(error):
-                raise
-            call.trace(
-                "approval", "approval store", f"recall raised {message(error)}", error, STORE
-            )
+            call.caught(error, "approval", origin=STORE, doing="recall ")
             logger.warning(
                 'tool "%s" (%s): approval store %s failed to recall; asking again: %s',
                 call.name,
@@ -330,11 +320,11 @@ def _remember(call: Call, store: ApprovalStore, key: ApprovalKey, answer: Approv
             )
         store.remember(key, outcome, **limits)
     except BaseException as error:
-        if stops_the_caller(error):
-            raise
-        call.trace("approval", "approval store", f"remember raised {message(error)}", error, STORE)
         prefix = f'approval store failed to remember {outcome.value} for tool "{call.name}": '
-        raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
+        failure = call.contained(
+            error, ErrorCode.POLICY_ERROR, prefix, "approval", origin=STORE, doing="remember "
+        )
+        raise StageFailed(failure) from None
     if call.plan.traced:
         call.trace("approval", "approval store", f"stored {outcome.value}", key, STORE)
 
@@ -351,9 +341,7 @@ def _used(call: Call, store: ApprovalStore, keys: tuple[ApprovalKey, ...]) -> bo
         try:
             outcome = exact_outcome(use(key))
         except BaseException as error:
-            if stops_the_caller(error):
-                raise
-            call.trace("approval", "approval store", f"use raised {message(error)}", error, STORE)
+            call.caught(error, "approval", origin=STORE, doing="use ")
             logger.warning(
                 'tool "%s" (%s): approval store %s failed to use a grant; asking again: %s',
                 call.name,

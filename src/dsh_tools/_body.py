@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import CoroutineType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._call import Call
 from ._loops import NEVER_AWAITABLE, is_awaitable, on_event_loop, run_on_own_loop, stops_the_caller
@@ -39,7 +39,10 @@ from .cancel import NEVER_CANCELLED, CancelSignal, CancelSource, Deadline, linke
 from .context import ToolRunContext
 from .errors import ErrorCode
 from .lingering import left_running
-from .models import ToolExecutionResult
+from .models import ToolExecutionFailure, ToolExecutionResult
+
+if TYPE_CHECKING:
+    from ._plan import ToolEntry
 
 logger = logging.getLogger("dsh_tools")
 
@@ -70,8 +73,7 @@ async def run_body(call: Call, replacement: CancelSignal | None = None) -> ToolE
             if (timer is not None and not entry.is_async) or (
                 definition.blocking and on_event_loop()
             ):
-                body = functools.partial(definition.execute, parsed, context)
-                raw = await _in_thread(call, body, timer)
+                raw = await _in_thread(call, entry, parsed, context, timer)
             else:
                 raw = definition.execute(parsed, context)
             kind = type(raw)  # is_awaitable, with the usual answers first
@@ -82,27 +84,9 @@ async def run_body(call: Call, replacement: CancelSignal | None = None) -> ToolE
                 plain = loop and signal is NEVER_CANCELLED and timer is None
                 raw = await (raw if plain else _awaited(raw, signal, timer))
         except BaseException as error:
-            if stops_the_caller(error):
-                raise
-            call.contexts = context._contexts
-            if timer is not None and timer.expired:
-                result = call.timed_out(timer.deadline.budget_ms)
-            else:
-                result = error_result(error, ErrorCode.TOOL_ERROR, contexts=call.contexts)
+            result = _failed(call, error, context, timer)
         else:
-            call.contexts, call.concluded = context._contexts, context._concluded
-            if timer is not None and timer.expired:
-                result = call.timed_out(timer.deadline.budget_ms)
-            elif signal is not NEVER_CANCELLED and signal.cancelled:
-                result = call.aborted()
-            else:
-                try:
-                    contexts, parent = call.contexts, call.input.parent
-                    result = render(entry, raw, parsed, contexts, call.concluded, parent)
-                except BaseException as error:
-                    if stops_the_caller(error):
-                        raise
-                    result = error_result(error, ErrorCode.TOOL_ERROR, contexts=call.contexts)
+            result = _rendered(call, entry, parsed, raw, context, timer)
         finally:
             if context._stream is not None:
                 _close(call, context, context._stream)
@@ -111,6 +95,40 @@ async def run_body(call: Call, replacement: CancelSignal | None = None) -> ToolE
     if call.plan.traced:
         call.trace("body", None if call.started else "not started", code(result), result)
     return result
+
+
+def _failed(
+    call: Call, error: BaseException, context: ToolRunContext, timer: _Timer | None
+) -> ToolExecutionFailure:
+    """The failure of a body that raised (or whose arguments did not parse): a timeout
+    when its deadline passed meanwhile."""
+    call.caught(error)
+    call.contexts = context._contexts
+    if timer is not None and timer.expired:
+        return call.timed_out(timer.deadline.budget_ms)
+    return error_result(error, ErrorCode.TOOL_ERROR, contexts=call.contexts)
+
+
+def _rendered(
+    call: Call,
+    entry: ToolEntry,
+    parsed: Any,
+    raw: Any,
+    context: ToolRunContext,
+    timer: _Timer | None,
+) -> ToolExecutionResult:
+    """What the body returned, by the output contract; a timeout or the caller's abort
+    instead when the body's signal fired."""
+    call.contexts, call.concluded = context._contexts, context._concluded
+    if timer is not None and timer.expired:
+        return call.timed_out(timer.deadline.budget_ms)
+    signal = context.signal
+    if signal is not NEVER_CANCELLED and signal.cancelled:
+        return call.aborted()
+    try:
+        return render(entry, raw, parsed, call.contexts, call.concluded, call.input.parent)
+    except BaseException as error:
+        return call.contained(error, ErrorCode.TOOL_ERROR, contexts=call.contexts)
 
 
 def _close(call: Call, context: ToolRunContext, stream: Stream) -> None:
@@ -207,9 +225,12 @@ class _Timer:
             self.source.cancel(_DEADLINE)
 
 
-async def _in_thread(call: Call, body: Callable[[], Any], timer: _Timer | None) -> Any:
+async def _in_thread(
+    call: Call, entry: ToolEntry, parsed: Any, context: ToolRunContext, timer: _Timer | None
+) -> Any:
     """Run a plain body in one worker thread: to its end (``blocking=True`` on a loop,
     no deadline), or until its deadline passes (then it is left to finish)."""
+    body = functools.partial(entry.definition.execute, parsed, context)
     if timer is None:
         import anyio
         import anyio.lowlevel

@@ -21,7 +21,7 @@ import attrs
 from . import cancel
 from ._loops import on_event_loop, run_on_own_loop, stops_the_caller
 from ._progress import Stream
-from ._results import message, trusted_constructor
+from ._results import error_result, message, trusted_constructor
 from .content import ContextMessage
 from .errors import ErrorCode, JsonValueError
 from .json import FrozenDict
@@ -216,6 +216,46 @@ class Call:
             if stops_the_caller(error):
                 raise
             logger.warning("tracer failed on %s of %r: %s", stage, self.name, message(error))
+
+    def caught(
+        self,
+        error: BaseException,
+        stage: Stage | None = None,
+        source: str | None = None,
+        origin: Origin | None = None,
+        doing: str = "",
+    ) -> None:
+        """Take ``error``, caught as ``BaseException`` from a tool's or a plugin's code that
+        a stage called: every stage contains what it calls through this (or
+        :meth:`contained`), so ``SystemExit`` or a sub-task's ``CancelledError`` is
+        contained like any error. What belongs to the caller
+        (:func:`~dsh_tools._loops.stops_the_caller`: its own task's cancellation,
+        ``KeyboardInterrupt``) is never contained: it is raised again here. With ``stage``,
+        the failure is traced as that stage's step of ``source`` (default: the name of
+        ``origin``), reading ``<doing>raised <message>``."""
+        if stops_the_caller(error):
+            raise error
+        if stage is not None:
+            if source is None and origin is not None:
+                source = origin.name
+            self.trace(stage, source, f"{doing}raised {message(error)}", error, origin)
+
+    def contained(
+        self,
+        error: BaseException,
+        code: ErrorCode,
+        prefix: str = "",
+        stage: Stage | None = None,
+        source: str | None = None,
+        origin: Origin | None = None,
+        *,
+        doing: str = "",
+        contexts: tuple[ContextMessage, ...] = (),
+    ) -> ToolExecutionFailure:
+        """:meth:`caught`, then the failure ``error`` makes: ``prefix`` and what it says,
+        with ``code`` (see :func:`~dsh_tools._results.error_result`) and ``contexts``."""
+        self.caught(error, stage, source, origin, doing)
+        return error_result(error, code, prefix, contexts)
 
     def decision_record(self) -> DecisionRecord:
         """The call's decision record, from the events it kept (see ``Plan.recording``)."""

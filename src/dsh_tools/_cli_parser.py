@@ -182,6 +182,12 @@ def _commands(commands: argparse._SubParsersAction[_Parser]) -> None:
     replay.add_argument("--rotated", action="store_true", help="include rotated files (LOG.N)")
     replay.add_argument("--explain", action="store_true", help="print each call's decision record")
     _approvals_command(commands)
+    _serve_mcp_command(commands)
+
+
+def _serve_mcp_command(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """``serve-mcp``: the tools over stdio or streamable HTTP, and what becomes of a call
+    that asks when the client cannot be asked."""
     serve = _command(commands, "serve-mcp", "serve the tools over MCP (extra: mcp)")
     serve.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP host (loopback by default)")

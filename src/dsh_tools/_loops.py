@@ -1,10 +1,12 @@
 """Event loops, or none: how the one async call path also runs for synchronous hosts.
 
-Every stage is written once, as ``async def``. ``await registry.execute(call)`` awaits
-it on the host's loop (asyncio or trio, through anyio). ``registry.execute_sync(call)``
-drives the very same coroutine by hand (:func:`drive`) when its plan says nothing in it
-awaits a loop, and on a loop of its own otherwise. The few places that wait ask
-:func:`on_event_loop` which of the two they are in, so no stage branches on it.
+Every stage is written once: those that can wait as ``async def``, those that never do
+(the guards, the finalizer) as plain functions. ``await registry.execute(call)`` awaits
+the call's coroutine on the host's loop (asyncio or trio, through anyio).
+``registry.execute_sync(call)`` drives the very same coroutine by hand (:func:`drive`)
+when its plan says nothing in it awaits a loop, and on a loop of its own otherwise. The
+few places that wait ask :func:`on_event_loop` which of the two they are in, so no stage
+branches on it.
 Whether an escaping exception is the caller's own cancellation is a question about the
 running loop too: :func:`stops_the_caller` answers it for every stage.
 """

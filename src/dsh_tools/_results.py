@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import attrs
 
 from ._codegen import compiled
+from ._loops import stops_the_caller
 from .content import ContextMessage
 from .errors import DshToolsError, ErrorCode
 from .json import FrozenList, JsonValue
@@ -72,7 +73,9 @@ def message(error: BaseException) -> str:
     status, often nothing) says little."""
     try:
         text = error.message if isinstance(error, DshToolsError) else str(error)
-    except Exception:
+    except BaseException as raised:  # a plugin's __str__ is its code: contained likewise
+        if stops_the_caller(raised):
+            raise
         return "<unprintable thrown value>"
     if isinstance(error, Exception):
         return text or type(error).__name__
@@ -108,6 +111,8 @@ def shown(value: object, limit: int = 200) -> str:
     must not turn a clean failure into an escaping exception."""
     try:
         text = repr(value)
-    except Exception:
+    except BaseException as raised:
+        if stops_the_caller(raised):
+            raise
         return f"<unprintable {type(value).__qualname__}>"
     return text if len(text) <= limit else text[: limit - 1] + "…"

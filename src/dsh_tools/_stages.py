@@ -9,7 +9,8 @@ execute wrappers) is :mod:`dsh_tools._wrappers`; the body is :mod:`dsh_tools._bo
 
 Every function here takes the :class:`~dsh_tools._call.Call` and returns what its stage
 decided; a failing policy raises :class:`~dsh_tools._call.StageFailed` carrying the
-failure (the final path), an interrupted one :class:`~dsh_tools._call.Interrupted`.
+failure (the final path), an interrupted one :class:`~dsh_tools._call.Interrupted`. What
+an implementation raises is contained by :meth:`~dsh_tools._call.Call.contained`.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ import attrs
 from . import cancel
 from ._approval import ALLOW, approve, resumed
 from ._call import Call, Interrupted, StageFailed
-from ._loops import is_awaitable, stops_the_caller
+from ._loops import is_awaitable
 from ._render import render
-from ._results import error_result, message, shown
+from ._results import message, shown
 from .content import content_blocks, content_text
 from .errors import ErrorCode
 from .json import FrozenList
@@ -73,11 +74,11 @@ async def first_decision(call: Call) -> Allow | Deny | Ask:
             call.trace("pre_execute", impl.label, "interrupted", origin=impl.origin)
             raise
         except BaseException as error:
-            if stops_the_caller(error):
-                raise
-            call.trace("pre_execute", impl.label, f"raised {message(error)}", error, impl.origin)
             prefix = f"pre-execute {impl.label} failed: "
-            raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
+            failure = call.contained(
+                error, ErrorCode.POLICY_ERROR, prefix, "pre_execute", impl.label, impl.origin
+            )
+            raise StageFailed(failure) from None
         if call.plan.traced:
             call.trace("pre_execute", impl.label, outcome(decision), decision, impl.origin)
         if decision is None:
@@ -107,11 +108,11 @@ def guard(call: Call) -> str | None:
             else:
                 verdict = impl.function(execution)
         except BaseException as error:
-            if stops_the_caller(error):
-                raise
-            call.trace("guard", impl.label, f"raised {message(error)}", error, impl.origin)
             prefix = f"guard {impl.label} failed: "
-            raise StageFailed(error_result(error, ErrorCode.DENIED, prefix)) from None
+            failure = call.contained(
+                error, ErrorCode.DENIED, prefix, "guard", impl.label, impl.origin
+            )
+            raise StageFailed(failure) from None
         if call.plan.traced:
             call.trace("guard", impl.label, outcome(verdict), verdict, impl.origin)
         if verdict is None:
@@ -150,11 +151,11 @@ async def post_execute(call: Call, result: ToolExecutionResult) -> ToolExecution
             call.trace("post_execute", impl.label, "interrupted", origin=impl.origin)
             raise StageFailed(call.aborted(())) from None
         except BaseException as error:
-            if stops_the_caller(error):
-                raise
-            call.trace("post_execute", impl.label, f"raised {message(error)}", error, impl.origin)
             prefix = f"post-execute {impl.label} failed: "
-            raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
+            failure = call.contained(
+                error, ErrorCode.POLICY_ERROR, prefix, "post_execute", impl.label, impl.origin
+            )
+            raise StageFailed(failure) from None
     if call.cancelled() and not result.is_error:
         result = call.aborted(result.additional_contexts)
     return result
@@ -216,9 +217,7 @@ def rerender(call: Call, value: object) -> ToolExecutionSuccess:
         parsed = call.parse(entry)
         return render(entry, value, parsed, call.contexts, call.concluded, call.input.parent)
     except BaseException as error:
-        if stops_the_caller(error):
-            raise
-        raise StageFailed(error_result(error, ErrorCode.INVALID_TOOL_OUTPUT)) from None
+        raise StageFailed(call.contained(error, ErrorCode.INVALID_TOOL_OUTPUT)) from None
 
 
 def finalize(call: Call, result: ToolExecutionResult) -> ToolExecutionResult:
@@ -284,8 +283,7 @@ async def _observers(call: Call, result: ToolExecutionResult, limit: float) -> N
                 impl.label,
             )
         except BaseException as error:
-            if stops_the_caller(error):
-                raise
+            call.caught(error)
             logger.warning(
                 'tool "%s" (%s): result observer %s failed: %s',
                 call.name,
@@ -301,16 +299,13 @@ def _finalized(
     try:
         content = finalize(call.execution, result)
     except BaseException as error:
-        if stops_the_caller(error):
-            raise
-        return error_result(error, ErrorCode.TOOL_ERROR, "finalize_content failed: ")
+        return call.contained(error, ErrorCode.TOOL_ERROR, "finalize_content failed: ")
     if content is None:
         return result
     try:
         return shown_as(result, content_blocks(content))
     except BaseException as error:
-        if stops_the_caller(error):
-            raise
+        call.caught(error)
         return failure_result(
             f"tool result must be losslessly JSON-serializable: {message(error)}",
             ErrorCode.INVALID_JSON,

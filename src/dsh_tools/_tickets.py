@@ -21,8 +21,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ._call import Call, Interrupted, StageFailed
-from ._loops import on_event_loop, stops_the_caller
-from ._results import error_result, message
+from ._loops import on_event_loop
+from ._results import message
 from .approvals import ApprovalAnswer, ApprovalKey, ApprovalTicket, TicketState, TicketStore
 from .errors import ErrorCode
 from .json import FrozenDict, snapshot
@@ -58,12 +58,12 @@ def stored(call: Call, what: str, operation: Callable[[], T]) -> T:
     try:
         return operation()
     except BaseException as error:
-        if stops_the_caller(error):
-            raise
         store = type(call.plan.approval_store).__qualname__
-        call.trace("approval", TICKETS.name, f"{what} raised {message(error)}", error, TICKETS)
         prefix = f'approval store {store} failed to {what} for tool "{call.name}": '
-        raise StageFailed(error_result(error, ErrorCode.POLICY_ERROR, prefix)) from None
+        failure = call.contained(
+            error, ErrorCode.POLICY_ERROR, prefix, "approval", origin=TICKETS, doing=f"{what} "
+        )
+        raise StageFailed(failure) from None
 
 
 def taken(call: Call, store: TicketStore, ticket: ApprovalTicket) -> ApprovalTicket:
@@ -236,7 +236,8 @@ def _card(call: Call) -> FrozenDict | None:
     try:
         view = call.registry.present_call(call.input)
         card = snapshot(unstructure_view(view))
-    except Exception:  # a card is a courtesy: the ticket holds the arguments either way
+    except BaseException as error:  # a card is a courtesy: the ticket holds the arguments
+        call.caught(error)
         return None
     return card if type(card) is FrozenDict else None
 

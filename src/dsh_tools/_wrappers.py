@@ -17,9 +17,9 @@ import attrs
 
 from ._body import run_body
 from ._call import Call, StageFailed, expire
-from ._loops import is_missing_loop, on_event_loop, stops_the_caller
+from ._loops import is_missing_loop, on_event_loop
 from ._plan import Impl
-from ._results import error_result, message
+from ._results import message
 from ._stages import rerender
 from .cancel import CancelSignal
 from .errors import ErrorCode
@@ -129,8 +129,6 @@ async def execute(call: Call) -> ToolExecutionResult:
                 # A wrapper was still pending when the caller cancelled: aborted, post path.
                 return call.aborted()
     except BaseException as error:
-        if stops_the_caller(error):
-            raise
         raise StageFailed(_failure(call, error)) from None
     finally:
         _WRAPPED.reset(noted)
@@ -176,13 +174,13 @@ def _failure(call: Call, error: BaseException) -> ToolExecutionFailure:
     """The failure of a raising wrapper, naming it when its code is in the traceback."""
     culprit = _culprit(error, call.plan.wrappers)
     named = "execute wrapper" if culprit is None else f"execute wrapper {culprit.label}"
-    if is_missing_loop(error):
+    if is_missing_loop(error):  # a RuntimeError: never the caller's
         return failure_result(
             f"{named} awaited an event loop, and execute_sync runs this call without one "
             f"({message(error)}); use `await registry.execute(call)` for this call",
             ErrorCode.POLICY_ERROR,
         )
-    return error_result(error, ErrorCode.POLICY_ERROR, f"{named} failed: ")
+    return call.contained(error, ErrorCode.POLICY_ERROR, f"{named} failed: ")
 
 
 def _culprit(error: BaseException, wrappers: Sequence[Impl]) -> Impl | None:

@@ -37,6 +37,7 @@ from dsh_tools import (
     define_tool,
     hookimpl,
 )
+from dsh_tools.approvals import MemoryApprovalStore
 from dsh_tools.cancel import CancelSource
 
 
@@ -317,6 +318,80 @@ def test_a_body_without_any_plugin_is_contained_too(driver: str) -> None:
     assert isinstance(result, ToolExecutionFailure)
     assert result.code == "TOOL_ERROR"
     assert result.error.message == "SystemExit: 2"
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_an_error_whose_message_raises_a_base_exception_is_still_contained(driver: str) -> None:
+    # What a failure says is read from the plugin's own exception: its __str__ is code too.
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise SystemExit(2)
+
+    def guard(execution: ToolExecution) -> str | None:
+        raise Unprintable()
+
+    registry = ToolRegistry()
+    registry.register(define_tool(name="t", description="d", parameters={}, execute=_escaped))
+    registry.guard(guard)
+
+    result = _run(registry, ToolExecutionInput("c1", "t", {}), driver)
+
+    assert isinstance(result, ToolExecutionFailure)
+    assert result.code == "DENIED"
+    assert result.error.message.endswith("failed: <unprintable thrown value>")
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_decision_whose_repr_raises_a_base_exception_is_still_contained(driver: str) -> None:
+    class Unshowable:
+        def __repr__(self) -> str:
+            raise SystemExit(2)
+
+    class Odd:
+        @hookimpl
+        def dsh_tools_pre_execute(self, execution: ToolExecution) -> object:
+            return Unshowable()
+
+    registry = ToolRegistry()
+    registry.register(define_tool(name="t", description="d", parameters={}, execute=_escaped))
+    registry.add_plugin(Odd())
+
+    result = _run(registry, ToolExecutionInput("c1", "t", {}), driver)
+
+    assert isinstance(result, ToolExecutionFailure)
+    assert result.code == "POLICY_ERROR"
+    assert "returned <unprintable " in result.error.message
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_call_card_raising_a_base_exception_still_leaves_a_pending_ticket(driver: str) -> None:
+    # A pending call's ticket carries its card for whoever answers; the tool's
+    # present_call is the tool's code, and the ticket holds the arguments either way.
+    class AskAlways:
+        @hookimpl
+        def dsh_tools_pre_execute(self, execution: ToolExecution) -> Ask:
+            return Ask("confirm")
+
+    store = MemoryApprovalStore()
+    registry = ToolRegistry(approval=lambda request: "pending", approval_store=store)
+    registry.register(
+        define_tool(
+            name="t",
+            description="d",
+            parameters={},
+            execute=_escaped,
+            present_call=lambda arguments: _exit(),
+        )
+    )
+    registry.add_plugin(AskAlways())
+
+    result = _run(registry, ToolExecutionInput("c1", "t", {}, agent="coder"), driver)
+
+    assert isinstance(result, ToolExecutionFailure)
+    assert result.code == "APPROVAL_PENDING"
+    ticket = store.get_ticket(result.meta["approval"]["ticket"])
+    assert ticket is not None
+    assert ticket.card is None
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
