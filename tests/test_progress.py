@@ -397,3 +397,42 @@ def test_a_bridge_that_falls_behind_keeps_the_newest_output_within_a_bound() -> 
     assert len(text) == MAX_WAITING_CHARS
     assert text == "9" * MAX_WAITING_CHARS  # the newest
     assert [event for event in sent if isinstance(event, Progress)] == [Progress(9, 10)]
+
+
+def test_a_records_only_context_reports_nothing_after_its_dispatch_ended() -> None:
+    """No listener, a decision record kept: the call's stream is opened by the first
+    report, and a context whose dispatch ended (a wrapper dispatched again) adds nothing."""
+    records: list[Any] = []
+    contexts: list[ToolRunContext] = []
+
+    class Keep:
+        @hookimpl
+        def dsh_tools_result(self, record: Any) -> None:
+            records.append(record)
+
+    class Twice:
+        @hookimpl(wrapper=True)
+        def dsh_tools_execute(self, execution: Any) -> Any:
+            dispatch = yield
+
+            async def again(signal: Any = None) -> Any:
+                await dispatch(signal)
+                contexts[0].report_progress(7, 9, "late")
+                contexts[0].emit_output("late\n")
+                return await dispatch(signal)
+
+            return again
+
+    def body(args: Any, ctx: ToolRunContext) -> str:
+        contexts.append(ctx)
+        ctx.report_progress(len(contexts), 2, "dispatch")
+        return "done"
+
+    registry = _registry(body)
+    registry.add_plugin(Keep())
+    registry.add_plugin(Twice())
+    assert anyio.run(registry.execute, ToolExecutionInput("c16", "work")).text == "done"
+    steps = records[0].of("progress")
+    assert [step.detail["progress"] for step in steps] == [1, 2]
+    assert steps[-1].detail["output"] == 0
+    assert steps[-1].detail["last"] == Progress(2, 2, "dispatch").to_json()

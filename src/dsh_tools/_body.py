@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 from ._call import Call
 from ._loops import NEVER_AWAITABLE, is_awaitable, on_event_loop, run_on_own_loop, stops_the_caller
-from ._progress import Stream
 from ._render import render
 from ._results import error_result
 from ._stages import code
@@ -66,7 +65,7 @@ async def run_body(call: Call, replacement: CancelSignal | None = None) -> ToolE
             timer = unlink = None
         else:
             signal, timer, unlink = _fused(parents, timeout_ms)
-        context = ToolRunContext(call, signal, call.stream)
+        context = ToolRunContext(call, signal, call.stream, call.plan.recording)
         try:
             parsed = call.parsed if call.parsed_by is entry else call.parse(entry)
             call.started = True
@@ -88,8 +87,8 @@ async def run_body(call: Call, replacement: CancelSignal | None = None) -> ToolE
         else:
             result = _rendered(call, entry, parsed, raw, context, timer)
         finally:
-            if context._stream is not None:
-                _close(call, context, context._stream)
+            if context._stream is not None or context._counted:
+                _close(call, context)
             if unlink is not None:
                 unlink()
     if call.plan.traced:
@@ -131,10 +130,12 @@ def _rendered(
         return call.contained(error, ErrorCode.TOOL_ERROR, contexts=call.contexts)
 
 
-def _close(call: Call, context: ToolRunContext, stream: Stream) -> None:
+def _close(call: Call, context: ToolRunContext) -> None:
     """The body is done: its context reports nothing more (a thread left running
     included), what waits is delivered, and the record notes what was streamed."""
-    context._stream = None
+    stream = context._detach()
+    if stream is None:
+        return
     stream.close()
     if call.plan.traced and (summary := stream.summary()) is not None:
         call.trace("progress", None, "streamed", summary)

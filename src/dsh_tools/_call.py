@@ -117,9 +117,10 @@ class Call:
         self.events: list[tuple[Any, ...]] | None = [] if plan.recording else None
         """The call's steps, kept when its decision record is wanted."""
         listener = call.on_progress
-        wanted = plan.listeners or plan.recording or listener is not None
-        self.stream = Stream(self, listener) if wanted else None
-        """Where the body's progress and output go; ``None``: nobody listens or records."""
+        listened = plan.listeners or listener is not None
+        self.stream = Stream(self, listener) if listened else None
+        """Where the body's progress and output go; ``None``: nobody listens (with a
+        decision record kept, :meth:`counting_stream` makes one on the first report)."""
         self.resumes = resumes
         """The approval ticket this call resumes (``registry.resume``), or ``None``."""
         self.asker: Origin | None = None
@@ -143,6 +144,13 @@ class Call:
                 dry_run,
             )
             return self.execution
+
+    def counting_stream(self) -> Stream:
+        """The call's stream, made on first request: a body of a records-only call
+        reported (see :class:`~dsh_tools.ToolRunContext`)."""
+        if self.stream is None:
+            self.stream = Stream(self, None)
+        return self.stream
 
     @property
     def name(self) -> str:

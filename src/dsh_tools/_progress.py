@@ -2,9 +2,9 @@
 
 A :class:`Stream` exists only for a call that has a listener (a ``dsh_tools_progress``
 implementation in its plan, or the call's own ``on_progress``) or whose plan keeps
-decision records (then, with no listener, it only counts, and the last progress passes
-the filters when the body is done); otherwise the body's context holds ``None`` and a
-report costs one attribute check. The body step opens the
+decision records (then, with no listener, it is made on the body's first report, only
+counts, and the last progress passes the filters when the body is done); otherwise the
+body's context holds ``None`` and a report costs one attribute check. The body step opens the
 stream when a body starts and closes it before its result exists, so nothing is
 delivered after the result, nor after the body's signal fired.
 

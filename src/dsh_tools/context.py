@@ -6,6 +6,7 @@ here (or from ``dsh_tools``), never from the call path's own modules.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Protocol
 
 from .content import ContentLike, ContextMessage
@@ -24,6 +25,13 @@ class _Call(Protocol):
 
     def record(self) -> ToolExecution: ...
 
+    def counting_stream(self) -> Stream: ...
+
+
+_COUNTING = threading.Lock()
+"""Held while a records-only body's stream is opened on its first report, and while the
+body step takes it back: a report after the body's end never opens one."""
+
 
 class ToolRunContext:
     """What a tool body gets besides its arguments: the call, its signal, two levers and
@@ -34,14 +42,23 @@ class ToolRunContext:
     when the body's time is up. The pipeline makes the context; bodies only use it.
     """
 
-    __slots__ = ("_call", "_concluded", "_contexts", "_stream", "signal")
+    __slots__ = ("_call", "_concluded", "_contexts", "_counted", "_stream", "signal")
 
-    def __init__(self, call: _Call, signal: CancelSignal, stream: Stream | None = None) -> None:
+    def __init__(
+        self,
+        call: _Call,
+        signal: CancelSignal,
+        stream: Stream | None = None,
+        counted: bool = False,
+    ) -> None:
         self._call = call
         self.signal = signal
         self._contexts: tuple[ContextMessage, ...] = ()
         self._concluded = False
         self._stream = stream
+        self._counted = counted and stream is None
+        """Nobody listens but the call keeps a decision record: the first report opens
+        the call's stream (a body that reports nothing costs none)."""
         if stream is not None:
             stream.open(signal)  # the body's reports are taken from now on
 
@@ -60,6 +77,8 @@ class ToolRunContext:
         After the body returned, or once its signal fired, reports are dropped.
         """
         stream = self._stream
+        if stream is None and self._counted:
+            stream = self._counting()
         if stream is not None:
             stream.put(Progress(done, total, message))
 
@@ -73,8 +92,30 @@ class ToolRunContext:
         :meth:`report_progress`.
         """
         sink = self._stream
+        if sink is None and self._counted:
+            sink = self._counting()
         if sink is not None:
             sink.put(Output(text, stream))
+
+    def _counting(self) -> Stream | None:
+        """The call's stream, opened for this body on its first report (records only);
+        ``None`` once the body step took the stream back."""
+        with _COUNTING:
+            if self._stream is None and self._counted:
+                stream = self._call.counting_stream()
+                stream.open(self.signal)
+                self._stream = stream
+            return self._stream
+
+    def _detach(self) -> Stream | None:
+        """The body is done (the body step calls this): the stream its reports went to,
+        if any; nothing more is taken through this context."""
+        if self._counted:
+            with _COUNTING:
+                stream, self._stream, self._counted = self._stream, None, False
+            return stream
+        stream, self._stream = self._stream, None
+        return stream
 
     @property
     def execution(self) -> ToolExecution:
