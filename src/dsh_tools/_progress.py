@@ -4,9 +4,10 @@ A :class:`Stream` exists only for a call that has a listener (a ``dsh_tools_prog
 implementation in its plan, or the call's own ``on_progress``) or whose plan keeps
 decision records (then, with no listener, it is made on the body's first report, only
 counts, and the last progress passes the filters when the body is done); otherwise the
-body's context holds ``None`` and a report costs one attribute check. The body step opens the
-stream when a body starts and closes it before its result exists, so nothing is
-delivered after the result, nor after the body's signal fired.
+body's context holds ``None`` and a report costs one attribute check. The body step
+opens the stream when a body starts (or, records only, its first report does) and
+closes it before its result exists, so nothing is delivered after the result, nor after
+the body's signal fired.
 
 Coalescing, so a body reporting a million times a second cannot flood a client or slow
 itself: a report is delivered at once when the previous delivery is at least
