@@ -90,7 +90,7 @@ class Permits:
     def release(self) -> None:
         """Give a permit back: to the first live waiter, or to the pool."""
         with self._lock:
-            waiter = self._next_waiter()
+            waiter = self._next_waiter() if self._waiters else None
             if waiter is None:
                 self._free.append(None)
                 return

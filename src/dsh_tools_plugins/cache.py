@@ -107,9 +107,8 @@ class ResultCache:
         with self._lock:
             if generation != self._generation:
                 return  # something wrote meanwhile: this result may be stale
-            if key in entries:
-                entries.move_to_end(key)
             entries[key] = entry
+            entries.move_to_end(key)
             while len(entries) > self.max_entries:
                 entries.popitem(last=False)
 
