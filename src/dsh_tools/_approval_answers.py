@@ -175,7 +175,7 @@ def grant_limits(
 def call_digest(tool_name: str, arguments: Mapping[str, object]) -> str:
     """The hex SHA-256 of the canonical JSON (sorted keys, no whitespace, ASCII) of
     ``[tool_name, arguments]``: what identifies a call's exact arguments (a remembered
-    answer's key, a cached result's)."""
+    answer's key)."""
     text = canonical([tool_name, arguments])
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
