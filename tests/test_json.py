@@ -19,6 +19,7 @@ from dsh_tools.json import (
     MAX_DEPTH,
     FrozenDict,
     FrozenList,
+    canonical,
     dumps,
     is_unicode,
     loads,
@@ -35,6 +36,14 @@ def test_snapshot_round_trips_through_json_text(value: Any) -> None:
     assert frozen == value or (isinstance(value, tuple) and frozen == list(value))
     assert json.loads(json.dumps(frozen)) == json.loads(json.dumps(value))
     assert thaw(frozen) == json.loads(json.dumps(value))
+
+
+@given(json_values())
+def test_canonical_text_is_the_same_for_a_frozen_value_and_its_plain_data(value: Any) -> None:
+    plain = json.loads(json.dumps(value))
+    text = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    assert canonical(snapshot(value)) == text
+    assert canonical(plain) == text
 
 
 @given(json_values())

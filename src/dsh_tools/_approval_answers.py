@@ -8,13 +8,13 @@ and the protocols of the stores that keep them.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, cast
 
 import attrs
 
+from .json import canonical
 from .models import ApprovalOutcome
 
 __all__ = [
@@ -175,14 +175,9 @@ def grant_limits(
 def call_digest(tool_name: str, arguments: Mapping[str, object]) -> str:
     """The hex SHA-256 of the canonical JSON (sorted keys, no whitespace, ASCII) of
     ``[tool_name, arguments]``: what identifies a call's exact arguments (a remembered
-    answer's key, a cached result's)."""
-    canonical = _canonical([tool_name, arguments])
-    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
-
-
-_canonical = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-).encode
+    answer's key)."""
+    text = canonical([tool_name, arguments])
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 @attrs.frozen

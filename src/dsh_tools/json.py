@@ -27,6 +27,7 @@ __all__ = [
     "FrozenDict",
     "FrozenList",
     "JsonValue",
+    "canonical",
     "dumps",
     "is_unicode",
     "loads",
@@ -396,6 +397,37 @@ def dumps(value: object) -> str:
     if kind is bool or value is None:
         return _SCALAR_TEXT[value]  # type: ignore[index]
     return _encode(snapshot(value))
+
+
+_CANONICAL = _stdlib_json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+)
+# The stdlib's C encoder, made once for frozen values: ``JSONEncoder.encode`` builds one
+# (and a cycle check) on every call, which is most of its cost for a small value.
+_c_make_encoder: Any = getattr(_stdlib_json.encoder, "c_make_encoder", None)
+_FROZEN_ENCODER = (
+    None
+    if _c_make_encoder is None
+    else _c_make_encoder(
+        None,  # no cycle check: a frozen value is acyclic by construction
+        _CANONICAL.default,
+        _stdlib_json.encoder.encode_basestring_ascii,
+        None,
+        ":",
+        ",",
+        True,
+        False,
+        False,
+    )
+)
+
+
+def canonical(value: object) -> str:
+    """The canonical JSON text of ``value``: sorted keys, no whitespace, ASCII only (what
+    :func:`dsh_tools.approvals.call_digest` hashes, a cached result's key)."""
+    if _FROZEN_ENCODER is not None and type(value) in _FROZEN:
+        return "".join(_FROZEN_ENCODER(value, 0))
+    return _CANONICAL.encode(value)
 
 
 def _reject_constant(name: str) -> NoReturn:

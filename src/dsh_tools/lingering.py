@@ -22,10 +22,10 @@ to call it.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Callable, Iterator
-from contextvars import ContextVar
+from collections.abc import Callable
+from contextvars import ContextVar, Token
+from types import TracebackType
 
 __all__ = ["Lingering", "left_running", "watching"]
 
@@ -37,12 +37,30 @@ _WATCHERS: ContextVar[tuple[Lingering, ...]] = ContextVar("dsh_tools_lingering",
 
 
 class Lingering:
-    """What the calls dispatched inside one :func:`watching` block left running."""
+    """What the calls dispatched inside one :func:`watching` block left running (the
+    block's context manager: entering it starts collecting, leaving it stops)."""
+
+    __slots__ = ("_lock", "_release", "_running", "_token")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._running = 0
         self._release: Callable[[], None] | None = None
+        self._token: Token[tuple[Lingering, ...]] | None = None
+
+    def __enter__(self) -> Lingering:
+        self._token = _WATCHERS.set((*_WATCHERS.get(), self))
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._token is not None:
+            _WATCHERS.reset(self._token)
+            self._token = None
 
     def _add(self, when_done: WhenDone) -> None:
         with self._lock:
@@ -61,23 +79,18 @@ class Lingering:
     def then(self, release: Callable[[], None]) -> None:
         """Run ``release`` now when nothing is left running, else when the last piece of
         left-running work ends (in the thread where it ends). Call it once."""
-        with self._lock:
-            if self._running:
-                self._release = release
-                return
+        if self._running:  # only work ending can lower it now: decide under the lock
+            with self._lock:
+                if self._running:
+                    self._release = release
+                    return
         release()
 
 
-@contextlib.contextmanager
-def watching() -> Iterator[Lingering]:
+def watching() -> Lingering:
     """Collect the work that calls dispatched in this block leave running (in this
     context: the task or thread that dispatches, and what it awaits)."""
-    lingering = Lingering()
-    token = _WATCHERS.set((*_WATCHERS.get(), lingering))
-    try:
-        yield lingering
-    finally:
-        _WATCHERS.reset(token)
+    return Lingering()
 
 
 def left_running(when_done: WhenDone) -> None:

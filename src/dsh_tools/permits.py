@@ -47,14 +47,18 @@ class Permits:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"a permit pool needs a capacity of at least 1, got {capacity!r}")
         self.capacity = capacity
-        self._free = capacity
+        # One token per free permit. Only a holder of the lock adds one, and only when no
+        # live waiter is queued; a waiter queues only when it finds none (under the lock).
+        # So a free token means nobody waits, and taking one needs no lock: ``pop`` is
+        # atomic, and whoever pops the last one wins it.
+        self._free: list[None] = [None] * capacity
         self._waiters: deque[_Waiter] = deque()
         self._lock = threading.Lock()
 
     @property
     def in_use(self) -> int:
         """Permits held right now."""
-        return self.capacity - self._free
+        return self.capacity - len(self._free)
 
     @property
     def waiting(self) -> int:
@@ -63,11 +67,11 @@ class Permits:
 
     def try_acquire(self) -> bool:
         """Take a permit if one is free and nobody waits; never waits."""
-        with self._lock:
-            if self._free and not self._waiters:
-                self._free -= 1
-                return True
-        return False
+        try:
+            self._free.pop()
+        except IndexError:
+            return False
+        return True
 
     async def acquire(
         self, *signals: CancelSignal | None, deadline: Deadline | None = None
@@ -86,9 +90,9 @@ class Permits:
     def release(self) -> None:
         """Give a permit back: to the first live waiter, or to the pool."""
         with self._lock:
-            waiter = self._next_waiter()
+            waiter = self._next_waiter() if self._waiters else None
             if waiter is None:
-                self._free += 1
+                self._free.append(None)
                 return
             waiter.granted = True
         try:
@@ -107,8 +111,7 @@ class Permits:
     def _enqueue(self, wake: Callable[[], None]) -> _Waiter | None:
         """Queue a waiter, or take a permit at once when one came free meanwhile."""
         with self._lock:
-            if self._free and not self._waiters:
-                self._free -= 1
+            if self.try_acquire():
                 return None
             waiter = _Waiter(wake)
             self._waiters.append(waiter)

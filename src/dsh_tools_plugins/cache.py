@@ -2,9 +2,9 @@
 
 :class:`ResultCache` is a ``dsh_tools_execute`` wrapper. It caches only the successes of
 tools whose definition says ``metadata={"read_only": True}`` or ``{"idempotent": True}``,
-keyed on the agent id, the tool name and the canonical hash of the arguments (the hash
-remembered approvals use, :func:`dsh_tools.approvals.call_digest`). An entry
-lives ``ttl_s`` seconds; past ``max_entries`` the least recently used one goes.
+keyed on the agent id, the tool name and the canonical JSON of the arguments
+(:func:`dsh_tools.json.canonical`, what remembered approvals hash). An entry lives
+``ttl_s`` seconds; past ``max_entries`` the least recently used one goes.
 
 A hit runs no body, but it is still a result of the wrapper stage: post-execute and the
 result observers see it as any other, its ``meta`` says ``{"cache": "hit"}`` and the
@@ -26,10 +26,10 @@ from typing import Any
 
 import attrs
 
-from dsh_tools.approvals import call_digest
 from dsh_tools.cancel import CancelSignal
 from dsh_tools.errors import DefinitionError
 from dsh_tools.hookspecs import WrapperGenerator, hookimpl
+from dsh_tools.json import canonical
 from dsh_tools.models import (
     ToolDefinition,
     ToolExecution,
@@ -40,7 +40,7 @@ from dsh_tools.tracing import note
 
 __all__ = ["ResultCache"]
 
-_Key = tuple[str | None, str, str | None]
+_Key = tuple[str | None, str, str]
 
 
 def _related(one: str | None, other: str | None) -> bool:
@@ -102,16 +102,20 @@ class ResultCache:
             return found[1]
 
     def _store(self, key: _Key, result: ToolExecutionSuccess, generation: int) -> None:
+        entry = (time.monotonic() + self.ttl_s, result)
+        entries = self._entries
         with self._lock:
             if generation != self._generation:
                 return  # something wrote meanwhile: this result may be stale
-            self._entries[key] = (time.monotonic() + self.ttl_s, result)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+            entries[key] = entry
+            entries.move_to_end(key)
+            while len(entries) > self.max_entries:
+                entries.popitem(last=False)
 
     def _hit(self, key: _Key | None) -> ToolExecutionSuccess | None:
-        hit = None if key is None else self._lookup(key)
+        if key is None or key not in self._entries:  # a miss changes nothing: no lock
+            return None
+        hit = self._lookup(key)
         if hit is None:
             return None
         note("ResultCache", "hit")
@@ -161,10 +165,10 @@ class ResultCache:
 
 
 def _key(execution: ToolExecution) -> _Key | None:
-    """The entry of a call: agent, tool and the canonical hash of its arguments."""
+    """The entry of a call: agent, tool and the canonical JSON of its arguments."""
     if execution.arguments is None:
         return None
-    return (execution.agent, execution.name, call_digest(execution.name, execution.arguments))
+    return (execution.agent, execution.name, canonical(execution.arguments))
 
 
 def configured_cache() -> ResultCache | None:
