@@ -25,7 +25,7 @@ from dsh_tools import (
     define_tool,
     hookimpl,
 )
-from dsh_tools._results import success_result
+from dsh_tools._pipeline.results import success_result
 from dsh_tools.cancel import NEVER_CANCELLED
 from dsh_tools.context import ToolRunContext
 from dsh_tools.json import NEG_SMALL_INT, SMALL_INT, FrozenDict, FrozenList

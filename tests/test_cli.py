@@ -383,7 +383,7 @@ def test_global_options_are_accepted_after_the_command(workspace: Path, tmp_path
 
 
 def test_a_repeatable_option_given_before_and_after_the_command_keeps_both() -> None:
-    from dsh_tools._cli_parser import build_parser
+    from dsh_tools.cli._parser import build_parser
 
     options = build_parser().parse_args(["--block", "a", "list", "--block", "b", "--debug"])
     assert options.block == ["a", "b"]

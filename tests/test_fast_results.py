@@ -15,7 +15,7 @@ import attrs
 import pytest
 
 from dsh_tools import hookimpl
-from dsh_tools._results import success_result, trusted_constructor
+from dsh_tools._pipeline.results import success_result, trusted_constructor
 from dsh_tools.content import ImageContent, TextContent, text_blocks
 from dsh_tools.define import define_tool
 from dsh_tools.json import FrozenDict, FrozenList

@@ -18,7 +18,6 @@ pytest.importorskip("uvicorn")
 
 from anyio.from_thread import start_blocking_portal
 
-from dsh_tools._inbox import InboxSecrets, serve_inbox
 from dsh_tools.approvals import (
     ApprovalKey,
     ApprovalTicket,
@@ -26,6 +25,7 @@ from dsh_tools.approvals import (
     TicketAnswer,
     TicketState,
 )
+from dsh_tools.cli._inbox import InboxSecrets, serve_inbox
 from dsh_tools.json import snapshot
 from dsh_tools.models import ApprovalOutcome
 from dsh_tools.presentation import DiffCallView, TerminalCallView, file_diffs, unstructure_view

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh_tools._codegen import compile_admitter
+from dsh_tools._validation.codegen import compile_admitter
 from dsh_tools.errors import JsonSchemaError, OutputSchemaError
 from dsh_tools.json import MAX_DEPTH, FrozenDict, FrozenList, snapshot
 from dsh_tools.jsonschema import (

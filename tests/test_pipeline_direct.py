@@ -23,10 +23,10 @@ from dsh_tools import (
     ToolOutput,
     ToolRegistry,
     ToolRunContext,
-    _drivers,
     define_tool,
     hookimpl,
 )
+from dsh_tools._pipeline import drivers as _drivers
 from dsh_tools.arguments import ArgumentsModel
 from dsh_tools.errors import ToolError
 from dsh_tools.json import FrozenDict

@@ -342,7 +342,7 @@ def test_the_audit_log_keeps_counts_and_the_filtered_last_progress_without_a_lis
 def test_a_bridge_that_cannot_send_is_logged_and_the_call_goes_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from dsh_tools._relay import Relay
+    from dsh_tools._pipeline.relay import Relay
 
     async def body(args: Any, ctx: ToolRunContext) -> str:
         ctx.report_progress(1, 2, "half")
@@ -376,7 +376,7 @@ def test_the_call_tool_fixture_keeps_what_a_call_streamed(
 
 
 def test_a_bridge_that_falls_behind_keeps_the_newest_output_within_a_bound() -> None:
-    from dsh_tools._relay import MAX_WAITING_CHARS, Relay
+    from dsh_tools._pipeline.relay import MAX_WAITING_CHARS, Relay
 
     sent: list[Progress | Output] = []
 

@@ -75,7 +75,7 @@ async def test_not_over_acp(terminal: bool) -> None:
 
 
 async def test_not_on_the_command_line() -> None:
-    from dsh_tools._cli_progress import progress_view, run_showing_progress
+    from dsh_tools.cli._progress import progress_view, run_showing_progress
 
     for json_output, events in ((False, False), (True, True)):
         out, err = io.StringIO(), io.StringIO()

@@ -1,7 +1,7 @@
 """The pipeline chains ``dsh_tools_execute`` wrappers exactly as pluggy chains wrappers.
 
 The pipeline does not call pluggy's hook for stage 3 (it runs on every wrapped call, and
-pluggy's bookkeeping cost more than the rest of the call); ``dsh_tools._wrappers.chain``
+pluggy's bookkeeping cost more than the rest of the call); ``dsh_tools._pipeline.wrappers.chain``
 implements pluggy's protocol instead. This differential test runs the same wrappers, in
 every order and with every way a wrapper can behave or misbehave, through both, and
 requires the same events in the same order and the same outcome.
@@ -16,7 +16,7 @@ from typing import Any
 import pluggy
 import pytest
 
-from dsh_tools._wrappers import chain
+from dsh_tools._pipeline.wrappers import chain
 from dsh_tools.hookspecs import PROJECT_NAME, hookimpl
 from dsh_tools.registry import ToolRegistry
 

@@ -18,7 +18,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from ._cli_exits import EXIT_USAGE
+from .cli._exits import EXIT_USAGE
 from .hostfiles import WORKSPACE_ENV
 
 _OURS = ("dsh_tools", "dsh_tools_plugins")

@@ -29,8 +29,8 @@ from typing import Annotated, Any, Generic, Literal, TypeVar, Union, get_args, g
 
 import attrs
 
-from ._codegen import Admitter, compile_admitter
-from ._validators import (
+from ._validation.codegen import Admitter, compile_admitter
+from ._validation.validators import (
     Check,
     Validator,
     Violation,

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
-from ._loops import on_event_loop
+from ._pipeline.loops import on_event_loop
 
 if TYPE_CHECKING:
     import anyio

@@ -13,7 +13,7 @@ from .content import ContentLike, ContextMessage
 from .progress import Output, Progress
 
 if TYPE_CHECKING:
-    from ._progress import Stream
+    from ._pipeline.stream import Stream
     from .cancel import CancelSignal
     from .models import ToolExecution
 

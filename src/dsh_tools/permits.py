@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ._loops import _running_library
+from ._pipeline.loops import _running_library
 from .cancel import CancelSignal, Deadline
 
 __all__ = ["Permits"]

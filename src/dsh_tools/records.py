@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import attrs
 
 from ._decisions import detail_object
-from ._results import message
+from ._pipeline.results import message
 from .content import content_text
 from .json import FrozenDict, thaw
 from .models import (

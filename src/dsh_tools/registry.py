@@ -3,10 +3,10 @@
 A :class:`ToolRegistry` is the global layer; ``registry.scope("agent")`` returns a
 :class:`ToolScope` with a layer of its own, and scopes nest. What a call can see and
 which implementations run for it are computed per agent path into a plan
-(:mod:`dsh_tools._plan`) that is kept until anything changes, so the per-call cost does
+(:mod:`dsh_tools._pipeline.plan`) that is kept until anything changes, so the per-call cost does
 not grow with the number of tools. What the registry and its scopes both do (register
-through a view, run, resume or explain a call) is :mod:`dsh_tools._views`; calls run in
-:mod:`dsh_tools._drivers`; the architecture page of the docs maps every stage to its
+through a view, run, resume or explain a call) is :mod:`dsh_tools._pipeline.views`; calls run in
+:mod:`dsh_tools._pipeline.drivers`; the architecture page of the docs maps every stage to its
 module.
 """
 
@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pluggy
 
-from ._approval import channel
-from ._layers import Layer, restriction, visible
-from ._loops import stops_the_caller
-from ._manager import PluginManager
-from ._plan import Plan, ToolEntry, build_plan, guard_impl, label
-from ._tickets import waiting
-from ._views import SEPARATOR, _ViewBase, path_of
+from ._pipeline.approval import channel
+from ._pipeline.layers import Layer, restriction, visible
+from ._pipeline.loops import stops_the_caller
+from ._pipeline.manager import PluginManager
+from ._pipeline.plan import Plan, ToolEntry, build_plan, guard_impl, label
+from ._pipeline.tickets import waiting
+from ._pipeline.views import SEPARATOR, _ViewBase, path_of
 from .approvals import ApprovalStore, MemoryApprovalStore
 from .errors import DefinitionError, RegistrationError
 from .models import (

@@ -37,9 +37,9 @@ from dsh_tools.approvals import (
 )
 from dsh_tools.models import ApprovalOutcome
 
-from ._postgres import Connections
-from ._postgres_listen import Listener
-from ._postgres_tickets import CHANNEL, PostgresTickets
+from ._stores.postgres import Connections
+from ._stores.postgres_listen import Listener
+from ._stores.postgres_tickets import CHANNEL, PostgresTickets
 from .approval_store import ApprovalStoreError
 
 if TYPE_CHECKING:

@@ -50,8 +50,8 @@ from dsh_tools.approvals import (
 from dsh_tools.hostfiles import HostFileError, check_host_file, writable_trees
 from dsh_tools.models import ApprovalOutcome
 
-from ._approval_sqlite_schema import SchemaError, upgrade
-from ._sqlite_tickets import TicketRows
+from ._stores.sqlite_schema import SchemaError, upgrade
+from ._stores.sqlite_tickets import TicketRows
 
 T = TypeVar("T")
 

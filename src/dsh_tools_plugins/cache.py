@@ -174,6 +174,6 @@ def _key(execution: ToolExecution) -> _Key | None:
 def configured_cache() -> ResultCache | None:
     """The ``cache`` entry point: the ``[cache]`` table of the rules file named by
     ``$DSH_TOOLS_RULES`` (no cache when there is none)."""
-    from ._limit_tables import configured
+    from ._rules.limit_tables import configured
 
     return configured().cache

@@ -299,13 +299,13 @@ def _decide(budgets: Sequence[CallBudget], execution: ToolExecution) -> Deny | N
 def configured_limits() -> ConcurrencyLimit | None:
     """The ``limits`` entry point: the ``[limits]`` table of the rules file named by
     ``$DSH_TOOLS_RULES`` (nothing when there is none)."""
-    from ._limit_tables import configured
+    from ._rules.limit_tables import configured
 
     return configured().concurrency
 
 
 def configured_budgets() -> CallBudgets | None:
     """The ``budgets`` entry point: the rules file's ``[[budget]]`` tables."""
-    from ._limit_tables import configured
+    from ._rules.limit_tables import configured
 
     return configured().budgets

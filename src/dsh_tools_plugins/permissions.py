@@ -100,12 +100,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Final
 
-from ._rule import Rule
-from ._rule_fields import Action
-from ._rules_error import RulesError
-from ._rules_policy import PermissionRules
-from ._sandbox_settings import SandboxSettings
-from ._sandbox_table import NETWORK_ENV_VAR, SANDBOX_ENV_VAR, with_overrides
+from ._rules.error import RulesError
+from ._rules.fields import Action
+from ._rules.policy import PermissionRules
+from ._rules.rule import Rule
+from ._rules.sandbox_table import NETWORK_ENV_VAR, SANDBOX_ENV_VAR, with_overrides
+from .sandbox._settings import SandboxSettings
 
 if TYPE_CHECKING:
     from dsh_tools.registry import ToolRegistry

@@ -5,15 +5,15 @@
 
 Both walk the tree through directory descriptors without following symlinks (links are
 neither entered nor reported), skip ``.git`` and, unless ``include_ignored`` is set, what
-``.gitignore`` and ``.ignore`` files exclude (see :mod:`dsh_tools_plugins._ignore`).
+``.gitignore`` and ``.ignore`` files exclude (see :mod:`dsh_tools_plugins._search.ignore`).
 They visit entries in name order, cap what they return and report ``total`` (everything
 found) and ``truncated``. Both are ``blocking`` (an async host runs them in a worker
 thread) and stop when the call's signal fires: the walk checks it between files and
 directories, grep also between chunks of a file and while ripgrep runs.
 
 Model-supplied patterns never reach a backtracking engine: globs translate to RE2, grep
-patterns are RE2 (:mod:`dsh_tools_plugins._regex`), so a match costs time linear in the
-text. Given ripgrep, grep asks it which files can match (:mod:`dsh_tools_plugins._ripgrep`);
+patterns are RE2 (:mod:`dsh_tools_plugins._search.regex`), so a match costs time linear in the
+text. Given ripgrep, grep asks it which files can match (:mod:`dsh_tools_plugins._search.ripgrep`);
 what it returns is the same with or without ripgrep.
 
 Pattern syntax (``glob`` patterns and ``grep``'s ``include``): ``*`` and ``?`` stay inside
@@ -45,12 +45,12 @@ from dsh_tools.presentation import (
 )
 from dsh_tools.safetext import safe_text
 
-from ._glob_patterns import GlobMatcher, compile_glob
-from ._grep import MAX_MATCH_LINE_CHARS, Findings, search_tree
 from ._host_programs import inside, system_program
-from ._ignore import ignore_filter
 from ._reach import split_glob
-from ._regex import compile_line_pattern
+from ._search.glob_patterns import GlobMatcher, compile_glob
+from ._search.grep import MAX_MATCH_LINE_CHARS, Findings, search_tree
+from ._search.ignore import ignore_filter
+from ._search.regex import compile_line_pattern
 from .files import DEFAULT_MAX_FILE_BYTES, fields
 from .workspace import Opened, WalkFilter, Workspace, WorkspaceFile
 

@@ -226,7 +226,7 @@ def test_a_waiter_is_woken_by_the_notification_not_by_looking_again(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from dsh_tools.approvals import TicketAnswer, TicketState
-    from dsh_tools_plugins import _postgres_tickets
+    from dsh_tools_plugins._stores import postgres_tickets as _postgres_tickets
     from store_contract import ticket
 
     looked = threading.Event()

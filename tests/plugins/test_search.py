@@ -40,7 +40,7 @@ from dsh_tools.presentation import (
     ToolCallKind,
     unstructure_view,
 )
-from dsh_tools_plugins import _regex
+from dsh_tools_plugins._search import regex as _regex
 from dsh_tools_plugins.search import compile_glob, glob_tool, grep_tool
 from dsh_tools_plugins.timeouts import TimeoutPolicy
 from dsh_tools_plugins.workspace import WALK_OPEN_DIRECTORIES, Workspace
@@ -637,7 +637,7 @@ def test_a_directory_whose_names_only_match_a_rule_together_keeps_them_all(
     """A directory's files are checked against the rules in one look, joined by
     newlines, where ``a*b`` matches across ``ax`` and ``xb``: each name is then checked
     on its own, and neither is ignored."""
-    from dsh_tools_plugins._ignore import _compile, _Rules
+    from dsh_tools_plugins._search.ignore import _compile, _Rules
 
     rules = _Rules(_compile(["a*b"]))
     assert not rules.match_none(["ax", "xb"])

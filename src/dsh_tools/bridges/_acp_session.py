@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
-from .._relay import Relay
+from .._pipeline.relay import Relay
 from ..json import snapshot, thaw
 from ..models import PresentableResult, ToolExecution, ToolExecutionInput, ToolExecutionResult
 from ..presenting import present_call, present_result

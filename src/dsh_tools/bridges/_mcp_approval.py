@@ -24,8 +24,8 @@ import attrs
 from mcp import types as mcp_types
 from mcp.shared.exceptions import NoBackChannelError
 
-from .._approval import channel
 from .._decisions import ApprovalReply
+from .._pipeline.approval import channel
 from ..approvals import ApprovalAnswer, ApprovalKey
 from ..content import TextContent
 from ..errors import ErrorCode

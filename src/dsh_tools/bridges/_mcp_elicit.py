@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcp import types as mcp_types
 
-from .._approval import channel
+from .._pipeline.approval import channel
 from ..approvals import ApprovalAnswer, exact_outcome
 from ..json import snapshot
 from ..models import ApprovalOutcome, ApprovalRequest

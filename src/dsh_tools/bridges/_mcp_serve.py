@@ -14,7 +14,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from pydantic import TypeAdapter, ValidationError
 
-from .._relay import Relay
+from .._pipeline.relay import Relay
 from .._version import __version__
 from ..content import content_text
 from ..errors import ErrorCode, RegistrationError

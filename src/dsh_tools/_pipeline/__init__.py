@@ -1,0 +1,1 @@
+"""The call path: one tool call through the five stages, and the plans it runs on."""

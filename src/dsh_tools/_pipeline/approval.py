@@ -1,0 +1,373 @@
+r"""The approval step of stage 1: an ``Ask`` becomes a request to the approval service,
+and its answer a decision.
+
+:func:`approve` is the one place this happens. It first asks the approval store for a
+remembered answer under the call's :class:`~dsh_tools.approvals.ApprovalKey`\ s (exact
+arguments, then the tool; a rejection wins whichever is the narrower), asks the service
+only when nothing is remembered, accepts only an exact outcome, and keeps an
+``*-always`` answer before turning it into ``Allow`` or ``Deny``. ``explain`` shares
+:func:`unroutable` and :func:`remembered`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, cast
+
+from ..approvals import (
+    REMEMBERED_OUTCOMES,
+    ApprovalAnswer,
+    ApprovalKey,
+    ApprovalStore,
+    ApprovalTicket,
+    exact_outcome,
+)
+from ..errors import ErrorCode, RegistrationError
+from ..json import FrozenDict
+from ..models import (
+    Allow,
+    ApprovalOutcome,
+    ApprovalRequest,
+    ApprovalService,
+    Ask,
+    Deny,
+    ToolExecutionFailure,
+    failure_result,
+)
+from ..records import Origin
+from ..safetext import safe_text
+from .call import Call, Interrupted, StageFailed
+from .loops import is_awaitable
+from .results import message, shown
+from .tickets import TICKETS, answer_of, awaited, pending, stored, taken, ticket_store
+
+logger = logging.getLogger("dsh_tools")
+
+ALLOW = Allow()
+"""The allowance the call path hands on (stage 1 allows most calls)."""
+_ALLOWING = frozenset({ApprovalOutcome.ALLOWED_ONCE, ApprovalOutcome.ALLOWED_ALWAYS})
+APPROVAL = Origin("approval service")
+STORE = Origin("approval store")
+
+
+class FunctionChannel:
+    """A plain function (sync or ``async def``) taking the request, as an approval
+    service."""
+
+    __slots__ = ("request",)
+
+    def __init__(self, function: Callable[[ApprovalRequest], Any]) -> None:
+        self.request = function
+
+
+def channel(value: object) -> ApprovalService | None:
+    """``value`` as the approval service a plan asks; refuses anything that cannot be."""
+    if value is None or callable(getattr(value, "request", None)):
+        return cast("ApprovalService | None", value)
+    if callable(value):
+        return FunctionChannel(value)
+    raise RegistrationError(
+        "approval must be an ApprovalService (an object with a request(request) method) or "
+        f"a callable taking the ApprovalRequest (sync or async), got {type(value).__qualname__}"
+    )
+
+
+def unrunnable(call: Call, *, unknown: bool = True) -> ToolExecutionFailure | None:
+    """Why the call could not run even if a person allowed it (its tool is unknown, its
+    arguments do not validate, or a path it declares is one its tool refuses, such as
+    one outside the workspace), or ``None``: nobody is asked about such a call, and a
+    denial of one reports this instead (the error the model can correct from).
+    ``unknown=False`` leaves an unknown tool to the policy's own words."""
+    entry = call.resolve()
+    if entry is None:
+        return call.unknown() if unknown else None
+    try:
+        call.parse(entry)
+    except BaseException as error:
+        return call.contained(error, ErrorCode.INVALID_ARGS)
+    paths = entry.definition.paths
+    arguments = call.arguments
+    if paths is None or not isinstance(arguments, FrozenDict):
+        return None
+    for argument in paths.arguments:
+        value = arguments.get(argument.name)
+        if argument.kind == "pattern" or not isinstance(value, str):
+            continue
+        try:
+            paths.resolve(value)
+        except BaseException as error:
+            return call.contained(error, ErrorCode.TOOL_ERROR)
+    return None
+
+
+async def approve(call: Call, ask: Ask) -> Allow | Deny:
+    """Route an ``Ask`` about a call that can run to the approval store (a remembered
+    answer, then the call's open ticket), then to the approval service; only an allowed
+    outcome allows, and only an ``*-always`` answer is remembered. A ``pending`` answer
+    opens a ticket (:mod:`dsh_tools._pipeline.tickets`)."""
+    name, execution, service = call.name, call.execution, call.plan.approval
+    failure = unrunnable(call)
+    if failure is not None:
+        call.trace("approval", None, "not asked: " + failure.code, failure)
+        raise StageFailed(failure)
+    refused = unroutable(call, ask)
+    if refused is not None:
+        return refused
+    agent = execution.agent
+    # unroutable() denied a call without either:
+    assert service is not None
+    assert agent is not None
+    arguments: FrozenDict = execution.arguments  # type: ignore[assignment]
+    keys = approval_keys(call)
+    known = remembered(call, keys)
+    if isinstance(known, Allow) and not _used(call, call.plan.approval_store, keys):
+        known = None  # the grant ran out since it was recalled: ask again
+    if known is not None:
+        return known
+    tickets = ticket_store(call)
+    if tickets is not None:
+        ticket = stored(call, "find a ticket", lambda: tickets.find_ticket(keys[0]))
+        if ticket is not None:  # the call repeated: it waits for (and takes) that answer
+            ticket = await awaited(call, tickets, ticket)
+            return _answered(call, keys, taken(call, tickets, ticket))
+    request = ApprovalRequest(agent, name, execution.call_id, arguments, ask.reason, call.signal)
+    answer = await _answer(call, service, request)
+    _said(call, APPROVAL, answer)
+    if answer.outcome is ApprovalOutcome.PENDING:
+        if tickets is None:
+            kind = type(call.plan.approval_store).__qualname__
+            raise StageFailed(
+                failure_result(
+                    f'approval service answered pending for tool "{name}", but the approval '
+                    f"store {kind} keeps no tickets",
+                    ErrorCode.POLICY_ERROR,
+                )
+            )
+        return _answered(call, keys, await pending(call, tickets, ask, call.asker))
+    return _kept(call, keys, answer)
+
+
+def resumed(call: Call, decision: Allow | Ask) -> Allow | Deny:
+    """A call that resumes an approval ticket (``registry.resume``): policy did not deny
+    it now, so the ticket's answer, taken once, decides (a rejection still wins over a
+    policy that allows now)."""
+    if isinstance(decision, Ask):
+        failure = unrunnable(call)
+        if failure is not None:
+            raise StageFailed(failure)
+    tickets = ticket_store(call)
+    ticket_id = call.resumes
+    assert ticket_id is not None
+    if tickets is None:
+        kind = type(call.plan.approval_store).__qualname__
+        raise StageFailed(
+            failure_result(f"the approval store {kind} keeps no tickets", ErrorCode.POLICY_ERROR)
+        )
+    ticket = stored(call, "read a ticket", lambda: tickets.get_ticket(ticket_id))
+    if ticket is None:
+        raise StageFailed(
+            failure_result(f"approval ticket {ticket_id} does not exist", ErrorCode.POLICY_ERROR)
+        )
+    return _answered(call, approval_keys(call), taken(call, tickets, ticket))
+
+
+def _answered(
+    call: Call, keys: tuple[ApprovalKey, ApprovalKey], ticket: ApprovalTicket
+) -> Allow | Deny:
+    """The answer to the call's ticket, which this call took: recorded as a service's
+    answer is, then decided by."""
+    answer, seen = answer_of(ticket)
+    _said(call, TICKETS, answer, seen)
+    return _kept(call, keys, answer)
+
+
+def _said(
+    call: Call, origin: Origin, answer: ApprovalAnswer, about: dict[str, Any] | None = None
+) -> None:
+    """Trace an answer: the one step every channel's answer (a service's, an elicited
+    one, a ticket's) becomes in the call's records, with who gave it through what, what
+    they said, and how far it reaches. ``about`` says more (the ticket it answered)."""
+    if not call.plan.traced:
+        return
+    detail = dict(about or {})
+    for field in ("by", "channel", "feedback", "expires_in_s", "uses"):
+        value = getattr(answer, field)
+        if value is not None:
+            detail[field] = value
+    if answer.any_arguments:
+        detail["any_arguments"] = True
+    call.trace("approval", origin.name, answer.outcome.value, detail or answer.outcome, origin)
+
+
+def _kept(
+    call: Call, keys: tuple[ApprovalKey, ApprovalKey], answer: ApprovalAnswer
+) -> Allow | Deny:
+    """An answer's decision, after keeping an ``*-always`` answer; a rejection tells the
+    model the person's feedback."""
+    if answer.outcome in REMEMBERED_OUTCOMES:
+        if call.cancelled():
+            raise Interrupted
+        key = keys[1] if answer.any_arguments else keys[0]
+        _remember(call, call.plan.approval_store, key, answer)
+    decision = _decision(call, answer.outcome)
+    if isinstance(decision, Deny) and answer.feedback:
+        return Deny(f"{decision.reason}: {safe_text(answer.feedback, multiline=True)}")
+    return decision
+
+
+def approval_keys(call: Call) -> tuple[ApprovalKey, ApprovalKey]:
+    """Where an answer about a routable call is remembered: for its exact arguments, and
+    for any arguments of its tool."""
+    agent, name = call.execution.agent, call.name
+    assert agent is not None  # a call with no agent is unroutable()
+    arguments: FrozenDict = call.execution.arguments  # type: ignore[assignment]
+    return ApprovalKey.for_call(agent, name, arguments), ApprovalKey.for_tool(agent, name)
+
+
+def remembered(call: Call, keys: tuple[ApprovalKey, ...]) -> Allow | Deny | None:
+    """What the answer the approval store remembers under ``keys`` decides, or ``None``
+    when it has none. Only reads the store (``explain`` asks it too)."""
+    outcome = _recalled(call, call.plan.approval_store, keys)
+    return None if outcome is None else _decision(call, outcome, remembered=True)
+
+
+def unroutable(call: Call, ask: Ask) -> Deny | None:
+    """The denial of an ``Ask`` nobody can be asked about: no approval service, or a call
+    without an agent to route it through."""
+    name = call.name
+    if call.plan.approval is None:
+        return Deny(
+            ask.reason or f'tool "{name}" requires approval, but no approval service is configured'
+        )
+    if call.execution.agent is None:
+        return Deny(
+            f'tool "{name}" requires approval, but the call has no agent to route it through'
+        )
+    return None
+
+
+async def _answer(call: Call, service: ApprovalService, request: ApprovalRequest) -> ApprovalAnswer:
+    """The service's answer, exactly an outcome with its reach; anything else fails the
+    call closed."""
+    try:
+        answer = service.request(request)
+        if is_awaitable(answer):
+            answer = await call.settle(answer)
+    except Interrupted:
+        call.trace("approval", "approval service", "interrupted", origin=APPROVAL)
+        raise
+    except BaseException as error:
+        prefix = "approval service failed: "
+        failure = call.contained(error, ErrorCode.POLICY_ERROR, prefix, "approval", origin=APPROVAL)
+        raise StageFailed(failure) from None
+    outcome = exact_outcome(answer.outcome if type(answer) is ApprovalAnswer else answer)
+    if outcome is None:
+        call.trace("approval", "approval service", f"returned {shown(answer)}", answer, APPROVAL)
+        raise StageFailed(
+            failure_result(
+                f"approval service returned {shown(answer)}; expected an ApprovalAnswer or "
+                "one of " + ", ".join(repr(o.value) for o in ApprovalOutcome),
+                ErrorCode.POLICY_ERROR,
+            )
+        )
+    return answer if type(answer) is ApprovalAnswer else ApprovalAnswer(outcome)
+
+
+def _recalled(
+    call: Call, store: ApprovalStore, keys: tuple[ApprovalKey, ...]
+) -> ApprovalOutcome | None:
+    """The answer the store remembers for this call (a rejection wins over an allowance),
+    or ``None``: nothing remembered, or the store failed, and then the service is asked."""
+    found: ApprovalOutcome | None = None
+    for key in keys:
+        try:
+            value = store.recall(key)
+            outcome = exact_outcome(value)
+            if value is not None and outcome not in REMEMBERED_OUTCOMES:
+                raise TypeError(f"recall() returned {shown(value)}; expected an always-outcome")
+        except BaseException as error:
+            call.caught(error, "approval", origin=STORE, doing="recall ")
+            logger.warning(
+                'tool "%s" (%s): approval store %s failed to recall; asking again: %s',
+                call.name,
+                call.execution.call_id,
+                type(store).__qualname__,
+                message(error),
+            )
+            return None
+        if outcome is ApprovalOutcome.REJECTED_ALWAYS or found is None:
+            found = outcome
+    if found is not None and call.plan.traced:
+        call.trace("approval", "approval store", f"remembered {found.value}", keys, STORE)
+    return found
+
+
+def _remember(call: Call, store: ApprovalStore, key: ApprovalKey, answer: ApprovalAnswer) -> None:
+    """Keep an ``*-always`` answer (with its end, if it has one); a store that cannot fails
+    the call closed."""
+    outcome = answer.outcome
+    limits = {
+        name: value
+        for name, value in (("expires_in_s", answer.expires_in_s), ("uses", answer.uses))
+        if value is not None
+    }
+    try:
+        if limits and not callable(getattr(store, "use", None)):
+            raise TypeError(
+                f"{type(store).__qualname__} keeps no grants that end (it has no use()), "
+                f"and this answer ends ({', '.join(limits)})"
+            )
+        store.remember(key, outcome, **limits)
+    except BaseException as error:
+        prefix = f'approval store failed to remember {outcome.value} for tool "{call.name}": '
+        failure = call.contained(
+            error, ErrorCode.POLICY_ERROR, prefix, "approval", origin=STORE, doing="remember "
+        )
+        raise StageFailed(failure) from None
+    if call.plan.traced:
+        call.trace("approval", "approval store", f"stored {outcome.value}", key, STORE)
+
+
+def _used(call: Call, store: ApprovalStore, keys: tuple[ApprovalKey, ...]) -> bool:
+    """Whether a use of a remembered allowance under ``keys`` was taken for this call (a
+    store without grants that end has nothing to take: always). False when the grant
+    expired or was used up since it was recalled, or the store failed: then the service
+    is asked."""
+    use = getattr(store, "use", None)
+    if not callable(use):
+        return True
+    for key in keys:
+        try:
+            outcome = exact_outcome(use(key))
+        except BaseException as error:
+            call.caught(error, "approval", origin=STORE, doing="use ")
+            logger.warning(
+                'tool "%s" (%s): approval store %s failed to use a grant; asking again: %s',
+                call.name,
+                call.execution.call_id,
+                type(store).__qualname__,
+                message(error),
+            )
+            return False
+        if outcome is ApprovalOutcome.ALLOWED_ALWAYS:
+            return True
+    call.trace("approval", "approval store", "grant ran out", keys, STORE)
+    return False
+
+
+def _decision(call: Call, outcome: ApprovalOutcome, *, remembered: bool = False) -> Allow | Deny:
+    """What an outcome means for the call; an allowance (or a cancelled request) for a
+    call the caller cancelled meanwhile is an interruption."""
+    name = call.name
+    if outcome in _ALLOWING or outcome is ApprovalOutcome.CANCELLED:
+        if call.cancelled():
+            raise Interrupted
+        if outcome is not ApprovalOutcome.CANCELLED:
+            return ALLOW
+        return Deny(f'approval for tool "{name}" was cancelled')
+    if outcome is ApprovalOutcome.REJECTED_ALWAYS and remembered:
+        return Deny(f'the user rejected tool "{name}" (a remembered answer)')
+    if outcome is ApprovalOutcome.REJECTED or outcome is ApprovalOutcome.REJECTED_ALWAYS:
+        return Deny(f'the user rejected tool "{name}"')
+    return Deny(f'tool "{name}" requires approval, but no approval channel is available')

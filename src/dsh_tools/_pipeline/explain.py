@@ -1,0 +1,96 @@
+"""The policy dry run: what would happen to a call, without running any of it.
+
+:func:`explain` runs the stages that decide, pre-execute and then the guards, and the body
+step's checks (the tool exists, its arguments validate), on a copy of the scope's plan
+that keeps every step (:meth:`dsh_tools._pipeline.plan.Plan.dry_run`). It never asks the approval
+service, and never runs a wrapper, the body, post-execute or an observer. The execution
+it shows the plugins has ``dry_run=True``, so a deciding plugin with a side effect (the
+audit log's guard) skips it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import ErrorCode, JsonValueError
+from ..models import Ask, Deny, ToolExecutionInput
+from ..records import DecisionStep, Explanation
+from .approval import ALLOW, approval_keys, remembered, unroutable, unrunnable
+from .call import Call, Interrupted, StageFailed
+from .drivers import arguments_not_json, frozen_arguments
+from .stages import first_decision, guard
+
+if TYPE_CHECKING:
+    from ..registry import ToolRegistry
+    from .plan import Plan
+
+
+async def explain(plan: Plan, registry: ToolRegistry, call: ToolExecutionInput) -> Explanation:
+    """What a real call would come to: ``run``, ``deny``, ``ask`` or ``invalid``."""
+    state = Call(
+        plan.dry_run(), registry, call, frozen_arguments(call.arguments), plan.tools.get(call.name)
+    )
+    state.record(dry_run=True)
+    state.trace("call", None, "entered")
+    arguments = state.arguments
+    if isinstance(arguments, JsonValueError):
+        failure = arguments_not_json(state, arguments)
+        return _explained(state, "invalid", failure.error.message, failure.code)
+    try:
+        decision = await first_decision(state) if state.plan.pre else ALLOW
+        if isinstance(decision, Ask):
+            # Nobody is asked about a call that cannot run; nobody to ask is a denial; a
+            # remembered answer decides without asking.
+            unfit = unrunnable(state)
+            if unfit is not None:
+                return _explained(state, "invalid", unfit.error.message, unfit.code)
+            known = unroutable(state, decision) or remembered(state, approval_keys(state))
+            decision = known or decision
+    except StageFailed as failed:
+        return _explained(state, "deny", failed.result.error.message, failed.result.code, True)
+    except Interrupted:
+        return _explained(state, "deny", "the call was cancelled", ErrorCode.ABORTED, True)
+    if isinstance(decision, Deny):
+        return _denied(state, decision.reason)
+    if isinstance(decision, Ask):
+        asked = _steps(state)[-1]
+        approved = _after_policy(state)
+        return Explanation("ask", decision.reason, None, asked, approved, _steps(state))
+    return _after_policy(state)
+
+
+def _after_policy(call: Call) -> Explanation:
+    """The guards, then the body step's checks, for a call policy allowed."""
+    try:
+        reason = guard(call) if call.plan.guards else None
+    except StageFailed as failed:
+        return _explained(call, "deny", failed.result.error.message, failed.result.code, True)
+    if reason is not None:
+        return _denied(call, reason)
+    unfit = unrunnable(call)
+    if unfit is not None:
+        return _explained(call, "invalid", unfit.error.message, unfit.code)
+    return Explanation("run", steps=_steps(call))
+
+
+def _denied(call: Call, reason: str) -> Explanation:
+    """A denial, unless the call could not run anyway: then what the call reports."""
+    unfit = unrunnable(call, unknown=False)
+    if unfit is not None:
+        return _explained(call, "invalid", unfit.error.message, unfit.code)
+    return _explained(call, "deny", reason, ErrorCode.DENIED, True)
+
+
+def _explained(
+    call: Call, outcome: str, reason: str, code: str | ErrorCode, by_last_step: bool = False
+) -> Explanation:
+    """An explanation whose deciding step, if a plugin decided, is the last one taken."""
+    steps = _steps(call)
+    decided = steps[-1] if by_last_step and len(steps) > 1 else None
+    text = code.value if isinstance(code, ErrorCode) else code
+    return Explanation(outcome, reason, text, decided, None, steps)
+
+
+def _steps(call: Call) -> tuple[DecisionStep, ...]:
+    """Every step the dry run has taken so far."""
+    return call.decision_record().steps

@@ -1,0 +1,118 @@
+"""A call's progress events, carried to the caller's event loop: what a bridge listens with.
+
+The pipeline delivers a call's events from whichever thread the body reported on (the
+loop's own, a worker's, a timer's); a bridge sends them with ``await`` (an MCP
+notification, an ACP update) or writes them to a terminal. A :class:`Relay` is the
+call's ``on_progress`` listener: it keeps what arrives (the latest progress, output
+joined per stream in order, bounded) and one task on the caller's loop hands each batch
+to the bridge's ``send`` every :data:`TICK_S`, then a last batch once the call is done,
+before its result is returned. So a bridge never sends more than a few messages a
+second, and never anything after the result.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from ..progress import Output, Progress
+from .results import message
+
+if TYPE_CHECKING:
+    from ..models import ToolExecution
+
+logger = logging.getLogger("dsh_tools")
+
+T = TypeVar("T")
+
+TICK_S = 0.1
+"""How often a relay hands a batch to its bridge."""
+
+MAX_WAITING_CHARS = 64 * 1024
+"""The most output characters waiting for the bridge; beyond them the oldest are cut."""
+
+Event = Progress | Output
+Send = Callable[[list[Event]], Awaitable[None]]
+
+
+class Relay:
+    """The ``on_progress`` listener of one call, and the task that sends what it heard."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._lock = threading.Lock()
+        self._events: list[Event] = []
+        self._chars = 0
+
+    def __call__(self, execution: ToolExecution, event: Event) -> None:
+        """Keep ``event`` for the next batch (called from any thread)."""
+        with self._lock:
+            events = self._events
+            if type(event) is Progress:  # the latest progress wins, in its place
+                if any(type(waiting) is Progress for waiting in events):
+                    events = self._events = [e for e in events if type(e) is not Progress]
+                events.append(event)
+                return
+            assert type(event) is Output
+            last = events[-1] if events else None
+            if type(last) is Output and last.stream == event.stream:
+                events[-1] = Output(last.text + event.text, event.stream)
+            else:
+                events.append(event)
+            self._chars += len(event.text)
+            if self._chars > MAX_WAITING_CHARS:
+                self._cut()
+
+    def _cut(self) -> None:
+        """Drop the oldest waiting output beyond the bound (the newest is what a person
+        watching wants to see)."""
+        excess = self._chars - MAX_WAITING_CHARS
+        for index, event in enumerate(self._events):
+            if excess <= 0:
+                break
+            if type(event) is Output:
+                cut = min(excess, len(event.text))
+                self._events[index] = Output(event.text[cut:], event.stream)
+                excess -= cut
+                self._chars -= cut
+        self._events = [e for e in self._events if type(e) is not Output or e.text]
+
+    def _take(self) -> list[Event]:
+        with self._lock:
+            events, self._events, self._chars = self._events, [], 0
+        return events
+
+    async def _flush(self) -> None:
+        """Send what waits; a bridge that fails to send is logged, and the call goes on
+        (telling a person how a call goes is no reason to end it)."""
+        events = self._take()
+        if not events:
+            return
+        try:
+            await self._send(events)
+        except Exception as error:
+            logger.warning("progress for a call could not be sent: %s", message(error))
+
+    async def run(self, work: Awaitable[T]) -> T:
+        """Await ``work`` (the call) while sending batches; send the last batch after it."""
+        import anyio
+
+        done = anyio.Event()
+
+        async def pump() -> None:
+            while not done.is_set():
+                with anyio.move_on_after(TICK_S):
+                    await done.wait()
+                if not done.is_set():
+                    await self._flush()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(pump)
+            try:
+                result = await work
+            finally:
+                done.set()
+        await self._flush()
+        return result

@@ -1,0 +1,327 @@
+"""Stages 1, 2, 4 and 5, each one loop over its implementations, and the finalizer
+(stage 1's approval step, for an ``Ask``, is :mod:`dsh_tools._pipeline.approval`).
+
+The pipeline walks the implementations itself, in pluggy's order, instead of calling
+pluggy's hook: an ``async def`` implementation is awaited before the next one runs (with
+pluggy's ``firstresult`` loop an unawaited coroutine would "win"), one raising observer
+cannot silence the others, and a policy that fails fails the call closed. Stage 3 (the
+execute wrappers) is :mod:`dsh_tools._pipeline.wrappers`; the body is
+:mod:`dsh_tools._pipeline.body`.
+
+Every function here takes the :class:`~dsh_tools._pipeline.call.Call` and returns what its stage
+decided; a failing policy raises :class:`~dsh_tools._pipeline.call.StageFailed` carrying the
+failure (the final path), an interrupted one :class:`~dsh_tools._pipeline.call.Interrupted`. What
+an implementation raises is contained by :meth:`~dsh_tools._pipeline.call.Call.contained`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import attrs
+
+from .. import cancel
+from ..content import content_blocks, content_text
+from ..errors import ErrorCode
+from ..json import FrozenList
+from ..models import (
+    Accept,
+    Allow,
+    Ask,
+    Block,
+    Deny,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    failure_result,
+)
+from .approval import ALLOW, approve, resumed
+from .call import Call, Interrupted, StageFailed
+from .loops import is_awaitable
+from .render import render
+from .results import message, shown
+
+logger = logging.getLogger("dsh_tools")
+
+
+async def decide(call: Call) -> Allow | Deny:
+    """Stage 1, pre-execute: the first decision wins; an ``Ask`` goes to the approval
+    service. A call that resumes an approval ticket takes the ticket's answer unless
+    policy now denies. Raises :class:`Interrupted` when the caller cancels meanwhile."""
+    decision = await first_decision(call)
+    if call.resumes is not None and not isinstance(decision, Deny):
+        return resumed(call, decision)
+    if isinstance(decision, Ask):
+        return await approve(call, decision)
+    return decision
+
+
+async def first_decision(call: Call) -> Allow | Deny | Ask:
+    """The pre-execute loop: the first implementation that decides, else ``ALLOW``
+    (what ``explain`` runs: an ``Ask`` is returned, not sent for approval)."""
+    execution, tool = call.execution, call.tool
+    for impl in call.plan.pre:
+        try:
+            if impl.arity == 2:
+                decision = impl.function(execution, tool)
+            else:
+                decision = impl.function(execution)
+            if decision is not None and is_awaitable(decision):
+                decision = await call.settle(decision)
+        except Interrupted:
+            call.trace("pre_execute", impl.label, "interrupted", origin=impl.origin)
+            raise
+        except BaseException as error:
+            prefix = f"pre-execute {impl.label} failed: "
+            failure = call.contained(
+                error, ErrorCode.POLICY_ERROR, prefix, "pre_execute", impl.label, impl.origin
+            )
+            raise StageFailed(failure) from None
+        if call.plan.traced:
+            call.trace("pre_execute", impl.label, outcome(decision), decision, impl.origin)
+        if decision is None:
+            continue
+        if isinstance(decision, (Allow, Deny)):
+            return decision
+        if isinstance(decision, Ask):
+            call.asker = impl.origin
+            return decision
+        raise StageFailed(
+            failure_result(
+                f"pre-execute {impl.label} returned {shown(decision)}; "
+                "expected Allow(), Deny(reason), Ask(reason) or None",
+                ErrorCode.POLICY_ERROR,
+            )
+        )
+    return ALLOW
+
+
+def guard(call: Call) -> str | None:
+    """Stage 2, guards: the first reason denies; a failing guard denies too."""
+    execution, tool = call.execution, call.tool
+    for impl in call.plan.guards:
+        try:
+            if impl.arity == 2:
+                verdict = impl.function(execution, tool)
+            else:
+                verdict = impl.function(execution)
+        except BaseException as error:
+            prefix = f"guard {impl.label} failed: "
+            failure = call.contained(
+                error, ErrorCode.DENIED, prefix, "guard", impl.label, impl.origin
+            )
+            raise StageFailed(failure) from None
+        if call.plan.traced:
+            call.trace("guard", impl.label, outcome(verdict), verdict, impl.origin)
+        if verdict is None:
+            continue
+        if isinstance(verdict, str):
+            return verdict
+        raise StageFailed(
+            failure_result(
+                f"guard {impl.label} returned {shown(verdict)}; guards return a reason or None",
+                ErrorCode.DENIED,
+            )
+        )
+    return None
+
+
+async def post_execute(call: Call, result: ToolExecutionResult) -> ToolExecutionResult:
+    """Stage 4, post-execute: a fold; each implementation sees the result as the previous
+    ones left it. A success reported after the caller cancelled becomes aborted."""
+    execution, tool = call.execution, call.tool
+    for impl in call.plan.post:
+        try:
+            if impl.arity == 3:
+                decision = impl.function(execution, result, tool)
+            else:
+                decision = impl.function(execution, result)
+            if decision is not None and is_awaitable(decision):
+                decision = await call.settle(decision)
+            if call.plan.traced:
+                call.trace("post_execute", impl.label, outcome(decision), decision, impl.origin)
+            if decision is not None:
+                result = _folded(call, result, decision)
+        except StageFailed:
+            raise
+        except Interrupted:
+            # A policy that never decided: fail closed, keeping nothing it did not review.
+            call.trace("post_execute", impl.label, "interrupted", origin=impl.origin)
+            raise StageFailed(call.aborted(())) from None
+        except BaseException as error:
+            prefix = f"post-execute {impl.label} failed: "
+            failure = call.contained(
+                error, ErrorCode.POLICY_ERROR, prefix, "post_execute", impl.label, impl.origin
+            )
+            raise StageFailed(failure) from None
+    if call.cancelled() and not result.is_error:
+        result = call.aborted(result.additional_contexts)
+    return result
+
+
+def _folded(call: Call, result: ToolExecutionResult, decision: object) -> ToolExecutionResult:
+    """The result after one post-execute decision."""
+    if isinstance(decision, Accept):
+        return _accepted(call, result, decision)
+    if isinstance(decision, Block):
+        text = content_text(decision.feedback) or "tool result blocked by post-execute policy"
+        return ToolExecutionFailure(
+            error=failure_result(text, ErrorCode.BLOCKED).error,
+            content=decision.feedback,
+            additional_contexts=decision.additional_contexts,
+        )
+    raise TypeError(f"returned {shown(decision)}; expected Accept(...), Block(feedback) or None")
+
+
+def _accepted(call: Call, result: ToolExecutionResult, decision: Accept) -> ToolExecutionResult:
+    contexts = result.additional_contexts + decision.additional_contexts
+    if decision.replaces_value:
+        if isinstance(result, ToolExecutionFailure):
+            raise ValueError("cannot replace the value of a failed result")
+        replaced = rerender(call, decision.value)
+        return attrs.evolve(replaced, additional_contexts=contexts)
+    if decision.content is not None:
+        shown = shown_as(result, decision.content, bounded=decision.bounded)
+        return attrs.evolve(shown, additional_contexts=contexts)
+    return attrs.evolve(result, additional_contexts=contexts) if contexts else result
+
+
+def shown_as(
+    result: ToolExecutionResult, content: FrozenList, *, bounded: bool = False
+) -> ToolExecutionResult:
+    """``result`` showing ``content`` instead of its own (a redaction, an output limit).
+
+    When the content changed, the ``value`` and ``meta`` it was rendered from are withheld
+    (``None``): every bridge, card and log reads them, and a redaction that a second wire
+    (MCP's ``structuredContent``, a read card, the audit log) bypasses is no redaction.
+    ``bounded`` content only shortens the same answer (an output limit): both are kept.
+    """
+    if content == result.content:
+        return result
+    if bounded:
+        return attrs.evolve(result, content=content)
+    if isinstance(result, ToolExecutionSuccess):
+        return attrs.evolve(result, content=content, value=None, meta=None)
+    return attrs.evolve(result, content=content, meta=None)
+
+
+def rerender(call: Call, value: object) -> ToolExecutionSuccess:
+    """A value a wrapper or post-execute supplied, through the output contract of the
+    tool as it is now; an unknown tool or a broken contract fails on the final path."""
+    entry = call.resolve()
+    if entry is None:
+        raise StageFailed(call.unknown())
+    try:
+        parsed = call.parse(entry)
+        return render(entry, value, parsed, call.contexts, call.concluded, call.input.parent)
+    except BaseException as error:
+        raise StageFailed(call.contained(error, ErrorCode.INVALID_TOOL_OUTPUT)) from None
+
+
+def finalize(call: Call, result: ToolExecutionResult) -> ToolExecutionResult:
+    """The end of every path, before the observers: a conclusion only the body may ask
+    for, then the tool's ``finalize_content`` (once, when the tool was visible at entry)."""
+    if isinstance(result, ToolExecutionSuccess) and result.concludes_turn and not call.concluded:
+        result = attrs.evolve(result, concludes_turn=False)
+    finalize_content = call.entry.definition.finalize_content if call.entry is not None else None
+    if finalize_content is not None:
+        result = _finalized(call, finalize_content, result)
+        if call.plan.traced:
+            call.trace("finalize", None, code(result), result)
+    if call.plan.traced:
+        call.trace("result", None, code(result), result)
+    return result
+
+
+def observe(
+    call: Call, result: ToolExecutionResult, limit: float | None = None
+) -> Coroutine[Any, Any, None]:
+    """Stage 5: every observer sees the final result, exactly once; failures are logged
+    and contained. ``limit`` bounds a pending ``async`` observer (default: the caller's
+    deadline plus the grace). The caller's signal does not: it asks the tool to stop
+    working, and an observer (an audit log) records that it did; cut short on a timer
+    started by the signal, whether a cancelled call is recorded would depend on load."""
+    if call.plan.async_observers:
+        return _shielded(call, result, limit)
+    return _observers(call, result, math.inf)
+
+
+async def _shielded(call: Call, result: ToolExecutionResult, limit: float | None) -> None:
+    """Observers that may await: each sees the result even if the caller is cancelled
+    meanwhile (the cancellation is delivered at the caller's next checkpoint)."""
+    import anyio
+
+    if limit is None:
+        limit = anyio.current_effective_deadline()
+        if limit != math.inf:
+            limit = max(limit, anyio.current_time()) + cancel.CANCEL_GRACE_S
+    with anyio.CancelScope(shield=True):
+        await _observers(call, result, limit)
+
+
+async def _observers(call: Call, result: ToolExecutionResult, limit: float) -> None:
+    execution, tool = call.execution, call.tool
+    record = call.decision_record() if call.plan.recording else None
+    for impl in call.plan.result:
+        try:
+            if impl.takes_record:
+                arguments = (execution, result, tool)[: impl.arity]
+                observed = impl.function(*arguments, record=record)
+            elif impl.arity == 3:
+                observed = impl.function(execution, result, tool)
+            else:
+                observed = impl.function(execution, result)
+            if observed is not None and is_awaitable(observed):
+                await call.settle(observed, limit, by_signal=False)
+        except Interrupted:
+            logger.warning(
+                'tool "%s" (%s): result observer %s was interrupted at the deadline of the caller',
+                call.name,
+                execution.call_id,
+                impl.label,
+            )
+        except BaseException as error:
+            call.caught(error)
+            logger.warning(
+                'tool "%s" (%s): result observer %s failed: %s',
+                call.name,
+                execution.call_id,
+                impl.label,
+                message(error),
+            )
+
+
+def _finalized(
+    call: Call, finalize: Callable[..., Any], result: ToolExecutionResult
+) -> ToolExecutionResult:
+    try:
+        content = finalize(call.execution, result)
+    except BaseException as error:
+        return call.contained(error, ErrorCode.TOOL_ERROR, "finalize_content failed: ")
+    if content is None:
+        return result
+    try:
+        return shown_as(result, content_blocks(content))
+    except BaseException as error:
+        call.caught(error)
+        return failure_result(
+            f"tool result must be losslessly JSON-serializable: {message(error)}",
+            ErrorCode.INVALID_JSON,
+        )
+
+
+def outcome(decision: object) -> str:
+    """How a trace shows a decision: ``abstained``, a guard's reason as is, else its repr."""
+    if decision is None:
+        return "abstained"
+    if isinstance(decision, str):
+        return str.__str__(decision)
+    return shown(decision)
+
+
+def code(result: ToolExecutionResult) -> str:
+    """A result's code for traces: ``ok`` for a success."""
+    return result.error.info.code if isinstance(result, ToolExecutionFailure) else "ok"

@@ -1,0 +1,324 @@
+"""The progress step: one call's reports, coalesced, filtered once and delivered in order.
+
+A :class:`Stream` exists only for a call that has a listener (a ``dsh_tools_progress``
+implementation in its plan, or the call's own ``on_progress``) or whose plan keeps
+decision records (then, with no listener, it is made on the body's first report, only
+counts, and the last progress passes the filters when the body is done); otherwise the
+body's context holds ``None`` and a report costs one attribute check. The body step
+opens the stream when a body starts (or, records only, its first report does) and
+closes it before its result exists, so nothing is delivered after the result, nor after
+the body's signal fired.
+
+Coalescing, so a body reporting a million times a second cannot flood a client or slow
+itself: a report is delivered at once when the previous delivery is at least
+:data:`INTERVAL_S` old; otherwise it waits in the buffer (the latest progress replaces
+the one waiting; output is appended, adjacent text of one stream joined, never
+reordered) and one shared thread (:class:`_Flusher`) delivers the batch when the
+interval is up. Output is delivered
+in whole lines: a partial last line (up to :data:`MAX_PARTIAL_CHARS`) waits for its end
+or the body's, so a filter sees a line written in pieces at once. At most
+:data:`MAX_PENDING_CHARS` characters of output wait; what a body emits beyond that
+before the next delivery is skipped and replaced by one line saying how much.
+
+:func:`filtered` is the one place events meet policy: the plan's
+``dsh_tools_progress_filter`` implementations, folded over each delivered event.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..progress import DROP, Output, Progress, ProgressListener, StreamSummary
+from .loops import stops_the_caller
+from .results import message
+
+if TYPE_CHECKING:
+    from ..cancel import CancelSignal
+    from ..models import ToolDefinition, ToolExecution
+    from .call import Call
+    from .plan import Impl
+
+logger = logging.getLogger("dsh_tools")
+
+INTERVAL_S = 0.05
+"""The shortest time between two deliveries of one call's events."""
+
+MAX_PENDING_CHARS = 64 * 1024
+"""The most output characters waiting between two deliveries."""
+
+MAX_PARTIAL_CHARS = 4096
+"""The longest partial line that waits for its end before it is delivered."""
+
+Event = Progress | Output
+
+
+class Stream:
+    """One call's progress and output, from the body's reports to its listeners."""
+
+    __slots__ = (
+        "_call",
+        "_delivering",
+        "_last",
+        "_last_flush",
+        "_listened",
+        "_lock",
+        "_muted",
+        "_open",
+        "_output",
+        "_own",
+        "_pending_chars",
+        "_progress",
+        "_scheduled",
+        "_signal",
+        "_skipped",
+        "_summary",
+    )
+
+    def __init__(self, call: Call, own: ProgressListener | None) -> None:
+        self._call = call
+        self._own = own
+        self._listened = bool(call.plan.listeners) or own is not None
+        """Someone listens; otherwise the stream only counts for the decision record, and
+        the last progress passes the filters when the body is done."""
+        self._lock = threading.Lock()
+        self._delivering = threading.RLock()  # one batch at a time, in order
+        self._open = False
+        self._signal: CancelSignal | None = None
+        self._progress: Progress | None = None
+        self._output: list[tuple[str, list[str]]] = []  # runs of one stream's text
+        self._pending_chars = self._skipped = 0
+        self._last_flush = 0.0
+        self._scheduled = False  # the flusher will deliver what waits
+        self._muted = False
+        self._summary = [0, 0, 0, 0, 0]  # progress, output, output chars, delivered, withheld
+        self._last: Progress | None = None
+
+    def open(self, signal: CancelSignal) -> None:
+        """A body starts under ``signal``: its reports are taken until :meth:`close`."""
+        self._call.record()  # made here, on the body's thread, before any delivery needs it
+        with self._lock:
+            self._open, self._signal = True, signal
+
+    def put(self, event: Event) -> None:
+        """Take one report, from any thread; deliver now or when the interval is up."""
+        with self._lock:
+            signal = self._signal
+            if not self._open or signal is None or signal.cancelled:
+                return
+            counts = self._summary
+            if type(event) is Progress:
+                counts[0] += 1
+                self._progress = event
+            else:
+                assert type(event) is Output
+                counts[1] += 1
+                counts[2] += len(event.text)
+                if self._listened:
+                    self._append(event)
+            if self._scheduled or not self._listened:
+                return  # delivered by the flusher, or (records only) by close
+            due = self._last_flush + INTERVAL_S
+            if due > time.monotonic():
+                self._scheduled = True
+                _FLUSHER.schedule(self, due)
+                return
+        self.flush()
+
+    def _append(self, event: Output) -> None:
+        room = MAX_PENDING_CHARS - self._pending_chars
+        text = event.text
+        if len(text) > room:
+            self._skipped += len(text) - room
+            text = text[:room]
+        if not text:
+            return
+        self._pending_chars += len(text)
+        runs = self._output
+        if runs and runs[-1][0] == event.stream:
+            runs[-1][1].append(text)
+        else:
+            runs.append((event.stream, [text]))
+
+    def _take(self, final: bool) -> list[Event]:
+        outputs = [Output("".join(chunks), name) for name, chunks in self._output]
+        held = None if final or not outputs else _partial(outputs[-1])
+        self._output, self._pending_chars = [], 0
+        if held is not None:
+            whole, rest = held
+            outputs[-1:] = [whole] if whole.text else []
+            self._output, self._pending_chars = [(rest.stream, [rest.text])], len(rest.text)
+        if self._skipped:
+            stream = outputs[-1].stream if outputs else "stdout"
+            note = f"\n[{self._skipped} characters of output skipped while delivering]\n"
+            outputs.append(Output(note, stream))
+        batch: list[Event] = list(outputs)
+        if self._progress is not None:
+            batch.append(self._progress)
+        self._progress, self._skipped = None, 0
+        self._last_flush = time.monotonic()
+        return batch
+
+    def tick(self) -> None:
+        """The interval is up (called by the flusher's thread)."""
+        with self._lock:
+            self._scheduled = False
+        self.flush()
+
+    def flush(self, final: bool = False) -> None:
+        """Deliver what waits, in order, one batch at a time (a partial last line waits
+        unless ``final``)."""
+        with self._delivering:
+            with self._lock:
+                batch = self._take(final)
+            if batch:
+                self._deliver(batch)
+
+    def close(self) -> None:
+        """The body returned (or was interrupted): deliver what waits, unless its signal
+        fired, and take nothing more until the next :meth:`open`. When this returns,
+        nothing more is delivered."""
+        with self._lock:
+            self._open = False
+            if self._signal is not None and self._signal.cancelled:
+                self._output, self._progress = [], None
+                self._pending_chars = self._skipped = 0
+        self.flush(final=True)  # a tick still due then finds nothing
+
+    def summary(self) -> StreamSummary | None:
+        """What the call streamed, or ``None`` when its body reported nothing."""
+        progress, output, chars, delivered, withheld = self._summary
+        if not progress and not output:
+            return None
+        return StreamSummary(progress, output, chars, delivered, withheld, self._last)
+
+    def _deliver(self, batch: list[Event]) -> None:
+        call = self._call
+        execution, tool, plan = call.record(), call.tool, call.plan
+        counts = self._summary
+        for event in batch:
+            kept: Event | None = None
+            if not self._muted:
+                try:
+                    kept = filtered(execution, event, tool, plan.filters)
+                except FilterFailed:
+                    self._muted = True  # fail closed: nothing more of this call is shown
+            if kept is None:
+                counts[4] += 1
+                continue
+            counts[3] += 1
+            if type(kept) is Progress:
+                self._last = kept
+            for impl in plan.listeners:
+                _tell(impl.function, impl.label, (execution, kept, tool)[: impl.arity])
+            if self._own is not None:
+                _tell(self._own, "on_progress listener", (execution, kept))
+
+
+class _Flusher:
+    """One daemon thread that delivers each stream's waiting batch when its interval is up
+    (starting a thread per call would cost more than the reports it carries)."""
+
+    def __init__(self) -> None:
+        self._due: list[tuple[float, int, Stream]] = []
+        self._order = itertools.count()
+        self._condition = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, stream: Stream, due: float) -> None:
+        with self._condition:
+            heapq.heappush(self._due, (due, next(self._order), stream))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="dsh_tools progress", daemon=True
+                )
+                self._thread.start()
+            self._condition.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._condition:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    wait = self._due[0][0] - time.monotonic() if self._due else None
+                    self._condition.wait(wait)
+                stream = heapq.heappop(self._due)[2]
+            stream.tick()
+
+    def forget_thread(self) -> None:
+        """In a forked child the thread is gone: the next schedule starts one."""
+        self._due, self._thread, self._condition = [], None, threading.Condition()
+
+
+_FLUSHER = _Flusher()
+os.register_at_fork(after_in_child=_FLUSHER.forget_thread)
+
+
+def _partial(output: Output) -> tuple[Output, Output] | None:
+    """``output`` split after its last line end (``\n`` or ``\r``), when a short partial
+    line follows it: that part waits for its end, so a filter sees each line whole."""
+    text = output.text
+    end = max(text.rfind("\n"), text.rfind("\r")) + 1
+    if end == len(text) or len(text) - end > MAX_PARTIAL_CHARS:
+        return None
+    return Output(text[:end], output.stream), Output(text[end:], output.stream)
+
+
+class FilterFailed(Exception):
+    """A progress filter raised or answered nonsense (already logged)."""
+
+
+def filtered(
+    execution: ToolExecution,
+    event: Event,
+    tool: ToolDefinition[Any] | None,
+    filters: tuple[Impl, ...],
+) -> Event | None:
+    """The progress filter step: ``event`` through each filter in order (each sees the
+    previous one's replacement); ``None`` when one withheld it. Raises
+    :class:`FilterFailed` when one raised or returned something that is not an event
+    (logged; the caller fails closed)."""
+    for impl in filters:
+        try:
+            answer = impl.function(*(execution, event, tool)[: impl.arity])
+        except BaseException as error:
+            if stops_the_caller(error):
+                raise
+            logger.warning(
+                "progress filter %s raised on %r: %s; the call's stream is withheld",
+                impl.label,
+                execution.name,
+                message(error),
+            )
+            raise FilterFailed from None
+        if answer is None:
+            continue
+        if answer is DROP:
+            return None
+        if type(answer) not in (Progress, Output):
+            logger.warning(
+                "progress filter %s returned %r on %r (expected None, DROP, Progress or "
+                "Output); the call's stream is withheld",
+                impl.label,
+                answer,
+                execution.name,
+            )
+            raise FilterFailed
+        event = answer
+    return event
+
+
+def _tell(listener: Any, label: str, arguments: tuple[Any, ...]) -> None:
+    """Call one listener; a failure is logged and contained (the call goes on)."""
+    try:
+        listener(*arguments)
+    except BaseException as error:
+        if stops_the_caller(error):
+            raise
+        logger.warning(
+            "progress listener %s failed on %r: %s", label, arguments[0].name, message(error)
+        )

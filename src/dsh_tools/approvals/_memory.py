@@ -1,0 +1,171 @@
+"""The default approval store: remembered answers, grants that end and tickets in
+dictionaries of one process (:class:`MemoryApprovalStore`).
+
+:mod:`dsh_tools.approvals` is the public import path.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from ..models import ApprovalOutcome
+from ._answers import ApprovalKey, grant_limits, remembered_outcome
+from ._tickets import (
+    ApprovalTicket,
+    TicketAnswer,
+    TicketAnsweredError,
+    TicketExpiredError,
+    TicketNotFoundError,
+    TicketState,
+    stamped,
+)
+
+__all__ = ["MemoryApprovalStore"]
+
+
+@attrs.frozen
+class _Grant:
+    outcome: ApprovalOutcome
+    expires_at: float | None
+    uses_left: int | None
+
+    def live(self, now: float) -> bool:
+        return (self.expires_at is None or now < self.expires_at) and (
+            self.uses_left is None or self.uses_left > 0
+        )
+
+
+class MemoryApprovalStore:
+    """The default store: remembered answers and tickets in dictionaries of this
+    registry's process, gone when it ends. ``clock`` gives the time (seconds since the
+    epoch) tickets are created, answered and expire by, and grants that end expire by."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self._answers: dict[ApprovalKey, _Grant] = {}
+        self._lock = threading.Lock()
+        self._tickets: dict[str, ApprovalTicket] = {}
+        self._changed = threading.Condition()
+        self._clock = clock
+
+    def recall(self, key: ApprovalKey) -> ApprovalOutcome | None:
+        with self._lock:
+            grant = self._answers.get(key)
+            return grant.outcome if grant is not None and grant.live(self._clock()) else None
+
+    def remember(
+        self,
+        key: ApprovalKey,
+        outcome: ApprovalOutcome,
+        *,
+        expires_in_s: float | None = None,
+        uses: int | None = None,
+    ) -> None:
+        kept = remembered_outcome(outcome)
+        lifetime, uses = grant_limits(kept, expires_in_s, uses)
+        expires_at = None if lifetime is None else self._clock() + lifetime
+        with self._lock:
+            self._answers[key] = _Grant(kept, expires_at, uses)
+
+    def use(self, key: ApprovalKey) -> ApprovalOutcome | None:
+        with self._lock:
+            grant = self._answers.get(key)
+            if grant is None or grant.outcome is not ApprovalOutcome.ALLOWED_ALWAYS:
+                return None
+            if not grant.live(self._clock()):
+                return None
+            if grant.uses_left is not None:
+                self._answers[key] = attrs.evolve(grant, uses_left=grant.uses_left - 1)
+            return grant.outcome
+
+    def forget(self, agent: str | None = None) -> None:
+        """Drop every remembered answer, or those of ``agent`` (and of no other scope)."""
+        with self._lock:
+            if agent is None:
+                self._answers.clear()
+            else:
+                for key in [key for key in self._answers if key.agent == agent]:
+                    del self._answers[key]
+
+    # ------------------------------------------------------------------ tickets
+
+    def open_ticket(self, ticket: ApprovalTicket) -> ApprovalTicket:
+        with self._changed:
+            found = self._open(ticket.key)
+            if found is not None:
+                return found
+            kept = self._tickets[ticket.id] = stamped(ticket, self._clock())
+            return kept
+
+    def get_ticket(self, ticket_id: str) -> ApprovalTicket | None:
+        with self._changed:
+            ticket = self._tickets.get(ticket_id)
+            return None if ticket is None else self._now_seen(ticket)
+
+    def find_ticket(self, key: ApprovalKey) -> ApprovalTicket | None:
+        with self._changed:
+            return self._open(key)
+
+    def list_tickets(
+        self, *, agent: str | None = None, state: TicketState | None = None
+    ) -> Sequence[ApprovalTicket]:
+        with self._changed:
+            seen = [self._now_seen(ticket) for ticket in self._tickets.values()]
+        return [
+            ticket
+            for ticket in sorted(seen, key=lambda ticket: ticket.created_at)
+            if (agent is None or ticket.agent == agent) and (state is None or ticket.state is state)
+        ]
+
+    def answer_ticket(self, ticket_id: str, answer: TicketAnswer) -> ApprovalTicket:
+        with self._changed:
+            ticket = self.get_ticket(ticket_id)  # the condition's lock is reentrant
+            if ticket is None:
+                raise TicketNotFoundError(ticket_id)
+            if ticket.state is TicketState.EXPIRED:
+                raise TicketExpiredError(ticket)
+            if ticket.state is not TicketState.PENDING:
+                raise TicketAnsweredError(ticket)
+            answered = attrs.evolve(
+                ticket, state=TicketState.ANSWERED, answer=answer, answered_at=self._clock()
+            )
+            self._tickets[ticket_id] = answered
+            self._changed.notify_all()
+            return answered
+
+    def consume_ticket(self, ticket_id: str) -> ApprovalTicket | None:
+        with self._changed:
+            ticket = self.get_ticket(ticket_id)
+            if ticket is None or ticket.state is not TicketState.ANSWERED:
+                return None
+            resumed = attrs.evolve(ticket, state=TicketState.RESUMED, resumed_at=self._clock())
+            self._tickets[ticket_id] = resumed
+            return resumed
+
+    def wait_for_answer(self, ticket_id: str, timeout_s: float) -> ApprovalTicket | None:
+        def settled() -> bool:
+            ticket = self.get_ticket(ticket_id)
+            return ticket is None or ticket.state is not TicketState.PENDING
+
+        with self._changed:
+            self._changed.wait_for(settled, timeout=max(timeout_s, 0.0))
+            return self.get_ticket(ticket_id)
+
+    def _open(self, key: ApprovalKey) -> ApprovalTicket | None:
+        for ticket in self._tickets.values():
+            seen = self._now_seen(ticket)
+            if seen.key == key and seen.state in _OPEN:
+                return seen
+        return None
+
+    def _now_seen(self, ticket: ApprovalTicket) -> ApprovalTicket:
+        """``ticket`` as of now: expired once its time is up, unless resumed."""
+        if ticket.state in _OPEN and self._clock() >= ticket.expires_at:
+            return attrs.evolve(ticket, state=TicketState.EXPIRED)
+        return ticket
+
+
+_OPEN = (TicketState.PENDING, TicketState.ANSWERED)

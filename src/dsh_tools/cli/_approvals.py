@@ -1,0 +1,237 @@
+"""The ``approvals`` command: list, show, approve and reject approval tickets, or serve
+the web inbox where a person does the same (:mod:`dsh_tools.cli._inbox`).
+
+It works on the store the command line names (``--approvals-store``, else
+``$DSH_TOOLS_APPROVALS_URL``), else the workspace's SQLite store outside the workspace
+(:meth:`~dsh_tools_plugins.approval_store.SqliteApprovalStore.for_workspace`), which is
+where a call that asked is waiting. Every text that came from a model, a workspace or a
+plugin passes :func:`~dsh_tools.safetext.safe_text` before it is shown.
+:mod:`dsh_tools.cli` is the public entry point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import time
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from ..approvals import ApprovalTicket, TicketAnswer, TicketError, TicketState, TicketStore
+from ..json import thaw
+from ..safetext import safe_text
+from ._exits import EXIT_CALL_FAILED, EXIT_OK, UsageError
+from ._setup import approval_store
+
+__all__ = ["cmd_approvals", "ticket_json", "ticket_store"]
+
+
+def cmd_approvals(options: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``approvals list | show TICKET | approve TICKET | reject TICKET | serve``."""
+    store = ticket_store(options)
+    action = options.approvals_command
+    if action == "serve":
+        return _serve(store, options, err)
+    if action == "list":
+        state = None if options.all else TicketState.PENDING
+        return _listed(store.list_tickets(state=state), options.json, out)
+    if action == "show":
+        ticket = store.get_ticket(options.ticket)
+        if ticket is None:
+            raise UsageError(f"approval ticket {safe_text(options.ticket)!r} does not exist")
+        _write(out, ticket_json(ticket)) if options.json else _shown(ticket, out)
+        return EXIT_OK
+    return _answered(store, options, out)
+
+
+def ticket_store(options: argparse.Namespace) -> TicketStore:
+    """The store the options name, else the workspace's (a store keeping no tickets is
+    bad usage: there is nothing to answer in it)."""
+    store: object = approval_store(options)
+    if store is None:
+        from dsh_tools_plugins.approval_store import SqliteApprovalStore
+
+        workspace = os.environ.get("DSH_TOOLS_WORKSPACE") or os.getcwd()
+        store = SqliteApprovalStore.for_workspace(workspace)
+    if not callable(getattr(store, "answer_ticket", None)):
+        raise UsageError(f"the approval store {type(store).__qualname__} keeps no tickets")
+    return store  # type: ignore[return-value]
+
+
+def _answered(store: TicketStore, options: argparse.Namespace, out: TextIO) -> int:
+    """``approve`` / ``reject``: one answer, by this person, through the command line; an
+    answer that came too late, or to an expired or unknown ticket, exits 1."""
+    approve = options.approvals_command == "approve"
+    outcome = ("allowed" if approve else "rejected") + ("-always" if options.always else "")
+    if outcome == "allowed":
+        outcome = "allowed-once"
+    if options.by is not None and not options.by.strip():
+        raise UsageError("--by needs a name")
+    expires_in_s, uses = _grant_end(options) if approve else (None, None)
+    answer = TicketAnswer(
+        outcome,
+        options.by or _person(),
+        "cli",
+        feedback=options.feedback,
+        expires_in_s=expires_in_s,
+        uses=uses,
+    )
+    try:
+        ticket = store.answer_ticket(options.ticket, answer)
+    except TicketError as error:
+        message = safe_text(str(error))
+        if options.json:
+            _write(out, {"error": {"message": message, "code": error.code}})
+        else:
+            out.write(f"{message}\n")
+        return EXIT_CALL_FAILED
+    if options.json:
+        _write(out, ticket_json(ticket))
+    else:
+        out.write(f"{ticket.id}: {outcome} by {safe_text(answer.by)}\n")
+    return EXIT_OK
+
+
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _grant_end(options: argparse.Namespace) -> tuple[float | None, int | None]:
+    """``approve --always``'s ``--expires-in`` (in seconds) and ``--uses``, checked."""
+    import math
+    import re
+
+    text, uses = options.expires_in, options.uses
+    if (text is not None or uses is not None) and not options.always:
+        raise UsageError("--uses and --expires-in go with --always (a grant that ends)")
+    if uses is not None and uses < 1:
+        raise UsageError(f"--uses must be at least 1, got {uses}")
+    if text is None:
+        return None, uses
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if found is None:
+        raise UsageError(
+            f"--expires-in: {safe_text(text)!r} is not a duration (such as 90s, 30m, 1h, 2d)"
+        )
+    seconds = float(found.group(1)) * _UNITS[found.group(2)]
+    if not 0 < seconds < math.inf:
+        raise UsageError(f"--expires-in must be a positive duration, got {safe_text(text)!r}")
+    return seconds, uses
+
+
+def _person() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def ticket_json(ticket: ApprovalTicket) -> dict[str, Any]:
+    """A ticket as plain JSON data (what ``--json`` prints)."""
+    answer = ticket.answer
+    return {
+        "id": ticket.id,
+        "state": ticket.state.value,
+        "agent": ticket.agent,
+        "tool": ticket.tool_name,
+        "call_id": ticket.call_id,
+        "arguments": thaw(ticket.arguments),
+        "arguments_sha256": ticket.arguments_sha256,
+        "reason": ticket.reason,
+        "card": None if ticket.card is None else thaw(ticket.card),
+        "asked_by": None if ticket.asked_by is None else thaw(ticket.asked_by),
+        "created_at": ticket.created_at,
+        "expires_at": ticket.expires_at,
+        "answer": None if answer is None else answer.to_json(),
+        "answered_at": ticket.answered_at,
+        "resumed_at": ticket.resumed_at,
+    }
+
+
+def _listed(tickets: Sequence[ApprovalTicket], as_json: bool, out: TextIO) -> int:
+    if as_json:
+        _write(out, [ticket_json(ticket) for ticket in tickets])
+        return EXIT_OK
+    if not tickets:
+        out.write("no approval tickets waiting\n")
+    for ticket in tickets:
+        reason = f"  {safe_text(ticket.reason)}" if ticket.reason else ""
+        who = safe_text(f"{ticket.agent} {ticket.tool_name}")
+        out.write(f"{ticket.id}  {ticket.state.value:<8}  {who}  {_age(ticket)}{reason}\n")
+    return EXIT_OK
+
+
+def _shown(ticket: ApprovalTicket, out: TextIO) -> None:
+    """The call's card, then the ticket's record: who asked, why, and what became of it."""
+    from ..approvals._text import grant_text, ticket_card
+    from ..terminal import emit_card, render_call_view
+
+    emit_card(render_call_view(ticket_card(ticket)), out)
+    lines = [
+        f"ticket {ticket.id}: {ticket.state.value}",
+        f"  {ticket.agent} asks to run {ticket.tool_name} (call {ticket.call_id})",
+        f"  asked {_age(ticket)}" + (f": {ticket.reason}" if ticket.reason else ""),
+    ]
+    if ticket.asked_by:
+        asker = ", ".join(f"{key} {_plain(value)}" for key, value in ticket.asked_by.items())
+        lines.append(f"  asked by {asker}")
+    answer = ticket.answer
+    if answer is not None:
+        said = f"  {answer.outcome.value} by {answer.by} via {answer.channel}"
+        lines.append(said + (f": {answer.feedback}" if answer.feedback else ""))
+        grant = grant_text(answer.expires_in_s, answer.uses)
+        if grant is not None:
+            lines.append(f"  the grant {grant}")
+    lines.append(f"  arguments sha256 {ticket.arguments_sha256}")
+    out.write("".join(safe_text(line) + "\n" for line in lines))
+
+
+def _plain(value: object) -> str:
+    thawed = thaw(value)
+    return thawed if isinstance(thawed, str) else json.dumps(thawed, ensure_ascii=False)
+
+
+def _age(ticket: ApprovalTicket) -> str:
+    seconds = max(0, int(time.time() - ticket.created_at))
+    if seconds < 120:
+        return f"{seconds}s ago"
+    return f"{seconds // 60}m ago" if seconds < 7200 else f"{seconds // 3600}h ago"
+
+
+def _write(out: TextIO, data: object) -> None:
+    out.write(json.dumps(data, indent=2, ensure_ascii=True) + "\n")
+
+
+def _serve(store: TicketStore, options: argparse.Namespace, err: TextIO) -> int:
+    """``approvals serve``: the web inbox until Ctrl-C; its URL, token included, is
+    printed on standard error once it listens."""
+    import functools
+
+    import anyio
+
+    try:
+        from ..bridges._mcp_http import is_loopback_host
+        from ._inbox import serve_inbox
+    except ImportError as error:
+        raise UsageError(f"the inbox needs the mcp extra (starlette, uvicorn) ({error})") from None
+    if not options.allow_remote and not is_loopback_host(options.host):
+        raise UsageError(
+            f"--host {options.host!r} is not a loopback address; serving the inbox to other "
+            "machines needs --allow-remote (its token is then all that guards it)"
+        )
+    serve = functools.partial(
+        serve_inbox, store, host=options.host, port=options.port, allow_remote=options.allow_remote
+    )
+
+    async def run() -> None:
+        async with anyio.create_task_group() as group:
+            url = await group.start(serve)
+            err.write(f"dsh-tools: approvals inbox at {url} (Ctrl-C stops it)\n")
+            err.flush()
+
+    try:
+        anyio.run(run)
+    except KeyboardInterrupt:
+        err.write("dsh-tools: approvals inbox stopped\n")
+    return EXIT_OK

@@ -1,0 +1,45 @@
+"""How a ``dsh-tools`` command ends: its exit codes, and the errors that pick one.
+
+:mod:`dsh_tools.cli` is the public import path of the exit codes and lists what each means.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._console import EXIT_OUTPUT_CLOSED
+
+if TYPE_CHECKING:
+    from ..plugins import LoadReport
+
+__all__ = [
+    "EXIT_CALL_FAILED",
+    "EXIT_INTERNAL",
+    "EXIT_OK",
+    "EXIT_OUTPUT_CLOSED",
+    "EXIT_PLUGINS",
+    "EXIT_USAGE",
+    "EXIT_WOULD_ASK",
+    "PluginsFailed",
+    "UsageError",
+]
+
+EXIT_OK = 0
+EXIT_CALL_FAILED = 1
+EXIT_USAGE = 2
+EXIT_PLUGINS = 3
+EXIT_INTERNAL = 4
+EXIT_WOULD_ASK = 10
+"""``explain``: the call would ask for approval (neither a denial nor a clear run)."""
+
+
+class UsageError(Exception):
+    """Bad input from the person at the terminal; printed as one line, exit code 2."""
+
+
+class PluginsFailed(Exception):
+    """Plugins failed to load where that matters: exit code 3."""
+
+    def __init__(self, message: str, report: LoadReport | None = None) -> None:
+        super().__init__(message)
+        self.report = report

@@ -1,0 +1,1 @@
+"""The ticket stores' databases: SQLite and PostgreSQL schemas, rows and notifications."""

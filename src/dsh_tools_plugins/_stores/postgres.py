@@ -1,0 +1,194 @@
+"""Connections to the PostgreSQL approval store: the URL (shown without its password),
+a few idle connections kept for reuse, errors turned into the store's error, and the
+schema created once per database.
+
+:mod:`dsh_tools_plugins.approval_postgres` is the public face.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, TypeVar
+
+from ..approval_store import ApprovalStoreError
+from .postgres_tickets import TICKETS_SCHEMA
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["SCHEMA_VERSION", "Connections", "shown_url"]
+
+_T = TypeVar("_T")
+
+SCHEMA_VERSION = 2
+"""Version 2: a ticket's answer may end (``expires_in_s`` and ``uses`` in its JSON), which
+version 1 code would read as a grant that never ends; the tables are version 1's."""
+_LOCK = 0x647368746F6F6C73
+"""The advisory lock that orders schema creation between processes ("dshtools")."""
+_IDLE = 4
+"""Idle connections kept per store; more are opened while more threads are busy."""
+_BUSY = 12
+"""The most connections a store has in use at once; more threads wait for one (however
+many calls a process runs, its share of the server's connection limit stays bounded)."""
+
+_SCHEMA = (
+    "CREATE TABLE dsh_tools_approvals (agent text NOT NULL, tool text NOT NULL, "
+    "arguments_sha256 text NOT NULL, outcome text NOT NULL, "
+    "remembered_at timestamptz NOT NULL DEFAULT now(), expires_at timestamptz, "
+    "uses_left integer CHECK (uses_left >= 0), PRIMARY KEY (agent, tool, arguments_sha256))",
+    *TICKETS_SCHEMA,
+)
+
+_PASSWORD = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@:]*:([^/@]*)@")
+
+
+def shown_url(url: str) -> str:
+    """``url`` as it may be shown: scheme, user, host, port and database, no password
+    and no options."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        parts = conninfo_to_dict(url)
+    except Exception:
+        return "an unreadable PostgreSQL URL"
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    port = f":{parts['port']}" if parts.get("port") else ""
+    return f"postgresql://{user}{parts.get('host', '')}{port}/{parts.get('dbname', '')}"
+
+
+def _secrets(url: str) -> list[str]:
+    """The password in ``url`` in each spelling a message could repeat."""
+    from urllib.parse import unquote
+
+    found = _PASSWORD.match(url)
+    if found is None or not found.group(1):
+        return []
+    return sorted({found.group(1), unquote(found.group(1))}, key=len, reverse=True)
+
+
+class Connections:
+    """Connections to one database, each used by one thread at a time."""
+
+    def __init__(self, url: str, timeout_s: float) -> None:
+        self.url = url
+        self.shown = shown_url(url)
+        self.timeout_s = timeout_s
+        self._idle: list[psycopg.Connection[tuple[object, ...]]] = []
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(_BUSY)
+        self._ready = False
+        # Idle connections close when the store is dropped or the process ends.
+        weakref.finalize(self, _close_all, self._idle, self._lock)
+
+    def run(self, work: Callable[[psycopg.Connection[tuple[object, ...]]], _T]) -> _T:
+        """``work`` done on a connection in a transaction of its own; any failure is an
+        :class:`ApprovalStoreError` naming the store (never its password)."""
+        with self.connection() as connection, self.errors(), connection.transaction():
+            return work(connection)
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+        """A connection for the caller alone, kept for reuse when it is still sound; at
+        most :data:`_BUSY` at a time (waiting up to ``timeout_s`` for one)."""
+        if not self._slots.acquire(timeout=self.timeout_s):
+            raise ApprovalStoreError(
+                self.redacted(f"all {_BUSY} connections stayed busy for {self.timeout_s:g} s")
+            )
+        try:
+            with self._lock:
+                connection = self._idle.pop() if self._idle else None
+            if connection is None:
+                connection = self.connect()
+            try:
+                yield connection
+            finally:
+                with self._lock:
+                    if connection.broken or connection.closed or len(self._idle) >= _IDLE:
+                        connection.close()
+                    else:
+                        self._idle.append(connection)
+        finally:
+            self._slots.release()
+
+    def connect(self) -> psycopg.Connection[tuple[object, ...]]:
+        """A new connection, outside the pool: the caller closes it."""
+        with self.errors():
+            return self._connect()
+
+    @contextmanager
+    def errors(self) -> Iterator[None]:
+        """Turn what the driver raises into :class:`ApprovalStoreError`."""
+        import psycopg
+
+        try:
+            yield
+        except (psycopg.Error, ValueError) as error:  # ValueError: text the server cannot hold
+            raise ApprovalStoreError(self.redacted(error)) from None
+
+    def redacted(self, error: BaseException | str) -> str:
+        text = " ".join(str(error).split()) or type(error).__qualname__
+        for secret in _secrets(self.url):
+            text = text.replace(secret, "***")
+        return f"approval store {self.shown}: {text}"
+
+    def close(self) -> None:
+        _close_all(self._idle, self._lock)
+
+    def _connect(self) -> psycopg.Connection[tuple[object, ...]]:
+        import psycopg
+
+        connection = psycopg.connect(
+            self.url,
+            autocommit=True,
+            connect_timeout=max(1, round(self.timeout_s)),
+            application_name="dsh-tools approvals",
+        )
+        try:
+            milliseconds = max(1, round(self.timeout_s * 1000))
+            connection.execute(f"SET statement_timeout = {milliseconds}")
+            connection.execute(f"SET lock_timeout = {milliseconds}")
+            if not self._ready:
+                with connection.transaction():
+                    _create_schema(connection)
+                self._ready = True
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+
+def _close_all(idle: list[psycopg.Connection[tuple[object, ...]]], lock: threading.Lock) -> None:
+    with lock:
+        connections = idle[:]
+        idle.clear()
+    for connection in connections:
+        connection.close()
+
+
+def _create_schema(connection: psycopg.Connection[tuple[object, ...]]) -> None:
+    """Create the store's tables once per database (schema); refuse a newer schema."""
+    connection.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
+    connection.execute(
+        "CREATE TABLE IF NOT EXISTS dsh_tools_schema "
+        "(component text PRIMARY KEY, version integer NOT NULL)"
+    )
+    row = connection.execute(
+        "SELECT version FROM dsh_tools_schema WHERE component = 'approvals'"
+    ).fetchone()
+    if row is None:
+        for statement in _SCHEMA:
+            connection.execute(statement)
+        connection.execute(
+            "INSERT INTO dsh_tools_schema VALUES ('approvals', %s)", (SCHEMA_VERSION,)
+        )
+    elif row[0] not in range(1, SCHEMA_VERSION + 1):
+        raise ValueError(f"schema version {row[0]}, expected at most {SCHEMA_VERSION}")
+    elif row[0] != SCHEMA_VERSION:  # version 1: only the version moves on
+        connection.execute(
+            "UPDATE dsh_tools_schema SET version = %s WHERE component = 'approvals'",
+            (SCHEMA_VERSION,),
+        )

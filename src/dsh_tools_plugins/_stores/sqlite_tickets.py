@@ -1,0 +1,150 @@
+"""The tickets half of :class:`~dsh_tools_plugins.approval_store.SqliteApprovalStore`.
+
+One row per ticket in the ``tickets`` table of the store's file. Every change is one
+statement in a ``BEGIN IMMEDIATE`` transaction, so an answer and a resume are each a
+compare-and-set on the row's ``state`` that exactly one connection wins, whichever
+process it belongs to. Expiry is judged by the store's clock when a row is read or
+changed; nothing is deleted.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import attrs
+
+from dsh_tools.approvals import (
+    ApprovalKey,
+    ApprovalTicket,
+    TicketAnswer,
+    TicketAnsweredError,
+    TicketExpiredError,
+    TicketNotFoundError,
+    TicketState,
+    stamped,
+)
+
+from .ticket_columns import answer_from_json, answer_json, json_object, ticket_row
+
+T = TypeVar("T")
+Transaction = Callable[[Callable[[sqlite3.Connection], T], bool], T]
+"""Runs a function in one transaction of its own: ``BEGIN IMMEDIATE`` when the flag says
+it writes, a deferred ``BEGIN`` (readers never wait for the write lock) when not."""
+
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS tickets (id TEXT PRIMARY KEY, agent TEXT NOT NULL, "
+    "tool TEXT NOT NULL, call_id TEXT NOT NULL, arguments TEXT NOT NULL, "
+    "arguments_sha256 TEXT NOT NULL, reason TEXT, card TEXT, asked_by TEXT, "
+    "created_at REAL NOT NULL, expires_at REAL NOT NULL, state TEXT NOT NULL, "
+    "answer TEXT, answered_at REAL, resumed_at REAL)",
+    "CREATE INDEX IF NOT EXISTS tickets_by_call ON tickets (agent, tool, arguments_sha256)",
+)
+_COLUMNS = (
+    "id, agent, tool, call_id, arguments, arguments_sha256, reason, card, asked_by, "
+    "created_at, expires_at, state, answer, answered_at, resumed_at"
+)
+_FIELDS = tuple(field.name for field in attrs.fields(ApprovalTicket))
+_OPEN = "state IN ('pending', 'answered') AND expires_at > ?"
+
+
+class TicketRows:
+    """Tickets read and changed through ``transaction`` (one immediate transaction on a
+    connection of its own per call), by the time ``clock`` gives."""
+
+    def __init__(self, transaction: Transaction[Any], clock: Callable[[], float]) -> None:
+        self._transaction = transaction
+        self._clock = clock
+
+    def open_ticket(self, ticket: ApprovalTicket) -> ApprovalTicket:
+        def run(connection: sqlite3.Connection) -> ApprovalTicket:
+            found = self._open(connection, ticket.key)
+            if found is not None:
+                return found
+            kept = stamped(ticket, self._clock())
+            connection.execute(
+                f"INSERT INTO tickets ({_COLUMNS}) VALUES ({', '.join('?' * 15)})", ticket_row(kept)
+            )
+            return kept
+
+        return self._transaction(run, True)  # type: ignore[no-any-return]
+
+    def get_ticket(self, ticket_id: str) -> ApprovalTicket | None:
+        return self._transaction(lambda connection: self._get(connection, ticket_id), False)  # type: ignore[no-any-return]
+
+    def find_ticket(self, key: ApprovalKey) -> ApprovalTicket | None:
+        return self._transaction(lambda connection: self._open(connection, key), False)  # type: ignore[no-any-return]
+
+    def list_tickets(
+        self, *, agent: str | None = None, state: TicketState | None = None
+    ) -> Sequence[ApprovalTicket]:
+        def run(connection: sqlite3.Connection) -> list[ApprovalTicket]:
+            rows = connection.execute(
+                f"SELECT {_COLUMNS} FROM tickets WHERE ? IS NULL OR agent = ? "
+                "ORDER BY created_at, rowid",
+                (agent, agent),
+            ).fetchall()
+            tickets = [self._ticket(row) for row in rows]
+            return [ticket for ticket in tickets if state is None or ticket.state is state]
+
+        return self._transaction(run, False)  # type: ignore[no-any-return]
+
+    def answer_ticket(self, ticket_id: str, answer: TicketAnswer) -> ApprovalTicket:
+        def run(connection: sqlite3.Connection) -> ApprovalTicket:
+            now = self._clock()
+            changed = connection.execute(
+                "UPDATE tickets SET state = 'answered', answer = ?, answered_at = ? "
+                "WHERE id = ? AND state = 'pending' AND expires_at > ?",
+                (answer_json(answer), now, ticket_id, now),
+            ).rowcount
+            ticket = self._get(connection, ticket_id)
+            if ticket is None:
+                raise TicketNotFoundError(ticket_id)
+            if changed == 1:
+                return ticket
+            if ticket.state is TicketState.EXPIRED:
+                raise TicketExpiredError(ticket)
+            raise TicketAnsweredError(ticket)
+
+        return self._transaction(run, True)  # type: ignore[no-any-return]
+
+    def consume_ticket(self, ticket_id: str) -> ApprovalTicket | None:
+        def run(connection: sqlite3.Connection) -> ApprovalTicket | None:
+            now = self._clock()
+            changed = connection.execute(
+                "UPDATE tickets SET state = 'resumed', resumed_at = ? "
+                "WHERE id = ? AND state = 'answered' AND expires_at > ?",
+                (now, ticket_id, now),
+            ).rowcount
+            return self._get(connection, ticket_id) if changed == 1 else None
+
+        return self._transaction(run, True)  # type: ignore[no-any-return]
+
+    def _get(self, connection: sqlite3.Connection, ticket_id: str) -> ApprovalTicket | None:
+        row = connection.execute(
+            f"SELECT {_COLUMNS} FROM tickets WHERE id = ?", (ticket_id,)
+        ).fetchone()
+        return None if row is None else self._ticket(row)
+
+    def _open(self, connection: sqlite3.Connection, key: ApprovalKey) -> ApprovalTicket | None:
+        row = connection.execute(
+            f"SELECT {_COLUMNS} FROM tickets WHERE agent = ? AND tool = ? AND "
+            f"arguments_sha256 = ? AND {_OPEN} ORDER BY created_at, rowid LIMIT 1",
+            (key.agent, key.tool_name, key.arguments_sha256, self._clock()),
+        ).fetchone()
+        return None if row is None else self._ticket(row)
+
+    def _ticket(self, row: tuple[Any, ...]) -> ApprovalTicket:
+        """A row as a ticket; a malformed row raises (``ValueError``, ``TypeError``)."""
+        state = TicketState(row[11])
+        if state in (TicketState.PENDING, TicketState.ANSWERED) and self._clock() >= row[10]:
+            state = TicketState.EXPIRED
+        fields: dict[str, Any] = dict(zip(_FIELDS, row, strict=True))
+        fields["arguments"] = json_object(row[4])
+        fields["card"] = None if row[7] is None else json_object(row[7])
+        fields["asked_by"] = None if row[8] is None else json_object(row[8])
+        fields["created_at"], fields["expires_at"] = float(row[9]), float(row[10])
+        fields["state"] = state
+        fields["answer"] = None if row[12] is None else answer_from_json(row[12])
+        return ApprovalTicket(**fields)
