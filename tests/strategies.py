@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import Any
+from typing import Any, Literal
 
+import attrs
 from hypothesis import strategies as st
 
 JSON_SCALARS = (
@@ -219,3 +220,89 @@ def is_inert(text: str, *, multiline: bool = False) -> bool:
         if char in "\u061c\u200e\u200f" or 0xE0000 <= ord(char) <= 0xE007F:
             return False
     return True
+
+
+# --------------------------------------------------------------------------- typed signatures
+
+
+class Tone(enum.Enum):
+    SOFT = "soft"
+    LOUD = "loud"
+
+
+@attrs.frozen
+class Point:
+    x: int
+    y: int
+
+
+_POINT_SPEC = {
+    "type": "object",
+    "properties": {
+        "x": {"type": "integer", "required": True},
+        "y": {"type": "integer", "required": True},
+    },
+    "additionalProperties": False,
+}
+_INTEGRAL = st.integers(-5, 5)
+
+TypedHint = tuple[Any, dict[str, Any], st.SearchStrategy[Any]]
+"""A parameter type, the DSL value spec it stands for, and values that spec accepts."""
+
+_TYPED_LEAVES: list[TypedHint] = [
+    (str, {"type": "string"}, st.text(max_size=4)),
+    (int, {"type": "integer"}, _INTEGRAL | _INTEGRAL.map(float)),
+    (float, {"type": "number"}, _INTEGRAL | st.floats(-5, 5, allow_nan=False)),
+    (bool, {"type": "boolean"}, st.booleans()),
+    (type(None), {"type": "null"}, st.none()),
+    (Literal["a", "b"], {"type": "string", "enum": ["a", "b"]}, st.sampled_from("ab")),
+    (Literal[1, 2], {"type": "integer", "enum": [1, 2]}, st.sampled_from([1, 2, 1.0, 2.0])),
+    (Tone, {"type": "string", "enum": ["soft", "loud"]}, st.sampled_from(["soft", "loud"])),
+    (_Color, {"type": "integer", "enum": [1]}, st.sampled_from([1, 1.0])),
+    (
+        Point,
+        _POINT_SPEC,
+        st.fixed_dictionaries({"x": _INTEGRAL, "y": _INTEGRAL | _INTEGRAL.map(float)}),
+    ),
+]
+
+
+def _extend_hints(inner: st.SearchStrategy[TypedHint]) -> st.SearchStrategy[TypedHint]:
+    listed = inner.map(
+        lambda t: (list[t[0]], {"type": "array", "items": t[1]}, st.lists(t[2], max_size=3))
+    )
+    tupled = inner.map(
+        lambda t: (tuple[t[0], ...], {"type": "array", "items": t[1]}, st.lists(t[2], max_size=3))
+    )
+    optional = inner.filter(lambda t: t[1].get("type", "null") != "null").map(
+        lambda t: (t[0] | None, {"oneOf": [t[1], {"type": "null"}]}, t[2] | st.none())
+    )
+    return listed | tupled | optional
+
+
+def typed_hints() -> st.SearchStrategy[TypedHint]:
+    """Parameter types a tool function may declare, each with its DSL value spec and a
+    strategy of values that spec accepts (no ``dict[str, T]``: its values are checked
+    beyond what any schema says)."""
+    return st.recursive(st.sampled_from(_TYPED_LEAVES), _extend_hints, max_leaves=3)
+
+
+TypedParameter = tuple[str, Any, dict[str, Any], st.SearchStrategy[Any], bool]
+"""A parameter's name, type, DSL property spec, accepted values, and whether required."""
+
+
+@st.composite
+def typed_parameters(draw: st.DrawFn) -> list[TypedParameter]:
+    """The parameters of a tool function: distinct names, each required or ``= None``."""
+    names = draw(
+        st.lists(
+            st.sampled_from(["path", "limit", "mode", "tags", "when", "x"]), unique=True, max_size=4
+        )
+    )
+    parameters = []
+    for name in names:
+        hint, spec, values = draw(typed_hints())
+        required = draw(st.booleans())
+        spec = {**spec, "required": True} if required else {**spec, "default": None}
+        parameters.append((name, hint, spec, values, required))
+    return parameters

@@ -261,6 +261,7 @@ def test_output_schema_outside_the_subset_fails_registration(registry: ToolRegis
 
     assert len(caught.value.violations) == 2
     assert any("format" in violation for violation in caught.value.violations)
+    assert str(caught.value).startswith('tool "x": output.schema: unsupported JSON schema: ')
     assert caught.value.code == "UNSUPPORTED_SCHEMA"
     assert registry.get("x") is None
 
@@ -319,6 +320,84 @@ def test_define_tool_rejects_a_bad_timeout(timeout_ms: Any) -> None:
         define_tool(
             name="t", description="d", parameters={}, execute=lambda a, c: "", timeout_ms=timeout_ms
         )
+
+
+@attrs.frozen
+class BytesArgs:
+    data: bytes
+
+
+class PlainArgs:
+    data: str
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        (
+            {
+                "parameters": {
+                    "type": "object",
+                    "properties": {"n": {"type": "number", "default": math.nan}},
+                }
+            },
+            JsonSchemaError,
+            "define_tool(nanny): unsupported JSON schema: parameters.properties.n.default "
+            "annotation must be lossless JSON data",
+        ),
+        (
+            {"parameters": {"n": {"type": "number", "default": math.nan}}},
+            JsonSchemaError,
+            "define_tool(nanny): unsupported JSON schema: parameters.n.default annotation "
+            "must be lossless JSON data",
+        ),
+        (
+            {"parameters": BytesArgs},
+            DefinitionError,
+            "define_tool(nanny): parameters class BytesArgs, field 'data': unsupported type",
+        ),
+        (
+            {"parameters": PlainArgs},
+            DefinitionError,
+            "define_tool(nanny): parameters class PlainArgs must be an attrs class",
+        ),
+        (
+            {"output": ToolOutput({"type": "string", "format": "uri"}, lambda a, v: str(v))},
+            JsonSchemaError,
+            "define_tool(nanny): unsupported JSON schema: schema.format is not a supported",
+        ),
+        ({"description": None}, DefinitionError, "define_tool(nanny): description must be"),
+        ({"present_call": "card"}, DefinitionError, "define_tool(nanny): present_call must be"),
+        ({"metadata": ["x"]}, DefinitionError, "define_tool(nanny): metadata must be a mapping"),
+        ({"metadata": {"x": math.inf}}, JsonValueError, 'tool "nanny": metadata: "schema.x"'),
+    ],
+    ids=[
+        "object-root",
+        "property-map",
+        "attrs-field",
+        "not-attrs",
+        "output-schema",
+        "description",
+        "callback",
+        "metadata-type",
+        "metadata-json",
+    ],
+)
+def test_every_definition_error_names_its_tool(
+    options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    """Issue 34: a definition error raised by a check that knows no tool (the DSL, the
+    attrs describer, the raw subset) is still reported under the tool's name, keeping its
+    type and violations."""
+    arguments = {"description": "d", "parameters": {}, "execute": lambda a, c: "", **options}
+
+    with pytest.raises(error) as caught:
+        define_tool(name="nanny", **arguments)
+
+    assert str(caught.value).startswith(message)
+    assert caught.value.message == str(caught.value)  # type: ignore[attr-defined]
+    if isinstance(caught.value, JsonSchemaError):
+        assert not caught.value.violations[0].startswith("define_tool")
 
 
 @pytest.mark.parametrize("timeout_ms", [None, 5000, 0.5])

@@ -473,6 +473,29 @@ def test_argument_messages() -> None:
     assert validate_args(SPEC, {"path": "/x", "i": 2.0, "v": 0.5}) == []
 
 
+def test_a_nullable_value_reports_what_its_other_branch_wants() -> None:
+    """``oneOf [X, null]`` (``X | None``) names X's own violations, as an attrs field
+    ``X | None`` does, instead of "matched 0": the model learns what to fix."""
+    spec: SchemaSpec = {
+        "note": {"oneOf": [{"type": "string"}, {"type": "null"}]},
+        "at": {
+            "oneOf": [
+                {"type": "null"},
+                {"type": "object", "properties": {"x": {"type": "integer", "required": True}}},
+            ]
+        },
+        "either": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+    }
+
+    assert validate_args(spec, {"note": None, "at": None}) == []
+    assert validate_args(spec, {"note": 5, "at": {"x": "1"}, "either": None}) == [
+        '"note" must be a string',
+        '"at.x" must be an integer',
+        '"either" must match exactly one oneOf branch (matched 0)',
+    ]
+    assert validate_args(spec, {"at": {}}) == ['missing required property "at.x"']
+
+
 def test_validate_args_raises_only_for_bad_specs() -> None:
     with pytest.raises(JsonSchemaError):
         validate_args({"a": {"type": "weird"}}, {})

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     )
     from .define import (
         define_tool,
+        tool,
+        tool_from_function,
     )
     from .errors import (
         DefinitionError,
@@ -194,6 +196,8 @@ _LOCATIONS: dict[str, str] = {
     "hookimpl": "hookspecs",
     "load_plugins": "plugins",
     "safe_text": "safetext",
+    "tool": "define",
+    "tool_from_function": "define",
 }
 
 __all__ = [
@@ -271,6 +275,8 @@ __all__ = [
     "hookimpl",
     "load_plugins",
     "safe_text",
+    "tool",
+    "tool_from_function",
 ]
 
 

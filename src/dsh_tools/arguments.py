@@ -24,8 +24,19 @@ from __future__ import annotations
 import enum
 import types
 import typing
-from collections.abc import Callable
-from typing import Annotated, Any, Generic, Literal, TypeVar, Union, get_args, get_origin, overload
+from collections.abc import Callable, Mapping, Sequence
+from typing import (
+    Annotated,
+    Any,
+    Generic,
+    Literal,
+    TypeAlias,
+    TypeVar,
+    Union,
+    get_args,
+    get_origin,
+    overload,
+)
 
 import attrs
 
@@ -33,11 +44,11 @@ from ._validation.codegen import Admitter, compile_admitter
 from ._validation.validators import (
     Check,
     Validator,
-    Violation,
     array_check,
     finish,
     is_lossless,
     map_check,
+    nullable_check,
     object_check,
     scalar_check,
 )
@@ -173,10 +184,21 @@ def raw_arguments_model(schema: object) -> ArgumentsModel[Any]:
     return ArgumentsModel(frozen, _trusted, _frozen_arguments, True, _admit_flat)
 
 
-# --------------------------------------------------------------------------- attrs classes
+# --------------------------------------------------------------------------- typed fields
 
 _SCALAR_KINDS: dict[object, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
 _NONE_TYPES = (None, type(None))
+
+
+@attrs.frozen
+class Field:
+    """One typed argument, as an attrs field or a function parameter declares it."""
+
+    name: str
+    hint: Any
+    default: object = attrs.NOTHING
+    """``attrs.NOTHING`` when the argument is required."""
+    description: str | None = None
 
 
 class _Unsupported(Exception):
@@ -195,10 +217,13 @@ def _literal_kind(values: tuple[object, ...]) -> str:
 
 
 class _Describer:
-    """Builds (schema, check) for a class; remembers the classes in progress (recursion)."""
+    """Builds (schema, check) for typed fields; remembers the classes in progress."""
 
     def __init__(self) -> None:
         self.active: set[type] = set()
+        self.maps = False
+        """A ``dict[str, T]`` was described: the schema cannot say that each value is a
+        ``T``, so the model validates with the described checks, not the schema's."""
 
     def cls(self, cls: type, depth: int) -> tuple[dict[str, Any], Check]:
         name = cls.__qualname__
@@ -210,35 +235,43 @@ class _Describer:
             raise DefinitionError(
                 f"parameters class {name}: cannot resolve annotations ({error})"
             ) from None
+        fields = []
+        for field in attrs.fields(cls):
+            if field.init:
+                hint = hints.get(field.name, field.type)
+                description = field.metadata.get("description", annotated_description(hint))
+                fields.append(Field(field.name, hint, field.default, description))
         self.active.add(cls)
+        described = self.fields(f"parameters class {name}, field", fields, depth)
+        self.active.discard(cls)
+        return described
+
+    def fields(
+        self, owner: str, fields: Sequence[Field], depth: int
+    ) -> tuple[dict[str, Any], Check]:
+        """A closed object of ``fields``; an unsupported type names ``owner`` and the field."""
         properties: dict[str, Any] = {}
         checks: list[tuple[str, Check]] = []
         required: list[str] = []
-        for field in attrs.fields(cls):
-            if not field.init:
-                continue
-            hint = hints.get(field.name, field.type)
+        for field in fields:
             try:
-                schema, check = self.hint(hint, depth + 1)
+                schema, check = self.hint(field.hint, depth + 1)
             except _Unsupported as problem:
                 raise DefinitionError(
-                    f"parameters class {name}, field {field.name!r}: unsupported type "
-                    f"{hint!r}: {problem}"
+                    f"{owner} {field.name!r}: unsupported type {field.hint!r}: {problem}"
                 ) from None
-            description = field.metadata.get("description", _annotated_description(hint))
-            if description is not None:
-                schema["description"] = description
-            if field.default is attrs.NOTHING:
+            if field.description is not None:
+                schema["description"] = field.description
+            default = field.default
+            if default is attrs.NOTHING:
                 required.append(field.name)
             else:
-                default = field.default
                 if isinstance(default, enum.Enum):
                     default = default.value
                 if is_lossless(default):
                     schema["default"] = default
             properties[field.name] = schema
             checks.append((field.name, check))
-        self.active.discard(cls)
         schema = {"type": "object", "properties": properties, "additionalProperties": False}
         if required:
             schema["required"] = required
@@ -265,12 +298,13 @@ class _Describer:
             return {"type": "array", "items": items}, array_check(check, depth)
         if origin is dict and args and args[0] is str:
             _, check = self.hint(args[1], depth + 1)
+            self.maps = True
             return {"type": "object", "additionalProperties": True}, map_check(check)
         if origin is Union or origin is types.UnionType:
             present = [arg for arg in args if arg not in _NONE_TYPES]
             if len(present) == 1 and len(args) == 2:
                 schema, check = self.hint(present[0], depth)
-                return {"oneOf": [schema, {"type": "null"}]}, _or_null(check)
+                return {"oneOf": [schema, {"type": "null"}]}, nullable_check(check)
             raise _Unsupported("only X | None unions are supported")
         if isinstance(hint, type) and attrs.has(hint):
             return self.cls(hint, depth)
@@ -279,28 +313,34 @@ class _Describer:
             "X | None or an attrs class"
         )
 
+    def model(
+        self,
+        schema: dict[str, Any],
+        check: Check,
+        build: Callable[[object], A],
+        keeps_frozen: bool = False,
+    ) -> ArgumentsModel[A]:
+        """The model of a described root: validated like the DSL spec of the same schema
+        (one validator, the same messages), unless a ``dict[str, T]`` needs its checks."""
+        frozen = FrozenDict(schema)
+        if self.maps:
+            assert_supported_json_schema(frozen)
+            validator = finish(check, "")
+        else:
+            validator = compile_validator(frozen, root="")
+        return ArgumentsModel(frozen, validator, build, keeps_frozen)
 
-def _or_null(check: Check) -> Check:
-    """``oneOf [X, null]`` where X never accepts null: same verdict, X's precise messages."""
 
-    def nullable(value: object) -> list[Violation] | None:
-        return None if value is None else check(value)
-
-    return nullable
-
-
-def _annotated_description(hint: object) -> str | None:
+def annotated_description(hint: object) -> str | None:
+    """The first string of ``Annotated[T, ...]``, the description it gives, if any."""
     if get_origin(hint) is Annotated:
         return next((item for item in get_args(hint)[1:] if isinstance(item, str)), None)
     return None
 
 
 def _class_model(cls: type[A]) -> ArgumentsModel[A]:
-    try:
-        schema, check = _Describer().cls(cls, 0)
-    except _Unsupported as problem:
-        raise DefinitionError(f"parameters class {cls.__qualname__}: {problem}") from None
-    assert_supported_json_schema(schema)
+    describer = _Describer()
+    schema, check = describer.cls(cls, 0)
     try:
         structure = _converter().get_structure_hook(cls)
     except Exception as error:  # pragma: no cover - every described type is structurable
@@ -312,4 +352,92 @@ def _class_model(cls: type[A]) -> ArgumentsModel[A]:
         except Exception as error:  # the class's own validators refused the arguments
             raise ToolArgsError([f'"arguments" rejected by {cls.__qualname__}: {error}']) from None
 
-    return ArgumentsModel(FrozenDict(schema), finish(check, ""), build)
+    return describer.model(schema, check, build)
+
+
+# --------------------------------------------------------------------------- functions
+
+Converter: TypeAlias = Callable[[object], object]
+"""Turns a validated JSON value into the Python value a parameter declares."""
+
+
+def fields_model(owner: str, fields: Sequence[Field]) -> ArgumentsModel[Mapping[str, Any]]:
+    """A model whose arguments arrive as a mapping of the fields' Python values, ready for
+    ``function(**arguments)``: an absent optional field is left out (the function's own
+    default applies), ``2.0`` arrives as ``2`` for an ``int``, a list as a ``list``, an
+    enum value as its member. Raises :class:`~dsh_tools.errors.DefinitionError` naming
+    ``owner`` and the field for a type that cannot be described.
+    """
+    describer = _Describer()
+    schema, check = describer.fields(owner, fields, 0)
+    converting = [
+        (field.name, convert)
+        for field in fields
+        if (convert := _conversion(field.hint)) is not None
+    ]
+
+    def build(arguments: object) -> Mapping[str, Any]:
+        values: dict[str, Any] = dict(arguments)  # type: ignore[call-overload]
+        for name, convert in converting:
+            if name in values:
+                values[name] = convert(values[name])
+        return values
+
+    model = describer.model(schema, check, build, keeps_frozen=not converting)
+    if all(convert is _to_int or convert is _to_float for _, convert in converting):
+        admit = compile_admitter(model.json_schema)
+        if admit is not None:
+            model.admit = _unconverted(admit, converting) if converting else admit
+    return model
+
+
+def _unconverted(admit: Admitter, converting: Sequence[tuple[str, Converter]]) -> Admitter:
+    """``admit``, declining a call whose numbers :func:`fields_model`'s build would convert
+    (``2.0`` for an ``int``): what it admits must be exactly what parse would return."""
+
+    def admit_unconverted(arguments: object) -> FrozenDict | None:
+        admitted = admit(arguments)
+        if admitted is not None:
+            for name, convert in converting:
+                value = admitted.get(name)
+                if convert(value) is not value:
+                    return None
+        return admitted
+
+    return admit_unconverted
+
+
+def _to_int(value: object) -> object:
+    """An integer arrives as an ``int``, though JSON may spell it ``2.0``."""
+    return int(value) if type(value) is float else value
+
+
+def _to_float(value: object) -> object:
+    """A number arrives as a ``float``, though JSON may spell it ``2``."""
+    return float(value) if type(value) is int else value
+
+
+def _conversion(hint: Any) -> Converter | None:
+    """How a validated JSON value becomes the Python value ``hint`` declares; ``None``
+    when it already is one (``str``, ``bool``, ``None`` and their literals)."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Annotated:
+        return _conversion(args[0])
+    if hint in _NONE_TYPES or hint is str or hint is bool:
+        return None
+    if hint is int:
+        return _to_int
+    if hint is float:
+        return _to_float
+    if origin is Literal:
+        if all(member is None or type(member) in (str, bool) for member in args):
+            return None
+        return lambda value: _structure_literal(value, hint)
+    if origin is Union or origin is types.UnionType:  # X | None, the one union described
+        (present,) = (arg for arg in args if arg not in _NONE_TYPES)
+        inner = _conversion(present)
+        if inner is None or inner is _to_int or inner is _to_float:
+            return inner  # each passes None through
+        return lambda value: None if value is None else inner(value)
+    structure = _converter().get_structure_hook(hint)
+    return lambda value: structure(value, hint)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from typing import TypeVar
 
 __all__ = [
     "DefinitionError",
@@ -108,6 +109,18 @@ class DshToolsError(Exception):
         self.message = message
         chosen = code.value if isinstance(code, ErrorCode) else code
         self.code: str = chosen or self.default_code
+
+
+E = TypeVar("E", bound=DshToolsError)
+
+
+def within(error: E, where: str) -> E:
+    """``error``, its message now led by ``where`` (``define_tool(nanny): ...``): a check
+    that knows no tool names the tool through its caller. The error keeps its type and
+    fields (``violations``, ``code``, ``path``), so callers still branch on them."""
+    error.message = f"{where}: {error.message}"
+    error.args = (error.message,)
+    return error
 
 
 class ToolError(DshToolsError):

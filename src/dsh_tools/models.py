@@ -31,7 +31,7 @@ from ._decisions import (
 )
 from .cancel import CancelSignal
 from .content import ContentLike, ContextMessage, content_blocks, content_text, context_messages
-from .errors import DefinitionError, ErrorCode, JsonValueError
+from .errors import DefinitionError, ErrorCode, JsonValueError, within
 from .json import FrozenDict, FrozenList, JsonValue, snapshot, thaw, unicode_text
 from .paths import ToolPaths
 
@@ -100,8 +100,7 @@ def _tool_object(value: object, definition: Any, field: attrs.Attribute[Any]) ->
     try:
         return _frozen_object(value)
     except (JsonValueError, DefinitionError) as error:
-        error.args = (f'tool "{definition.name}": {field.name}: {error}',)
-        raise
+        raise within(error, f'tool "{definition.name}": {field.name}') from None
 
 
 _TOOL_OBJECT = attrs.Converter(_tool_object, takes_self=True, takes_field=True)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .._validation.codegen import Admitter
-from ..errors import DefinitionError
+from ..errors import DefinitionError, JsonSchemaError, within
 from ..jsonschema import compile_validator
 from ..models import ApprovalService, ToolDefinition, ToolOutput, ToolSchema
 from ..records import Origin
@@ -91,7 +91,10 @@ def _output_validator(definition: ToolDefinition[Any]) -> Validator | None:
         )
     if output.presentation_meta is not None and not callable(output.presentation_meta):
         raise DefinitionError(f'tool "{name}" output.presentation_meta must be callable')
-    return compile_validator(output.schema, root="value")
+    try:
+        return compile_validator(output.schema, root="value")
+    except JsonSchemaError as error:
+        raise within(error, f'tool "{name}": output.schema') from None
 
 
 @attrs.frozen

@@ -281,6 +281,28 @@ def one_of_check(branches: Sequence[Check]) -> Check:
     return check
 
 
+def nullable_check(check: Check) -> Check:
+    """``oneOf [X, null]`` where X never accepts null (``str | None``): the verdict of
+    counting branches, with X's own messages (``"note" must be a string``, ``"server.port"
+    must be an integer``) instead of "matched 0", so a model learns what to fix."""
+
+    def nullable(value: object) -> list[Violation] | None:
+        return None if value is None else check(value)
+
+    return nullable
+
+
+def _null_partner(branches: Sequence[Any]) -> Any:
+    """The other branch of ``oneOf [X, {"type": "null"}]`` (either order) when X is typed
+    and not null, so it rejects null; else ``None``."""
+    if len(branches) != 2:
+        return None
+    for null, other in (branches, branches[::-1]):
+        if null.get("type") == "null" and other.get("type", "null") != "null":
+            return other
+    return None
+
+
 def _render(violation: Violation, root: str) -> str:
     text = root
     for index in range(len(violation) - 1, 0, -1):
@@ -321,7 +343,11 @@ def compile_checks(
         return done
     kind = node.get("type")
     if "oneOf" in node:
-        check = one_of_check([compile_checks(branch, depth, memo) for branch in node["oneOf"]])
+        other = _null_partner(node["oneOf"])
+        if other is not None:
+            check = nullable_check(compile_checks(other, depth, memo))
+        else:
+            check = one_of_check([compile_checks(b, depth, memo) for b in node["oneOf"]])
     elif kind is None:
         check = any_check(depth)
     elif kind == "object":
