@@ -3,34 +3,23 @@
 from __future__ import annotations
 
 import json
-
-import attrs
+from typing import Annotated
 
 from dsh_tools import (
     Deny,
     ToolExecution,
     ToolExecutionInput,
     ToolRegistry,
-    ToolRunContext,
-    define_tool,
     hookimpl,
+    tool,
 )
 from dsh_tools.json import thaw
 
 
-@attrs.frozen
-class AddArgs:
-    """The tool's arguments: the JSON Schema is generated from these fields."""
-
-    a: int = attrs.field(metadata={"description": "First addend"})
-    b: int = attrs.field(metadata={"description": "Second addend"})
-
-
-def add(args: AddArgs, ctx: ToolRunContext) -> int:
-    return args.a + args.b
-
-
-add_tool = define_tool(name="add", description="Add two integers.", parameters=AddArgs, execute=add)
+@tool
+def add(a: Annotated[int, "First addend"], b: Annotated[int, "Second addend"]) -> int:
+    """Add two integers."""
+    return a + b
 
 
 class NoHugeNumbers:
@@ -46,7 +35,7 @@ class NoHugeNumbers:
 
 def main() -> None:
     registry = ToolRegistry()
-    registry.register(add_tool)
+    registry.register(add)
     registry.add_plugin(NoHugeNumbers())
 
     print("Schema sent to the model:")

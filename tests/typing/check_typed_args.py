@@ -1,14 +1,18 @@
-"""Type-checked only (``mypy --strict``), never run: typed arguments and DSL parameters."""
+"""Type-checked only (``mypy --strict``), never run: typed arguments, DSL parameters and
+tools from functions."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any
 
 import attrs
 from typing_extensions import assert_type
 
-from dsh_tools import ToolDefinition, define_tool
+from dsh_tools import ToolDefinition, ToolRunContext, define_tool, tool_from_function
+from dsh_tools import tool as dsh_tool
 from dsh_tools.arguments import ArgumentsModel, arguments_model
+from dsh_tools.define import FunctionTool
 from dsh_tools.json import FrozenDict
 
 
@@ -44,3 +48,22 @@ def closed_root() -> None:
         execute=lambda args, ctx: str(args["path"]),
     )
     assert_type(tool, ToolDefinition[FrozenDict])
+
+
+@dsh_tool
+def greet(name: str, ctx: ToolRunContext, excited: bool = False) -> str:
+    """Greet someone."""
+    return name
+
+
+def shout(text: str) -> str:
+    """Shout."""
+    return text.upper()
+
+
+def function_tools() -> None:
+    # A tool from a function is a definition whose arguments arrive as a mapping.
+    assert_type(greet, ToolDefinition[Mapping[str, Any]])
+    assert_type(dsh_tool(name="loud", blocking=True)(shout), FunctionTool)
+    assert_type(tool_from_function(shout, metadata={"read_only": True}), FunctionTool)
+    assert_type(shout("a"), str)  # the plain form leaves the function as it was
