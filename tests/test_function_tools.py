@@ -368,6 +368,18 @@ def test_the_context_parameter_is_found_by_its_type() -> None:
     )
 
 
+def test_an_optional_context_lets_the_function_be_called_without_one() -> None:
+    def label(path: str, ctx: ToolRunContext | None = None) -> str:
+        """Label a path with the call it came from."""
+        return f"{ctx.execution.call_id if ctx else 'direct'}:{path}"
+
+    definition = tool_from_function(label)
+
+    assert list(definition.parameters["properties"]) == ["path"]  # type: ignore[call-overload]
+    assert run(definition, {"path": "a"}).text == "1:a"
+    assert label("a") == "direct:a"
+
+
 @pytest.mark.anyio
 async def test_async_functions_are_awaited() -> None:
     @tool(name="wait")

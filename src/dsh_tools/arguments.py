@@ -1,4 +1,5 @@
-"""Tool arguments: one compiled model per tool, from a DSL spec or an attrs class.
+"""Tool arguments: one compiled model per tool, from a DSL spec, an attrs class or the
+typed parameters of a function (:func:`fields_model`, for :func:`~dsh_tools.tool`).
 
 An :class:`ArgumentsModel` holds the model-facing parameters JSON Schema and the compiled
 validator for it, so a call costs one validation and (for attrs classes) one cattrs
@@ -16,7 +17,9 @@ Supported field types: ``str int float bool None``, ``list[T]``, ``tuple[T, ...]
 ``str`` or ``int`` values, ``X | None`` and nested attrs classes. A field without a default
 is required. A description comes from ``metadata={"description": ...}`` or, failing that,
 from the first string in ``Annotated[T, ...]``. ``dict[str, T]`` is sent to the model as an
-open object (the enforced subset has no per-value schema) but each value is checked as ``T``.
+open object (the enforced subset has no per-value schema) but each value is checked as ``T``;
+otherwise typed fields are checked by the validator of their schema, the one a DSL spec of
+the same schema gets, so all three ways give the same messages.
 """
 
 from __future__ import annotations

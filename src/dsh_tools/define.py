@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, overload
@@ -246,11 +247,12 @@ def tool_from_function(
     Each parameter becomes an argument of the type it declares (the types an attrs class
     takes: ``str int float bool None``, ``list[T]``, ``tuple[T, ...]``, ``dict[str, T]``,
     ``Literal``, enums, ``X | None``, attrs classes); one without a default is required.
-    A parameter annotated :class:`~dsh_tools.ToolRunContext` (any name) gets the call's
-    context instead. Descriptions come from ``Annotated[T, "..."]`` or, failing that,
-    from the docstring's parameter section (Google, NumPy or reST style); the tool's
-    description is the docstring without its sections, unless ``description`` is given,
-    and its name is the function's, unless ``name`` is. The schema and the argument
+    A parameter annotated :class:`~dsh_tools.ToolRunContext` (or ``ToolRunContext |
+    None``; any name) gets the call's context instead. Descriptions come from
+    ``Annotated[T, "..."]`` or, failing that, from the docstring's parameter section
+    (Google, NumPy or reST style); the tool's description is the docstring without its
+    sections, unless ``description`` is given, and its name is the function's, unless
+    ``name`` is. The schema and the argument
     errors are those of the equivalent DSL spec, closed to undeclared keys. ``def`` and
     ``async def`` both work; what the function returns is a body's result, as for
     :func:`define_tool`, whose other keyword options (``output``, ``blocking``,
@@ -373,8 +375,13 @@ def _signature(
 
 
 def _is_context(hint: Any) -> bool:
+    """``ToolRunContext``, or ``ToolRunContext | None`` (a function also called without
+    one), ``Annotated`` or not."""
     if typing.get_origin(hint) is Annotated:
         hint = typing.get_args(hint)[0]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        present = [member for member in typing.get_args(hint) if member is not type(None)]
+        hint = present[0] if len(present) == 1 else None
     return isinstance(hint, type) and issubclass(hint, ToolRunContext)
 
 
