@@ -20,8 +20,10 @@ from .tickets import resumed_call
 
 if TYPE_CHECKING:
     from ..approvals import ApprovalTicket
+    from ..cancel import CancelSignal
     from ..models import PresentableResult
     from ..presentation import ToolCallView, ToolResultView
+    from ..progress import ProgressListener
     from ..records import Explanation
     from ..registry import Disposer, Guard, ToolRegistry, ToolScope
 
@@ -152,7 +154,13 @@ class _ViewBase:
         plan, routed = self._planned(call)
         return drivers.execute_sync(plan, registry, routed)
 
-    def resume(self, ticket: ApprovalTicket | str) -> Awaitable[ToolExecutionResult]:
+    def resume(
+        self,
+        ticket: ApprovalTicket | str,
+        *,
+        signal: CancelSignal | None = None,
+        on_progress: ProgressListener | None = None,
+    ) -> Awaitable[ToolExecutionResult]:
         """Run the call an approval ticket holds, on its frozen arguments, once.
 
         Pre-execute and the guards run again (a policy that denies now wins over the
@@ -161,15 +169,27 @@ class _ViewBase:
         pending, expired, rejected or changed in the store, get a failure result saying
         so. Raises :class:`~dsh_tools.approvals.TicketError` for an unknown ticket, a
         store that cannot be read, or (through a scope) another agent's ticket.
+
+        ``signal`` and ``on_progress`` are the resumed call's, as on
+        :class:`~dsh_tools.ToolExecutionInput`: a host that resumes can still cancel the
+        call, bound it with a deadline and hear its progress.
         """
         call, ticket_id = resumed_call(self._registry.approval_store, ticket, self.agent)
+        call = _with_caller(call, signal, on_progress)
         plan, routed = self._planned(call)
         return drivers.start(plan, self._registry, routed, ticket_id)
 
-    def resume_sync(self, ticket: ApprovalTicket | str) -> ToolExecutionResult:
+    def resume_sync(
+        self,
+        ticket: ApprovalTicket | str,
+        *,
+        signal: CancelSignal | None = None,
+        on_progress: ProgressListener | None = None,
+    ) -> ToolExecutionResult:
         """:meth:`resume` for synchronous hosts (no event loop unless the call needs one)."""
         refuse_inside_a_loop()
         call, ticket_id = resumed_call(self._registry.approval_store, ticket, self.agent)
+        call = _with_caller(call, signal, on_progress)
         plan, routed = self._planned(call)
         return drivers.execute_sync(plan, self._registry, routed, ticket_id)
 
@@ -234,6 +254,17 @@ def path_of(agent: str | None) -> tuple[str, ...]:
             "as ToolScope.agent gives them"
         )
     return path
+
+
+def _with_caller(
+    call: ToolExecutionInput, signal: CancelSignal | None, on_progress: ProgressListener | None
+) -> ToolExecutionInput:
+    """A resumed call with the resuming host's signal and progress listener."""
+    if signal is None and on_progress is None:
+        return call
+    import attrs
+
+    return attrs.evolve(call, signal=signal, on_progress=on_progress)
 
 
 def _with_agent(call: ToolExecutionInput, agent: str | None) -> ToolExecutionInput:

@@ -1,0 +1,240 @@
+"""What an engine's activity or step does with a tool call, whichever engine it is: the
+call's JSON in, one pass through ``registry.execute`` (or ``registry.resume``), the
+result's JSON out. The five stages run there and nowhere else.
+
+Three meanings of "once" meet here and are kept apart:
+
+* at most once per ticket: a ticket's answer is taken by one resume (the store's
+  compare-and-set), whichever process or attempt resumes it;
+* at most once per key: every call carries a stable call id made from the engine's own
+  identity of it (:func:`temporal_call_id`, :func:`dbos_call_id`), so the same call
+  retried by the engine is known as the same call;
+* unknown: an attempt that started and never reported (a worker died, or timed out) may
+  or may not have run its body. A retried attempt of a tool that is not idempotent is not
+  run again: it ends ``OUTCOME_UNKNOWN`` (:class:`RetriedAttempts`), which a person, a
+  reconcile step or an idempotent tool must settle.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from contextvars import ContextVar
+from typing import Any
+
+import attrs
+
+from dsh_tools import (
+    CancelSignal,
+    ToolDefinition,
+    ToolExecution,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    failure_result,
+    hookimpl,
+)
+from dsh_tools.approvals import TicketError, TicketState, TicketStore
+from dsh_tools.models import result_to_json
+from dsh_tools.progress import Output, Progress
+from dsh_tools.registry import ToolRegistry
+
+from ._waiting import OUTCOME_UNKNOWN
+
+GUARD_NAME = "dsh-tools-engine-attempts"
+"""The name :func:`guard_retries` registers :class:`RetriedAttempts` under."""
+
+Json = dict[str, Any]
+
+
+@attrs.frozen
+class Attempt:
+    """Which attempt of a call an engine is running: ``number`` counts from 1, and an
+    attempt after the first means an earlier one started and never reported."""
+
+    engine: str
+    number: int = 1
+
+    @property
+    def retried(self) -> bool:
+        """Whether an earlier attempt of this call started."""
+        return self.number > 1
+
+
+_ATTEMPT: ContextVar[Attempt | None] = ContextVar("dsh_tools_engine_attempt", default=None)
+
+
+def rerunnable(tool: ToolDefinition[Any]) -> bool:
+    """Whether running ``tool`` twice is harmless: it says it is idempotent or read-only."""
+    metadata = tool.metadata
+    return metadata.get("idempotent") is True or metadata.get("read_only") is True
+
+
+def unknown_result(call_id: str, tool: str, attempt: Attempt) -> ToolExecutionResult:
+    """``OUTCOME_UNKNOWN``: attempt ``attempt.number`` of a call an earlier attempt started."""
+    return failure_result(
+        f'the call {call_id} of tool "{tool}" may or may not have run: an earlier attempt '
+        f"started it on {attempt.engine} and never reported (its worker stopped or timed "
+        f"out), and a tool that is not idempotent does not run again by itself (attempt "
+        f"{attempt.number}). Check whether it took effect before calling it again.",
+        OUTCOME_UNKNOWN,
+        name="OutcomeUnknown",
+    )
+
+
+class RetriedAttempts:
+    """Ends a retried attempt of a call that is not idempotent with ``OUTCOME_UNKNOWN``
+    instead of running its body again; everything else passes through.
+
+    An execute wrapper, so the call still passes pre-execute, the guards, post-execute
+    and the result observers: the audit log records the unknown outcome."""
+
+    @hookimpl(wrapper=True, tryfirst=True)
+    def dsh_tools_execute(self, execution: ToolExecution, tool: ToolDefinition[Any] | None) -> Any:
+        dispatch = yield
+        attempt = _ATTEMPT.get()
+        if attempt is None or not attempt.retried or tool is None or rerunnable(tool):
+            return dispatch
+        unknown = unknown_result(execution.call_id, execution.name, attempt)
+
+        async def not_again(signal: CancelSignal | None = None) -> ToolExecutionResult:
+            return unknown
+
+        return not_again
+
+
+def guard_retries(registry: ToolRegistry) -> None:
+    """Add :class:`RetriedAttempts` to ``registry`` once (a second call adds nothing)."""
+    if registry.plugin_manager.get_plugin(GUARD_NAME) is None:
+        registry.add_plugin(RetriedAttempts(), name=GUARD_NAME)
+
+
+def temporal_call_id(workflow_id: str, run_id: str, activity_id: str) -> str:
+    """A Temporal call's id: its workflow run and the activity's id in it, the same for
+    every retry of the activity (and distinct after a continue-as-new)."""
+    return f"temporal:{workflow_id}/{run_id}/{activity_id}"
+
+
+def dbos_call_id(workflow_id: str, step_id: int) -> str:
+    """A DBOS call's id: its workflow and the step's id in it, the same when DBOS
+    recovers the workflow and runs the step again."""
+    return f"dbos:{workflow_id}/{step_id}"
+
+
+@attrs.frozen
+class CallRequest:
+    """A tool call as a workflow asks for it (plain JSON, so any engine can carry it):
+    the tool, its arguments, the agent scope, and a time budget in seconds."""
+
+    name: str
+    arguments: Any
+    agent: str | None = None
+    timeout_s: float | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CallRequest:
+        """The request a workflow sent; a malformed one raises ``TypeError``."""
+        name, agent, timeout_s = data.get("name"), data.get("agent"), data.get("timeout_s")
+        if not isinstance(name, str) or not (agent is None or isinstance(agent, str)):
+            raise TypeError(f"a tool call request needs a name and an optional agent: {data!r}")
+        if timeout_s is not None and (isinstance(timeout_s, bool) or timeout_s <= 0):
+            raise TypeError(f"a tool call's timeout_s must be a positive number: {timeout_s!r}")
+        return cls(name, data.get("arguments", {}), agent, timeout_s)
+
+    def signal(self, caller: CancelSignal) -> CancelSignal:
+        """``caller``, bounded by this request's time budget when it has one."""
+        return caller if self.timeout_s is None else caller.with_timeout(self.timeout_s * 1000)
+
+
+class LatestProgress:
+    """A call's progress listener that keeps only the latest event, as JSON, for an
+    engine to carry at its own pace (a heartbeat, a workflow event)."""
+
+    def __init__(self, call_id: str) -> None:
+        self.call_id = call_id
+        self._lock = threading.Lock()
+        self._latest: Json | None = None
+        self._taken = True
+
+    def __call__(self, execution: ToolExecution, event: Progress | Output) -> None:
+        shown = {"call_id": self.call_id, "tool": execution.name, **event.to_json()}
+        with self._lock:
+            self._latest, self._taken = shown, False
+
+    @property
+    def latest(self) -> Json | None:
+        """The latest event (``None`` before the first)."""
+        return self._latest
+
+    def fresh(self) -> Json | None:
+        """The latest event if it was not taken yet, else ``None``."""
+        with self._lock:
+            if self._taken:
+                return None
+            self._taken = True
+            return self._latest
+
+
+async def run_call(
+    registry: ToolRegistry,
+    request: CallRequest,
+    *,
+    call_id: str,
+    attempt: Attempt,
+    signal: CancelSignal,
+    progress: LatestProgress | None = None,
+) -> Json:
+    """One call through ``registry.execute``, as attempt ``attempt`` of call ``call_id``."""
+    call = ToolExecutionInput(
+        call_id,
+        request.name,
+        request.arguments,
+        agent=request.agent,
+        signal=request.signal(signal),
+        on_progress=progress,
+    )
+    token = _ATTEMPT.set(attempt)
+    try:
+        return result_to_json(await registry.execute(call))
+    finally:
+        _ATTEMPT.reset(token)
+
+
+async def run_resume(
+    registry: ToolRegistry,
+    ticket_id: str,
+    *,
+    attempt: Attempt,
+    signal: CancelSignal,
+    timeout_s: float | None = None,
+    progress: LatestProgress | None = None,
+) -> Json:
+    """The call ticket ``ticket_id`` holds, through ``registry.resume``: at most once per
+    ticket. A retried attempt that finds the ticket already resumed reports the outcome
+    unknown (the earlier attempt took the answer and never reported), not a denial."""
+    taken_before = attempt.retried and ticket_state(registry, ticket_id) == TicketState.RESUMED.value
+    bounded = signal if timeout_s is None else signal.with_timeout(timeout_s * 1000)
+    try:
+        result = await registry.resume(ticket_id, signal=bounded, on_progress=progress)
+    except TicketError as error:
+        return result_to_json(failure_result(error.message, error.code))
+    if taken_before and result.is_error and result.code == "DENIED":
+        ticket = _ticket(registry, ticket_id)
+        name = ticket.tool_name if ticket is not None else "?"
+        call_id = ticket.call_id if ticket is not None else ticket_id
+        return result_to_json(unknown_result(call_id, name, attempt))
+    return result_to_json(result)
+
+
+def ticket_state(registry: ToolRegistry, ticket_id: str) -> str:
+    """The ticket's state as its store reports it now (``pending``, ``answered``,
+    ``resumed``, ``expired``), or ``missing``."""
+    ticket = _ticket(registry, ticket_id)
+    return "missing" if ticket is None else ticket.state.value
+
+
+def _ticket(registry: ToolRegistry, ticket_id: str) -> Any:
+    store = registry.approval_store
+    if not callable(getattr(store, "get_ticket", None)):
+        return None
+    tickets: TicketStore = store  # type: ignore[assignment]
+    return tickets.get_ticket(ticket_id)

@@ -1,0 +1,201 @@
+"""Tool calls on DBOS: the steps that run them (one pass through the registry each) and the
+two drivers a workflow calls, :func:`call_tool` (sync) and :func:`call_tool_async`.
+
+A step is checkpointed when it returns, so DBOS replays a finished call's result when it
+recovers a workflow. A step that was running when its process died runs again on
+recovery: DBOS keeps no record of a started step, so only the call journal can tell that
+attempt from a first one (the call's id, :func:`dbos_call_id`, is the same both times).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from dbos import DBOS, StepOptions
+
+from dsh_tools import CancelSignal, CancelSource
+from dsh_tools.registry import ToolRegistry
+
+from ._calls import (
+    Attempt,
+    CallRequest,
+    Json,
+    LatestProgress,
+    dbos_call_id,
+    run_call,
+    run_resume,
+    ticket_state,
+)
+from ._waiting import ANSWERED, EXECUTE, PROGRESS, RESUME, TICKET_STATE, Waiting, request, steps
+
+_log = logging.getLogger("dsh_tools")
+_served: dict[str, Any] = {}
+_STEP_NAMES = {"execute": EXECUTE, "resume": RESUME, "state": TICKET_STATE}
+
+
+def serve_tools(registry: ToolRegistry, *, watch_s: float = 1.0) -> None:
+    """Run this process's tool-call steps on ``registry`` (call before ``DBOS.launch()``,
+    in every process that runs or recovers workflows). While a call runs, every
+    ``watch_s`` seconds its step looks whether its workflow was cancelled (then the
+    call's signal fires) and publishes its latest progress as the workflow event
+    ``dsh_tools.progress``."""
+    if not watch_s > 0:
+        raise ValueError(f"watch_s must be a positive number of seconds, got {watch_s!r}")
+    _served.update(registry=registry, watch_s=watch_s)
+
+
+def _registry() -> ToolRegistry:
+    registry = _served.get("registry")
+    if registry is None:
+        raise RuntimeError(
+            "no registry serves tool calls in this process: call "
+            "dsh_tools_plugins.engines.dbos.serve_tools(registry) before DBOS.launch()"
+        )
+    return registry  # type: ignore[no-any-return]
+
+
+def _identity() -> tuple[str, str]:
+    workflow_id, step_id = DBOS.workflow_id, DBOS.step_id
+    assert workflow_id is not None and step_id is not None, "a tool call runs as a DBOS step"
+    return workflow_id, dbos_call_id(workflow_id, step_id)
+
+
+async def _execute(call: Json) -> Json:
+    workflow_id, call_id = _identity()
+    progress = LatestProgress(call_id)
+    return await _supervised(
+        workflow_id,
+        lambda signal: run_call(
+            _registry(),
+            CallRequest.from_json(call),
+            call_id=call_id,
+            attempt=Attempt("dbos"),
+            signal=signal,
+            progress=progress,
+        ),
+        progress,
+    )
+
+
+async def _resume(call: Json) -> Json:
+    workflow_id, call_id = _identity()
+    progress = LatestProgress(call_id)
+    return await _supervised(
+        workflow_id,
+        lambda signal: run_resume(
+            _registry(),
+            call["ticket"],
+            attempt=Attempt("dbos"),
+            signal=signal,
+            timeout_s=call.get("timeout_s"),
+            progress=progress,
+        ),
+        progress,
+    )
+
+
+async def _state(ticket: str) -> str:
+    return await asyncio.to_thread(ticket_state, _registry(), ticket)
+
+
+_STEPS: dict[str, Callable[[Any], Awaitable[Any]]] = {
+    "execute": _execute,
+    "resume": _resume,
+    "state": _state,
+}
+
+
+async def _supervised(
+    workflow_id: str, run: Callable[[CancelSignal], Awaitable[Json]], progress: LatestProgress
+) -> Json:
+    """``run`` under a signal that fires when the workflow is cancelled, its progress
+    published meanwhile."""
+    source = CancelSource()
+    watching = asyncio.ensure_future(_watch(workflow_id, source, progress))
+    try:
+        return await run(source.signal)
+    finally:
+        watching.cancel()
+
+
+async def _watch(workflow_id: str, source: CancelSource, progress: LatestProgress) -> None:
+    every = float(_served.get("watch_s", 1.0))
+    while True:
+        await asyncio.sleep(every)
+        try:
+            status = await DBOS.get_workflow_status_async(workflow_id)
+            if status is not None and status.status == "CANCELLED":
+                source.cancel("the workflow was cancelled")
+            fresh = progress.fresh()
+            if fresh is not None and not source.cancelled:
+                await DBOS.set_event_async(PROGRESS, fresh)
+        except Exception:  # a look that fails is tried again; the call goes on
+            _log.warning("could not watch DBOS workflow %s", workflow_id, exc_info=True)
+
+
+def call_tool(
+    name: str,
+    arguments: Mapping[str, Any] | None = None,
+    *,
+    agent: str | None = None,
+    timeout_s: float | None = None,
+    waiting: Waiting = Waiting(),
+) -> dict[str, Any]:
+    """Run one tool call from a (synchronous) DBOS workflow and return its result as
+    JSON (``result_to_json``'s form). See :func:`call_tool_async`."""
+    run = steps(request(name, arguments, agent, timeout_s), waiting)
+    outcome: Any = None
+    try:
+        while True:
+            kind, argument = run.send(outcome)
+            if kind == "wait":
+                ticket, seconds = argument
+                outcome = DBOS.recv(f"{ANSWERED}.{ticket}", timeout_seconds=seconds)
+            else:
+                outcome = DBOS.run_step(_options(kind), _STEPS[kind], argument)
+    except StopIteration as done:
+        result: dict[str, Any] = done.value
+        return result
+
+
+async def call_tool_async(
+    name: str,
+    arguments: Mapping[str, Any] | None = None,
+    *,
+    agent: str | None = None,
+    timeout_s: float | None = None,
+    waiting: Waiting = Waiting(),
+) -> dict[str, Any]:
+    """Run one tool call from an ``async`` DBOS workflow and return its result as JSON
+    (``result_to_json``'s form: ``isError``, ``content``, ``value`` or ``error``, ...).
+
+    The call runs as the step ``dsh_tools.execute`` (the five stages); ``timeout_s`` is
+    its time budget (``TOOL_TIMEOUT``). Cancelling the workflow fires the running call's
+    signal (the observers see it ``ABORTED``; DBOS ends the workflow cancelled).
+
+    A call that waits for a person (``APPROVAL_PENDING``) waits here, durably (DBOS's
+    ``recv``: no process needs to be up meanwhile), looking at its ticket as ``waiting``
+    says, or at once on a message to the topic ``dsh_tools.ticket_answered.<ticket>``
+    (``DBOS.send``); once the ticket is answered, from whichever channel, its call is
+    resumed (the step ``dsh_tools.resume``): at most once per ticket.
+    """
+    run = steps(request(name, arguments, agent, timeout_s), waiting)
+    outcome: Any = None
+    try:
+        while True:
+            kind, argument = run.send(outcome)
+            if kind == "wait":
+                ticket, seconds = argument
+                outcome = await DBOS.recv_async(f"{ANSWERED}.{ticket}", timeout_seconds=seconds)
+            else:
+                outcome = await DBOS.run_step_async(_options(kind), _STEPS[kind], argument)
+    except StopIteration as done:
+        result: dict[str, Any] = done.value
+        return result
+
+
+def _options(kind: str) -> StepOptions:
+    return {"name": _STEP_NAMES[kind]}
