@@ -18,13 +18,14 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from engine_tools import STORE, build_registry
+from engine_tools import STORE, build_registry, wait_for_line
 
 from dsh_tools import CancelSource
+from dsh_tools.models import result_to_json
 from dsh_tools_plugins.engines._calls import (
     Attempt,
     CallRequest,
@@ -33,7 +34,7 @@ from dsh_tools_plugins.engines._calls import (
     run_resume,
     ticket_state,
 )
-from dsh_tools_plugins.engines._waiting import steps
+from dsh_tools_plugins.engines._waiting import pending_ticket, steps
 
 T = TypeVar("T")
 HERE = Path(__file__).resolve().parent
@@ -80,12 +81,20 @@ class Worker:
         return result[0].strip()
 
     def result(self, timeout_s: float = 30) -> dict[str, Any]:
-        return json.loads(self.line(timeout_s))  # type: ignore[no-any-return]
+        """The result the process printed; it then ends."""
+        value: dict[str, Any] = json.loads(self.line(timeout_s))
+        self._ended()
+        return value
 
     def kill(self) -> None:
         """SIGKILL: the process ends at once, mid-body or not."""
         self.process.send_signal(signal.SIGKILL)
-        self.process.wait(10)
+        self._ended()
+
+    def _ended(self) -> None:
+        self.process.wait(30)
+        assert self.process.stdout is not None
+        self.process.stdout.close()
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -142,8 +151,30 @@ class Inline:
     def progress(self, handle: str) -> dict[str, Any] | None:
         return self._calls[handle][2].latest
 
-    def crash_worker(self, call: dict[str, Any], tag: str) -> Worker:
-        return Worker("inline", str(self.state), f"crash-{tag}", json.dumps(call))
+    def host(self, call: dict[str, Any]) -> Worker:
+        """A host process that runs ``call`` (the same call id every time) and prints
+        its result: what a host without an engine runs again after a crash."""
+        return Worker("inline", str(self.state), "call-1", json.dumps(call))
+
+    def crashed(self, call: dict[str, Any]) -> dict[str, Any]:
+        """The call in a host process killed mid-body, then again in this one."""
+        killed = self.host(call)
+        wait_for_line(self.state, "effects", "ran")
+        killed.kill()
+        return self._again(call)
+
+    def restarted(self, call: dict[str, Any], approve: Callable[[str], None]) -> dict[str, Any]:
+        """The call in a host process that ends pending; answered; resumed in this one."""
+        ticket = pending_ticket(self.host(call).result())
+        assert ticket is not None
+        approve(ticket)
+        return result_to_json(self.registry.resume_sync(ticket))
+
+    def _again(self, call: dict[str, Any]) -> dict[str, Any]:
+        from dsh_tools import ToolExecutionInput
+
+        again = ToolExecutionInput("call-1", call["name"], call["arguments"], agent=call["agent"])
+        return result_to_json(self.registry.execute_sync(again))
 
     def close(self) -> None:
         self._loop.close()
@@ -220,22 +251,37 @@ class Temporal:
         self.state, self.server = state, server
         self.registry = build_registry(state)
         self.queue = f"q-{uuid.uuid4().hex[:8]}"
-        activities = tool_activities(self.registry)
+        self._activities = tool_activities(self.registry)
+        self._workers = [self._run_worker(self.queue)]
+
+    def _run_worker(self, queue: str) -> Any:
+        """A worker of this process on ``queue``, running on the server's loop."""
+        from engine_flows import OneCall
+        from temporalio.worker import Worker as TemporalWorker
+
+        activities, client = self._activities, self.server.client
 
         async def made() -> TemporalWorker:  # a worker is made on the loop it runs on
             return TemporalWorker(
-                server.client, task_queue=self.queue, workflows=[OneCall], activities=activities
+                client, task_queue=queue, workflows=[OneCall], activities=activities
             )
 
-        self._worker = server.loop.run(made())
-        self._running = asyncio.run_coroutine_threadsafe(self._worker.run(), server.loop.loop)
+        worker = self.server.loop.run(made())
+        asyncio.run_coroutine_threadsafe(worker.run(), self.server.loop.loop)
+        return worker
 
-    def start(self, call: dict[str, Any]) -> str:
+    def start(self, call: dict[str, Any], queue: str | None = None) -> str:
         from engine_flows import OneCall
 
+        from datetime import timedelta
+
         handle = f"wf-{uuid.uuid4().hex[:8]}"
+        client = self.server.client
+        queue = queue or self.queue
+        # A workflow task a killed worker held is handed to another after this long.
+        timeout = timedelta(seconds=1)
         self.server.loop.run(
-            self.server.client.start_workflow(OneCall.run, call, id=handle, task_queue=self.queue)
+            client.start_workflow(OneCall.run, call, id=handle, task_queue=queue, task_timeout=timeout)
         )
         return handle
 
@@ -253,29 +299,63 @@ class Temporal:
                 return json.loads(payload.data)  # type: ignore[no-any-return]
         return None
 
-    def worker(self) -> Worker:
-        worker = Worker("temporal", str(self.state), self.server.target, self.queue)
+    def worker(self, queue: str) -> Worker:
+        """A worker process on ``queue`` (no worker of this process polls it)."""
+        worker = Worker("temporal", str(self.state), self.server.target, queue)
         assert worker.line() == "ready"
         return worker
 
+    def crashed(self, call: dict[str, Any]) -> dict[str, Any]:
+        """The call on a worker process killed mid-body; a worker of this process then
+        takes over its queue."""
+        queue = f"{self.queue}-processes"
+        killed = self.worker(queue)
+        handle = self.start({**call, "heartbeat_s": 1}, queue)
+        wait_for_line(self.state, "effects", "ran")
+        killed.kill()
+        return self._taken_over(queue, handle)
+
+    def restarted(self, call: dict[str, Any], approve: Callable[[str], None]) -> dict[str, Any]:
+        """The call on a worker process stopped while it waits for a person; answered;
+        a worker of this process then takes over its queue."""
+        queue = f"{self.queue}-processes"
+        stopped = self.worker(queue)
+        handle = self.start(call, queue)
+        wait_for_ticket(self.state)
+        stopped.kill()
+        approve(wait_for_ticket(self.state))
+        return self._taken_over(queue, handle)
+
+    def _taken_over(self, queue: str, handle: str) -> dict[str, Any]:
+        self._workers.append(self._run_worker(queue))
+        return self.result(handle)
+
     def close(self) -> None:
-        self.server.loop.run(self._worker.shutdown())
+        for worker in self._workers:
+            self.server.loop.run(worker.shutdown())
 
 
 class Dbos:
     """Each call the ``one_call`` workflow on DBOS, launched in this process."""
 
     def __init__(self, state: Path, url: str) -> None:
-        from dbos import DBOS
-        from engine_worker import dbos_config
-
-        from dsh_tools_plugins.engines.dbos import serve_tools
-
         self.name = "dbos-" + url.split(":", 1)[0]
         self.state, self.url = state, url
         self.schema = schema_of(url)
         self.registry = build_registry(state)
-        DBOS(config=dbos_config(url, self.schema))
+        self._launch(url, self.schema)
+
+    def _launch(self, url: str, schema: str) -> None:
+        """DBOS in this process on ``url``'s system tables (any DBOS of it destroyed
+        first): its launch recovers the workflows a killed process left pending."""
+        from dbos import DBOS
+        from dbos_flows import one_call  # noqa: F401  (registers the workflows)
+        from engine_worker import dbos_config
+
+        from dsh_tools_plugins.engines.dbos import serve_tools
+
+        DBOS.destroy()
+        DBOS(config=dbos_config(url, schema))
         serve_tools(self.registry, watch_s=0.2)
         DBOS.launch()
 
@@ -291,7 +371,8 @@ class Dbos:
     def result(self, handle: str, timeout_s: float = 30) -> dict[str, Any]:
         from dbos import DBOS
 
-        return DBOS.retrieve_workflow(handle).get_result()  # type: ignore[no-any-return]
+        workflow = DBOS.retrieve_workflow(handle)
+        return workflow.get_result(polling_interval_sec=0.05)  # type: ignore[no-any-return]
 
     def cancel(self, handle: str) -> None:
         from dbos import DBOS
@@ -305,8 +386,36 @@ class Dbos:
 
         return DBOS.get_event(handle, PROGRESS, timeout_seconds=0)  # type: ignore[no-any-return]
 
-    def process(self, handle: str, call: dict[str, Any], url: str, schema: str) -> Worker:
-        return Worker("dbos", str(self.state), url, schema, handle, json.dumps(call))
+    def process(self, handle: str, call: dict[str, Any]) -> Worker:
+        """A process that starts the workflow ``handle`` and prints its result. DBOS in
+        this process stops first: only that process runs it, until it is killed."""
+        from dbos import DBOS
+
+        DBOS.destroy()
+        return Worker("dbos", str(self.state), self.url, self.schema, handle, json.dumps(call))
+
+    def crashed(self, call: dict[str, Any]) -> dict[str, Any]:
+        """The call in a process killed mid-body; DBOS relaunched in this process on the
+        same system database recovers it."""
+        handle = f"wf-{uuid.uuid4().hex[:8]}"
+        killed = self.process(handle, call)
+        wait_for_line(self.state, "effects", "ran")
+        killed.kill()
+        return self._recovered(handle)
+
+    def restarted(self, call: dict[str, Any], approve: Callable[[str], None]) -> dict[str, Any]:
+        """The call in a process stopped while it waits for a person; answered; DBOS
+        relaunched in this process recovers it."""
+        handle = f"wf-{uuid.uuid4().hex[:8]}"
+        stopped = self.process(handle, call)
+        ticket = wait_for_ticket(self.state)
+        stopped.kill()
+        approve(ticket)
+        return self._recovered(handle)
+
+    def _recovered(self, handle: str) -> dict[str, Any]:
+        self._launch(self.url, self.schema)
+        return self.result(handle)
 
     def close(self) -> None:
         from dbos import DBOS

@@ -43,7 +43,9 @@ async def temporal(state: Path, target: str, queue: str) -> None:
 
     client = await Client.connect(target)
     activities = tool_activities(build_registry(state))
-    worker = Worker(client, task_queue=queue, workflows=[OneCall], activities=activities)
+    worker = Worker(  # no cache: a workflow task never waits for a killed worker's cache
+        client, task_queue=queue, workflows=[OneCall], activities=activities, max_cached_workflows=0
+    )
     print("ready", flush=True)
     await worker.run()
 

@@ -3,7 +3,10 @@ and PostgreSQL), each through the engine's own workflow and worker."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -115,3 +118,64 @@ def test_progress_is_shown_where_the_engine_shows_it(engine: Any) -> None:
     }
     assert shown["call_id"]
     wait_for_line(engine.state, "observed", "")
+
+
+def approve_from_the_command_line(engine: Any) -> Any:
+    """``dsh-tools approvals approve TICKET``, as a person would type it, a while later."""
+
+    def approve(ticket: str) -> None:
+        time.sleep(0.5)
+        store = str(engine.state / "approvals.sqlite3")
+        workspace = engine.state / "workspace"  # the store lies outside it, as it must
+        workspace.mkdir(exist_ok=True)
+        command = [str(Path(sys.executable).parent / "dsh-tools"), "--approvals-store", store]
+        done = subprocess.run(
+            [*command, "approvals", "approve", ticket, "--by", "ana"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=workspace,
+        )
+        assert done.returncode == 0, done.stderr
+
+    return approve
+
+
+def test_an_approval_given_while_no_worker_runs_is_resumed_by_the_next_one(engine: Any) -> None:
+    result = engine.restarted(call("write", path="a.txt"), approve_from_the_command_line(engine))
+
+    assert (code(result), result_text(result)) == ("ok", "wrote a.txt")
+    assert lines(engine.state, "effects") == ["wrote a.txt"]
+
+
+NEEDS_THE_JOURNAL = pytest.mark.xfail(
+    strict=True,
+    reason="needs the call journal (issue 31): nothing marks a started call here, so a "
+    "rerun after a crash cannot tell it from a first run",
+)
+
+
+@pytest.mark.parametrize(
+    "engine",
+    [
+        pytest.param("inline", marks=NEEDS_THE_JOURNAL),
+        "temporal",
+        pytest.param("dbos-sqlite", marks=NEEDS_THE_JOURNAL),
+        pytest.param("dbos-postgresql", marks=NEEDS_THE_JOURNAL),
+    ],
+    indirect=True,
+)
+def test_a_worker_killed_mid_body_never_runs_a_non_idempotent_body_twice(engine: Any) -> None:
+    result = engine.crashed(call("crash", key="k1"))
+
+    runs = lines(engine.state, "effects")
+    assert runs == ["ran k1"], f"ran {len(runs)} times"  # once; never twice, never lost
+    assert code(result) == "OUTCOME_UNKNOWN"  # the killed attempt's outcome is not known
+    assert "may or may not have run" in result["error"]["message"]
+
+
+def test_a_worker_killed_mid_body_reruns_an_idempotent_body(engine: Any) -> None:
+    result = engine.crashed(call("crash_idempotent", key="k1"))
+
+    assert lines(engine.state, "effects") == ["ran k1", "ran k1"]
+    assert (code(result), result_text(result)) == ("ok", "crash done")

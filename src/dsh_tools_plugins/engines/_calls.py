@@ -33,7 +33,7 @@ from dsh_tools import (
     failure_result,
     hookimpl,
 )
-from dsh_tools.approvals import TicketError, TicketState, TicketStore
+from dsh_tools.approvals import ApprovalKey, TicketError, TicketState, TicketStore
 from dsh_tools.models import result_to_json
 from dsh_tools.progress import Output, Progress
 from dsh_tools.registry import ToolRegistry
@@ -192,11 +192,33 @@ async def run_call(
         signal=request.signal(signal),
         on_progress=progress,
     )
+    if attempt.retried and await _only_asked(registry, call):
+        attempt = attrs.evolve(attempt, number=1)
     token = _ATTEMPT.set(attempt)
     try:
         return result_to_json(await registry.execute(call))
     finally:
         _ATTEMPT.reset(token)
+
+
+async def _only_asked(registry: ToolRegistry, call: ToolExecutionInput) -> bool:
+    """Whether an earlier attempt of ``call`` went no further than asking a person: the
+    store holds an open ticket of this very call (its id). Such an attempt ended at the
+    ticket, before any body; the answer it waits for was never taken."""
+    store = registry.approval_store
+    if call.agent is None or not callable(getattr(store, "find_ticket", None)):
+        return False
+    import anyio.to_thread
+
+    def find() -> Any:
+        try:
+            key = ApprovalKey.for_call(call.agent or "", call.name, call.arguments)  # type: ignore[arg-type]
+        except (TypeError, ValueError):  # arguments that are not JSON never asked anyone
+            return None
+        return store.find_ticket(key)  # type: ignore[attr-defined]
+
+    ticket = await anyio.to_thread.run_sync(find)
+    return ticket is not None and ticket.call_id == call.call_id
 
 
 async def run_resume(
