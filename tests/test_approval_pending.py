@@ -406,3 +406,40 @@ def test_a_wait_and_its_expiry_are_steps_of_the_record() -> None:
     ]
     assert record.decided_by is not None
     assert record.decided_by.decision == "expired"
+
+
+def test_resume_takes_the_hosts_signal_and_progress_listener() -> None:
+    from dsh_tools import CancelSource, ToolRunContext, define_tool
+
+    registry = ToolRegistry(approval=lambda request: "pending")
+    heard: list[Any] = []
+
+    def write(args: Any, ctx: ToolRunContext) -> str:
+        ctx.report_progress(1, 2, "half")
+        return "written" if not ctx.signal.cancelled else "cancelled"
+
+    registry.register(
+        define_tool(
+            name="write",
+            description="Write.",
+            parameters={"path": {"type": "string", "required": True}},
+            execute=write,
+        )
+    )
+    registry.add_plugin(AskAlways())
+    tickets = []
+    for path in ("a.txt", "b.txt"):
+        call = ToolExecutionInput(path, "write", {"path": path}, agent="me")
+        ticket = registry.execute_sync(call).meta["approval"]["ticket"]  # type: ignore[index]
+        answer = TicketAnswer("allowed-once", by="ana", channel="cli")
+        registry.approval_store.answer_ticket(ticket, answer)  # type: ignore[attr-defined]
+        tickets.append(ticket)
+    listened = registry.resume_sync(tickets[0], on_progress=lambda _, event: heard.append(event))
+    cancelled = CancelSource()
+    cancelled.cancel("the host stopped")
+
+    aborted = registry.resume_sync(tickets[1], signal=cancelled.signal)
+
+    assert listened.text == "written"
+    assert [event.line() for event in heard] == ["1 of 2: half"]
+    assert code(aborted) == "ABORTED_BEFORE_DISPATCH"

@@ -77,7 +77,8 @@ class Worker:
         reader = threading.Thread(target=lambda: result.append(self.process.stdout.readline()))  # type: ignore[union-attr]
         reader.start()
         reader.join(timeout_s)
-        assert result and result[0], f"worker printed nothing in {timeout_s} s"
+        assert result, f"worker printed nothing in {timeout_s} s"
+        assert result[0], "worker ended without printing"
         return result[0].strip()
 
     def result(self, timeout_s: float = 30) -> dict[str, Any]:
@@ -126,15 +127,31 @@ class Inline:
     ) -> dict[str, Any]:
         from dsh_tools_plugins.engines._waiting import Waiting, request
 
-        run = steps(request(call["name"], call["arguments"], call.get("agent"), call.get("timeout_s")), Waiting(*QUICK_WAIT))
+        run = steps(
+            request(call["name"], call["arguments"], call.get("agent"), call.get("timeout_s")),
+            Waiting(*QUICK_WAIT),
+        )
         attempt, outcome = Attempt("inline"), None
         try:
             while True:
                 kind, argument = run.send(outcome)
                 if kind == "execute":
-                    outcome = await run_call(self.registry, CallRequest.from_json(argument), call_id=handle, attempt=attempt, signal=source.signal, progress=progress)
+                    outcome = await run_call(
+                        self.registry,
+                        CallRequest.from_json(argument),
+                        call_id=handle,
+                        attempt=attempt,
+                        signal=source.signal,
+                        progress=progress,
+                    )
                 elif kind == "resume":
-                    outcome = await run_resume(self.registry, argument["ticket"], attempt=attempt, signal=source.signal, progress=progress)
+                    outcome = await run_resume(
+                        self.registry,
+                        argument["ticket"],
+                        attempt=attempt,
+                        signal=source.signal,
+                        progress=progress,
+                    )
                 elif kind == "state":
                     outcome = ticket_state(self.registry, argument)
                 else:
@@ -221,9 +238,7 @@ class TemporalServer:
 
         self.loop = Loop()
         command = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
-        self.env = self.loop.run(
-            WorkflowEnvironment.start_local(dev_server_existing_path=command)
-        )
+        self.env = self.loop.run(WorkflowEnvironment.start_local(dev_server_existing_path=command))
         self.client = self.env.client
         self.target = self.client.service_client.config.target_host
 
@@ -243,8 +258,6 @@ class Temporal:
     name = "temporal"
 
     def __init__(self, state: Path, server: TemporalServer) -> None:
-        from engine_flows import OneCall
-        from temporalio.worker import Worker as TemporalWorker
 
         from dsh_tools_plugins.engines.temporal import tool_activities
 
@@ -271,9 +284,9 @@ class Temporal:
         return worker
 
     def start(self, call: dict[str, Any], queue: str | None = None) -> str:
-        from engine_flows import OneCall
-
         from datetime import timedelta
+
+        from engine_flows import OneCall
 
         handle = f"wf-{uuid.uuid4().hex[:8]}"
         client = self.server.client
@@ -281,7 +294,9 @@ class Temporal:
         # A workflow task a killed worker held is handed to another after this long.
         timeout = timedelta(seconds=1)
         self.server.loop.run(
-            client.start_workflow(OneCall.run, call, id=handle, task_queue=queue, task_timeout=timeout)
+            client.start_workflow(
+                OneCall.run, call, id=handle, task_queue=queue, task_timeout=timeout
+            )
         )
         return handle
 
@@ -293,7 +308,9 @@ class Temporal:
         self.server.loop.run(self.server.client.get_workflow_handle(handle).cancel())
 
     def progress(self, handle: str) -> dict[str, Any] | None:
-        description = self.server.loop.run(self.server.client.get_workflow_handle(handle).describe())
+        description = self.server.loop.run(
+            self.server.client.get_workflow_handle(handle).describe()
+        )
         for pending in description.raw_description.pending_activities:
             for payload in pending.heartbeat_details.payloads:
                 return json.loads(payload.data)  # type: ignore[no-any-return]

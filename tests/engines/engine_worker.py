@@ -3,7 +3,7 @@
     engine_worker.py inline STATE CALL_ID CALL          # run a call, print its result
     engine_worker.py inline-resume STATE TICKET         # resume a ticket, print its result
     engine_worker.py temporal STATE TARGET QUEUE        # a Temporal worker, until killed
-    engine_worker.py dbos STATE DB_URL SCHEMA WID CALL  # start (or recover) a workflow, print its result
+    engine_worker.py dbos STATE DB_URL SCHEMA WID CALL  # run a workflow, print its result
 
 Every result is printed as one line of JSON.
 """

@@ -59,7 +59,8 @@ def test_ask_waits_for_a_person_then_resumes_the_call_once(engine: Any) -> None:
     assert lines(engine.state, "effects") == ["wrote a.txt"]
     assert store.get_ticket(ticket).state is TicketState.RESUMED  # type: ignore[union-attr]
     again = engine.registry.resume_sync(ticket)  # the ticket's answer was taken: never twice
-    assert again.code == "DENIED" and "already resumed" in again.error.message
+    assert again.code == "DENIED"
+    assert "already resumed" in again.error.message
     assert lines(engine.state, "effects") == ["wrote a.txt"]
 
 

@@ -233,7 +233,9 @@ async def run_resume(
     """The call ticket ``ticket_id`` holds, through ``registry.resume``: at most once per
     ticket. A retried attempt that finds the ticket already resumed reports the outcome
     unknown (the earlier attempt took the answer and never reported), not a denial."""
-    taken_before = attempt.retried and ticket_state(registry, ticket_id) == TicketState.RESUMED.value
+    taken_before = (
+        attempt.retried and ticket_state(registry, ticket_id) == TicketState.RESUMED.value
+    )
     bounded = signal if timeout_s is None else signal.with_timeout(timeout_s * 1000)
     try:
         result = await registry.resume(ticket_id, signal=bounded, on_progress=progress)

@@ -29,7 +29,17 @@ from ._calls import (
     run_resume,
     ticket_state,
 )
-from ._waiting import ANSWERED, EXECUTE, PROGRESS, RESUME, TICKET_STATE, Waiting, request, steps
+from ._waiting import (
+    ANSWERED,
+    EXECUTE,
+    PROGRESS,
+    RESUME,
+    TICKET_STATE,
+    WAITING,
+    Waiting,
+    request,
+    steps,
+)
 
 _log = logging.getLogger("dsh_tools")
 _served: dict[str, Any] = {}
@@ -59,7 +69,8 @@ def _registry() -> ToolRegistry:
 
 def _identity() -> tuple[str, str]:
     workflow_id, step_id = DBOS.workflow_id, DBOS.step_id
-    assert workflow_id is not None and step_id is not None, "a tool call runs as a DBOS step"
+    if workflow_id is None or step_id is None:
+        raise RuntimeError("a tool call's step runs inside a DBOS workflow")
     return workflow_id, dbos_call_id(workflow_id, step_id)
 
 
@@ -142,7 +153,7 @@ def call_tool(
     *,
     agent: str | None = None,
     timeout_s: float | None = None,
-    waiting: Waiting = Waiting(),
+    waiting: Waiting = WAITING,
 ) -> dict[str, Any]:
     """Run one tool call from a (synchronous) DBOS workflow and return its result as
     JSON (``result_to_json``'s form). See :func:`call_tool_async`."""
@@ -167,7 +178,7 @@ async def call_tool_async(
     *,
     agent: str | None = None,
     timeout_s: float | None = None,
-    waiting: Waiting = Waiting(),
+    waiting: Waiting = WAITING,
 ) -> dict[str, Any]:
     """Run one tool call from an ``async`` DBOS workflow and return its result as JSON
     (``result_to_json``'s form: ``isError``, ``content``, ``value`` or ``error``, ...).

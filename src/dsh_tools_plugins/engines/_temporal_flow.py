@@ -7,6 +7,7 @@ Workflow code: it imports ``temporalio`` and the engine-neutral steps, never
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from collections.abc import Mapping
 from datetime import timedelta
@@ -15,7 +16,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from ._waiting import ANSWERED, EXECUTE, RESUME, TICKET_STATE, Waiting, request, steps
+from ._waiting import ANSWERED, EXECUTE, RESUME, TICKET_STATE, WAITING, Waiting, request, steps
 
 _NO_TIMEOUT = timedelta(days=1)
 """How long a call without a time budget may run as one activity attempt."""
@@ -36,7 +37,7 @@ async def call_tool(
     heartbeat_timeout: timedelta = timedelta(seconds=30),
     retry_policy: RetryPolicy | None = None,
     task_queue: str | None = None,
-    waiting: Waiting = Waiting(),
+    waiting: Waiting = WAITING,
 ) -> dict[str, Any]:
     """Run one tool call from a workflow and return its result as JSON
     (``result_to_json``'s form: ``isError``, ``content``, ``value`` or ``error``, ...).
@@ -88,10 +89,8 @@ async def _perform(kind: str, argument: Any, options: dict[str, Any]) -> Any:
         )
     ticket, seconds = argument
     nudged = _nudges()
-    try:
+    with contextlib.suppress(asyncio.TimeoutError):
         await workflow.wait_condition(lambda: ticket in nudged, timeout=seconds)
-    except asyncio.TimeoutError:
-        pass
     nudged.discard(ticket)
     return None
 

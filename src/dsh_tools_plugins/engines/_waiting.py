@@ -43,6 +43,9 @@ class Waiting:
             raise ValueError(f"Waiting needs 0 < first_s <= max_s, got {self}")
 
 
+WAITING = Waiting()
+"""The default: a first look after a second, then at most every two minutes."""
+
 Operation = tuple[str, Any]
 """``("execute", request)``, ``("wait", (ticket, seconds))``, ``("state", ticket)`` or
 ``("resume", request)``: what a driver performs and sends the outcome of back."""
@@ -52,7 +55,12 @@ def request(
     name: str, arguments: Mapping[str, Any] | None, agent: str | None, timeout_s: float | None
 ) -> dict[str, Any]:
     """The JSON a workflow sends to the execute activity or step."""
-    return {"name": name, "arguments": dict(arguments or {}), "agent": agent, "timeout_s": timeout_s}
+    return {
+        "name": name,
+        "arguments": dict(arguments or {}),
+        "agent": agent,
+        "timeout_s": timeout_s,
+    }
 
 
 def pending_ticket(result: Mapping[str, Any]) -> str | None:

@@ -46,6 +46,7 @@ __all__ = [
     "tool_activities",
 ]
 
+
 def tool_activities(registry: ToolRegistry) -> list[Callable[..., Any]]:
     """The activities that run ``registry``'s tool calls, for ``Worker(activities=...)``.
 

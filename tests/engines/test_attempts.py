@@ -1,0 +1,116 @@
+"""What an engine's retried attempt of a call does, in this process: a tool that is not
+idempotent does not run again (``OUTCOME_UNKNOWN``), unless the earlier attempt only
+opened the call's ticket; and what a workflow module imports."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine_tools import build_registry, lines
+
+from dsh_tools import CancelSource
+from dsh_tools.approvals import TicketAnswer
+from dsh_tools_plugins.engines._calls import (
+    Attempt,
+    CallRequest,
+    guard_retries,
+    run_call,
+    run_resume,
+)
+
+
+def attempt(state: Path, number: int, name: str, call_id: str = "k-1", **arguments: Any) -> Any:
+    registry = build_registry(state)
+    guard_retries(registry)
+    request = CallRequest(name, arguments, "agent-1")
+    run = run_call(
+        registry,
+        request,
+        call_id=call_id,
+        attempt=Attempt("test", number),
+        signal=CancelSource().signal,
+    )
+    return asyncio.run(run)
+
+
+def test_a_retried_attempt_of_a_tool_that_is_not_idempotent_does_not_run(tmp_path: Path) -> None:
+    result = attempt(tmp_path, 2, "echo", text="hi")
+
+    assert result["error"]["info"]["code"] == "OUTCOME_UNKNOWN"
+    assert "may or may not have run" in result["error"]["message"]
+    assert lines(tmp_path, "observed") == ["k-1 echo OUTCOME_UNKNOWN"]  # the observers saw it
+
+
+def test_a_retried_attempt_of_an_idempotent_tool_runs_again(tmp_path: Path) -> None:
+    (tmp_path / "effects").write_text("ran before\n")  # so the body returns at once
+
+    result = attempt(tmp_path, 2, "crash_idempotent", key="x")
+
+    assert result["isError"] is False
+    assert lines(tmp_path, "effects") == ["ran before", "ran x"]
+
+
+def test_policy_decides_before_a_retried_attempt_is_judged(tmp_path: Path) -> None:
+    assert attempt(tmp_path, 3, "forbidden", text="hi")["error"]["info"]["code"] == "DENIED"
+    unknown = _write_retried(tmp_path)
+
+    assert unknown["error"]["info"]["code"] == "OUTCOME_UNKNOWN"
+    assert lines(tmp_path, "effects") == []  # write's body never ran
+
+
+def _write_retried(state: Path) -> Any:
+    """``write`` approved for another call id, then retried: its earlier attempt may have
+    taken that answer and run, so this one does not."""
+    registry = build_registry(state)
+    first = attempt(state, 1, "write", call_id="k-other", path="b.txt")
+    ticket = first["meta"]["approval"]["ticket"]
+    registry.approval_store.answer_ticket(  # type: ignore[attr-defined]
+        ticket, TicketAnswer("allowed-once", by="ana", channel="cli")
+    )
+    return attempt(state, 2, "write", call_id="k-2", path="b.txt")
+
+
+def test_a_retried_attempt_whose_earlier_one_only_asked_runs_once_answered(
+    tmp_path: Path,
+) -> None:
+    first = attempt(tmp_path, 1, "write", path="a.txt")
+    ticket = first["meta"]["approval"]["ticket"]
+    build_registry(tmp_path).approval_store.answer_ticket(  # type: ignore[attr-defined]
+        ticket, TicketAnswer("allowed-once", by="ana", channel="cli")
+    )
+
+    result = attempt(tmp_path, 2, "write", path="a.txt")  # the same call id: it only asked
+
+    assert result["isError"] is False
+    assert lines(tmp_path, "effects") == ["wrote a.txt"]
+
+
+def test_a_retried_resume_of_a_ticket_taken_before_is_unknown_not_denied(tmp_path: Path) -> None:
+    registry = build_registry(tmp_path)
+    first = attempt(tmp_path, 1, "write", path="a.txt")
+    ticket = first["meta"]["approval"]["ticket"]
+    registry.approval_store.answer_ticket(  # type: ignore[attr-defined]
+        ticket, TicketAnswer("allowed-once", by="ana", channel="cli")
+    )
+    signal = CancelSource().signal
+    resumed = asyncio.run(run_resume(registry, ticket, attempt=Attempt("test"), signal=signal))
+    assert resumed["isError"] is False
+
+    retried = asyncio.run(run_resume(registry, ticket, attempt=Attempt("test", 2), signal=signal))
+
+    assert retried["error"]["info"]["code"] == "OUTCOME_UNKNOWN"
+    assert lines(tmp_path, "effects") == ["wrote a.txt"]
+
+
+def test_workflow_code_imports_nothing_of_dsh_tools() -> None:
+    code = (
+        "import sys, dsh_tools_plugins.engines.temporal\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'dsh_tools'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+
+    assert out.stdout.strip() == "[]"
