@@ -36,6 +36,7 @@ CASES: dict[str, tuple[str, str]] = {
     "10": ("progress reports, unheard and over MCP", "case_progress:run"),
     "11": ("approvals on one PostgreSQL server", "case_approvals:run"),
     "12": ("ConcurrencyLimit and ResultCache overhead", "case_limits:run"),
+    "13": ("tool calls on Temporal and DBOS", "case_engines:run"),
 }
 
 
