@@ -28,6 +28,7 @@ def notes_registry(store_path: Path) -> ToolRegistry:
     def write_note(args: Any, ctx: Any) -> str:
         notes.append(str(args["text"]))
         return "noted"
+
     registry = ToolRegistry(
         approval=lambda request: "pending", approval_store=SqliteApprovalStore(store_path)
     )
