@@ -96,7 +96,9 @@ def writable_trees(*extra: str | os.PathLike[str]) -> tuple[str, ...]:
     workspace of the entry points and the CLI) and every workspace root this process has
     given tools; the current directory when there is neither (the entry points'
     default workspace); then ``extra``."""
-    named = os.environ.get(WORKSPACE_ENV, "").strip()
+    from ._plugin_settings import plugin_settings
+
+    named = plugin_settings().workspace  # while plugins load, the one they were given
     trees = ([named] if named else []) + sorted(_handed)
     return (*(trees or [os.getcwd()]), *(os.fspath(tree) for tree in extra))
 

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Final, Literal
 import attrs
 
 from ._plugin_loaders import LOADERS, Disposer, LoadFailure, dispose_all, shipped_by
+from ._plugin_settings import PluginSettings, given_settings, plugin_settings
 from .errors import PluginConfigError, PluginError
 
 if TYPE_CHECKING:
@@ -58,8 +59,10 @@ __all__ = [
     "PluginFailure",
     "PluginKind",
     "PluginRecord",
+    "PluginSettings",
     "TOOLS_GROUP",
     "load_plugins",
+    "plugin_settings",
 ]
 
 logger = logging.getLogger("dsh_tools")
@@ -215,11 +218,24 @@ _LOADED: weakref.WeakKeyDictionary[ToolRegistry, dict[_Key, PluginRecord]] = (
 def load_plugins(
     registry: ToolRegistry,
     *,
+    workspace: str | os.PathLike[str] | None = None,
+    rules: str | os.PathLike[str] | None = None,
+    sandbox: str | None = None,
+    network: bool | None = None,
     block: Iterable[str] = (),
     only: Iterable[str] | None = None,
     strict: bool = False,
 ) -> LoadReport:
     """Discover the ``dsh_tools.*`` entry points and register them into ``registry``.
+
+    ``workspace`` (the root the workspace tools are confined to), ``rules`` (a
+    permission rules file), ``sandbox`` (``"auto"``, ``"required"`` or ``"off"``) and
+    ``network`` configure the first-party entry points, and any other that reads
+    :func:`plugin_settings` while it loads; one not given comes from its environment
+    variable (``DSH_TOOLS_WORKSPACE``, ``DSH_TOOLS_RULES``, ``DSH_TOOLS_SANDBOX``,
+    ``DSH_TOOLS_NETWORK``), as the ``dsh-tools`` command sets them. So two registries
+    of one process can serve two workspaces. A workspace that is not a directory, or
+    rules that are not a file, raise :class:`~dsh_tools.errors.PluginConfigError`.
 
     Entry point names in ``block`` (and in the comma-separated :data:`BLOCK_ENV_VAR`) are
     skipped without being imported; ``dist:<distribution>`` blocks every entry point of a
@@ -241,9 +257,16 @@ def load_plugins(
     configuration it was given is broken) is not an optional plugin that failed: every
     registration of this call is undone and that error is raised, strict or not.
     """
+    with given_settings(workspace, rules, sandbox, network):
+        return _load(registry, list(block), only, strict)
+
+
+def _load(
+    registry: ToolRegistry, explicit_block: list[str], only: Iterable[str] | None, strict: bool
+) -> LoadReport:
+    """:func:`load_plugins`, with the settings in place."""
     import importlib_metadata
 
-    explicit_block = list(block)
     found = _Pass(
         registry,
         _Selectors.parse([*explicit_block, *os.environ.get(BLOCK_ENV_VAR, "").split(",")]),

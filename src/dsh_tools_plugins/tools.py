@@ -2,17 +2,20 @@
 
 Registered as ``[project.entry-points."dsh_tools.tools"] workspace =
 "dsh_tools_plugins.tools:workspace_tools"``; the plugin loader calls it with no argument,
-so the root then comes from the ``DSH_TOOLS_WORKSPACE`` environment variable, or the
-current directory.
+so the root then comes from :func:`~dsh_tools.plugins.plugin_settings`: the
+``workspace`` given to :func:`~dsh_tools.plugins.load_plugins`, else the
+``DSH_TOOLS_WORKSPACE`` environment variable, else the current directory.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
+from dsh_tools import hostfiles
 from dsh_tools.models import ToolDefinition
+from dsh_tools.plugins import plugin_settings
 
 from .command import run_command_tool
 from .files import edit_file_tool, list_dir_tool, read_file_tool, write_file_tool
@@ -23,7 +26,7 @@ from .workspace import Workspace
 
 __all__ = ["WORKSPACE_ENV", "workspace_tools"]
 
-WORKSPACE_ENV = "DSH_TOOLS_WORKSPACE"
+WORKSPACE_ENV: Final = hostfiles.WORKSPACE_ENV
 """Environment variable naming the workspace root when none is given."""
 
 
@@ -36,7 +39,8 @@ def workspace_tools(
     """``read_file``, ``write_file``, ``edit_file``, ``list_dir``, ``glob``, ``grep`` and
     ``run_command``, all confined to one :class:`~dsh_tools_plugins.workspace.Workspace`.
 
-    ``root=None`` reads :data:`WORKSPACE_ENV`, falling back to the current directory.
+    ``root=None`` takes the workspace :func:`~dsh_tools.plugins.load_plugins` was given,
+    else :data:`WORKSPACE_ENV`, else the current directory.
     ``sandbox`` and ``env`` go to :func:`~dsh_tools_plugins.command.run_command_tool`;
     ``sandbox=None`` (what the entry point gets) takes what the host configured,
     :func:`~dsh_tools_plugins.permissions.configured_sandbox`: the rules file's
@@ -45,7 +49,7 @@ def workspace_tools(
     setting is invalid.
     """
     if root is None:
-        root = os.environ.get(WORKSPACE_ENV) or os.getcwd()
+        root = plugin_settings().workspace or os.getcwd()
     workspace = Workspace(root)
     if sandbox is None:
         sandbox = configured_sandbox()

@@ -112,11 +112,12 @@ def _failing(
 
 
 def configured() -> LimitTables:
-    """The limit tables of the rules file ``$DSH_TOOLS_RULES`` names (none when unset);
-    a broken file raises ``RulesError``, so the entry point refuses to load."""
-    import os
+    """The limit tables of the host's rules file (the ``rules`` given to ``load_plugins``,
+    else ``$DSH_TOOLS_RULES``; none without one); a broken file raises ``RulesError``, so
+    the entry point refuses to load."""
+    from dsh_tools.plugins import plugin_settings
 
-    from ..permissions import RULES_ENV_VAR, PermissionRules
+    from ..permissions import PermissionRules
 
-    path = os.environ.get(RULES_ENV_VAR, "").strip()
+    path = plugin_settings().rules
     return PermissionRules.from_toml(path).limits if path else LimitTables()

@@ -6,10 +6,11 @@ face is :mod:`dsh_tools_plugins.permissions` (``configured_sandbox``)."""
 
 from __future__ import annotations
 
-import os
 from typing import Final
 
 import attrs
+
+from dsh_tools._plugin_settings import NETWORK_ENV, SANDBOX_ENV
 
 from ..sandbox._settings import SandboxLimits, SandboxMode, SandboxSettings
 from .error import RulesError
@@ -17,11 +18,11 @@ from .toml_places import key_line, region, top_key_line
 
 __all__ = ["NETWORK_ENV_VAR", "SANDBOX_ENV_VAR", "sandbox_from_table", "with_overrides"]
 
-SANDBOX_ENV_VAR: Final = "DSH_TOOLS_SANDBOX"
+SANDBOX_ENV_VAR: Final = SANDBOX_ENV
 """Environment variable (``auto``, ``required`` or ``off``; the command's ``--sandbox``)
 that overrides the rules file's ``[sandbox] mode``."""
 
-NETWORK_ENV_VAR: Final = "DSH_TOOLS_NETWORK"
+NETWORK_ENV_VAR: Final = NETWORK_ENV
 """Environment variable (``on`` or ``off``; the command's ``--network``/``--no-network``)
 that overrides the rules file's ``[sandbox] network``."""
 
@@ -70,9 +71,12 @@ def sandbox_from_table(text: str, source: str, table: object) -> SandboxSettings
 
 
 def with_overrides(settings: SandboxSettings) -> SandboxSettings:
-    """``settings`` with ``$DSH_TOOLS_SANDBOX`` and ``$DSH_TOOLS_NETWORK`` applied."""
-    mode = os.environ.get(SANDBOX_ENV_VAR, "").strip()
-    network = os.environ.get(NETWORK_ENV_VAR, "").strip()
+    """``settings`` with the host's sandbox mode and network applied (``load_plugins``'
+    ``sandbox`` and ``network``, else ``$DSH_TOOLS_SANDBOX`` and ``$DSH_TOOLS_NETWORK``)."""
+    from dsh_tools.plugins import plugin_settings
+
+    given = plugin_settings()  # load_plugins' arguments were checked: a bad value is $VAR's
+    mode, network = given.sandbox, given.network
     if mode:
         if mode not in _SANDBOX_MODES:
             raise RulesError(
