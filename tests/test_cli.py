@@ -185,7 +185,31 @@ def test_plugins_and_check(workspace: Path) -> None:
     assert "default_permissions" in plugins.out
     check = dsh("--workspace", str(workspace), "check")
     assert check.code == 0, check.out
-    assert check.out.startswith("ok: ")
+    assert check.out.splitlines()[-1].startswith("ok: ")
+
+
+def test_check_says_what_the_permission_rules_do_with_a_tool_they_do_not_name(
+    workspace: Path, tmp_path: Path
+) -> None:
+    lines = dsh("--workspace", str(workspace), "check").out.splitlines()
+    assert lines[:3] == [
+        "permission rules: the built-in default_rules() (no rules file: --rules FILE names one)",
+        "  read_file, list_dir, glob, grep: run without asking (rule 'read-only tools')",
+        "  write_file, edit_file: ask a person first (rule 'tools that change files')",
+    ]
+    # Any tool the defaults do not name, a third-party plugin's included, asks.
+    assert lines[-2] == (
+        '  any other tool or call: ask a person first (default = "ask"); '
+        "loaded tools no rule names: none"
+    )
+    rules = tmp_path / "rules.toml"
+    rules.write_text('default = "deny"\n\n[[rule]]\naction = "allow"\ntool = "grep"\n')
+    lines = dsh("--workspace", str(workspace), "--rules", str(rules), "check").out.splitlines()
+    assert lines[:2] == [f"permission rules: {rules}", "  grep: run without asking (rule #1)"]
+    assert lines[2] == (
+        '  any other tool or call: denied (default = "deny"); loaded tools no rule names: '
+        "edit_file, glob, list_dir, read_file, run_command, write_file"
+    )
 
 
 def _python_m(cwd: Path, *argv: str, workspace: Path | None = None) -> Any:

@@ -106,14 +106,66 @@ def test_approve_always_is_remembered_for_later_calls(workspace: Path) -> None:
     assert ran == ["a.txt", "a.txt"]
 
 
-def test_an_unknown_ticket_is_a_clear_error(workspace: Path, tmp_path: Path) -> None:
-    exit_code, said = dsh("approvals", "show", "t-nope")
-    assert exit_code == EXIT_USAGE
-    assert "approval ticket 't-nope' does not exist" in said
+def test_an_unknown_ticket_is_one_error_naming_the_store_it_read(
+    workspace: Path, tmp_path: Path
+) -> None:
+    store = SqliteApprovalStore.for_workspace(workspace).path
+    said_at = f"(approval store {store}, the default store of workspace {workspace})"
+    for action in ("show", "approve", "reject"):
+        out, err = io.StringIO(), io.StringIO()
+        exit_code = main(["--no-plugins", "approvals", action, "t-nope"], stdout=out, stderr=err)
+        assert (exit_code, out.getvalue()) == (EXIT_CALL_FAILED, "")
+        assert err.getvalue() == (
+            f"dsh-tools: error: approval ticket 't-nope' does not exist {said_at}\n"
+        )
+        exit_code, said = dsh("approvals", action, "t-nope", "--json")
+        assert exit_code == EXIT_CALL_FAILED
+        assert json.loads(said) == {
+            "error": {
+                "message": f"approval ticket 't-nope' does not exist {said_at}",
+                "code": "NOT_FOUND",
+            },
+            "exitCode": EXIT_CALL_FAILED,
+        }
     assert dsh("approvals", "approve", "t-nope", "--by", " ")[0] == EXIT_USAGE
-    exit_code, said = dsh("approvals", "approve", "t-nope", "--json")
+
+
+def test_a_late_answer_is_the_same_kind_of_error_with_its_own_code(workspace: Path) -> None:
+    registry, _ = host(workspace)
+    ticket = registry.execute_sync(CALL).meta["approval"]["ticket"]  # type: ignore[index]
+    assert dsh("approvals", "approve", ticket, "--by", "ana")[0] == EXIT_OK
+    exit_code, said = dsh("approvals", "reject", ticket, "--json")
     assert exit_code == EXIT_CALL_FAILED
-    assert json.loads(said)["error"]["message"] == "approval ticket 't-nope' does not exist"
+    error = json.loads(said)["error"]
+    assert error["code"] == "ALREADY_ANSWERED"
+    assert "was already answered (allowed-once by ana via cli)" in error["message"]
+    assert "approval store " in error["message"]
+
+
+def test_tickets_in_json_name_their_tool_as_the_ticket_does(workspace: Path) -> None:
+    registry, _ = host(workspace)
+    ticket = registry.execute_sync(CALL).meta["approval"]["ticket"]  # type: ignore[index]
+    exit_code, listed = dsh("approvals", "list", "--json")
+    assert exit_code == EXIT_OK
+    [entry] = json.loads(listed)
+    assert (entry["id"], entry["tool_name"]) == (ticket, "write")
+    assert "tool" not in entry
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["--workspce", "ws", "approvals", "list"], "--workspce (did you mean --workspace?)"),
+        (["approvals", "approve", "t-1", "--expries-in", "1h"], "(did you mean --expires-in?)"),
+        (["--approval-store", "x", "approvals", "list"], "(did you mean --approvals-store?)"),
+    ],
+)
+def test_a_misspelled_option_is_named_with_the_one_meant(argv: list[str], problem: str) -> None:
+    exit_code, said = dsh(*argv)
+    assert exit_code == EXIT_USAGE
+    assert "dsh-tools: error: unrecognized arguments: " in said
+    assert problem in said
+    assert "invalid choice" not in said
 
 
 def test_a_named_store_file_is_used(workspace: Path, tmp_path: Path) -> None:
@@ -156,6 +208,7 @@ def test_approve_always_may_end_after_uses_or_a_lifetime(workspace: Path) -> Non
     ("extra", "problem"),
     [
         (["--always", "--expires-in", "soon"], "--expires-in: 'soon' is not a duration"),
+        (["--always", "--expires-in", "1"], "--expires-in: '1' is not a duration: a number and"),
         (["--always", "--expires-in", "0s"], "--expires-in must be a positive"),
         (["--always", "--uses", "0"], "--uses must be at least 1"),
         (["--uses", "2"], "--uses and --expires-in go with --always"),

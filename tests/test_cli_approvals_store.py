@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +133,21 @@ def test_a_ticket_on_postgresql_is_approved_from_the_command_line(
     assert code == EXIT_OK, out + err
     assert registry.resume_sync(ticket).text == "deployed"
     assert ran == ["web"]
-    code, out, _ = dsh("approvals", "approve", ticket, "--by", "bo")
+    code, out, err = dsh("approvals", "approve", ticket, "--by", "bo")
     assert code == EXIT_CALL_FAILED
-    assert "already answered (allowed-once by ana via cli)" in out
+    assert "already answered (allowed-once by ana via cli)" in err
+    # The store it read is named, and never with its password.
+    assert f"approval store {store.url}, named by $DSH_TOOLS_APPROVALS_URL)" in err
     store.close()
+
+
+def test_without_psycopg_the_hint_installs_the_extra_as_every_other_hint(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg fails
+    code, _out, err = dsh("--approvals-store", "postgresql://dsh@db/approvals", "approvals", "list")
+    assert code == EXIT_USAGE
+    assert err == (
+        "dsh-tools: error: --approvals-store: the PostgreSQL approval store needs psycopg: "
+        "install dsh-tools with its postgres extra (in a clone: pip install '.[postgres]')\n"
+    )

@@ -588,3 +588,14 @@ async def test_serve_http_refuses_foreign_host_headers(http_url: str) -> None:
 async def test_serve_http_refuses_non_loopback_hosts(host: str) -> None:
     with pytest.raises(ValueError, match="refuses to listen on non-loopback host"):
         await serve_http(ToolRegistry(), host=host)
+
+
+@pytest.mark.anyio
+async def test_resources_and_prompts_are_empty_lists_not_unknown_methods() -> None:
+    """Some MCP hosts ask every server for its resources and prompts; a server of tools
+    answers with empty lists, as the official servers do."""
+    with anyio.fail_after(5):
+        async with Client(build_mcp_server(ToolRegistry())) as client:
+            assert (await client.list_resources()).resources == []
+            assert (await client.list_resource_templates()).resource_templates == []
+            assert (await client.list_prompts()).prompts == []

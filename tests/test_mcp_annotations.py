@@ -82,6 +82,36 @@ async def test_serve_mcp_emits_annotations_from_tool_metadata() -> None:
         destructive_hint=True, open_world_hint=False
     )
     assert listed["plain"].annotations is None
+    # The title is the tool's own too, where clients look first.
+    assert (listed["read_notes"].title, listed["plain"].title) == ("Read notes", None)
+
+
+@pytest.mark.anyio
+async def test_the_workspace_tools_have_titles_and_say_they_stay_in_the_workspace(
+    tmp_path: Any,
+) -> None:
+    from dsh_tools_plugins.sandbox import SandboxSettings
+    from dsh_tools_plugins.tools import workspace_tools
+
+    registry = ToolRegistry()
+    offline = SandboxSettings(mode="required", network=False)
+    for definition in workspace_tools(tmp_path, sandbox=offline):
+        registry.register(definition)
+    with anyio.fail_after(5):
+        async with Client(build_mcp_server(registry)) as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+    assert {name: tool.title for name, tool in listed.items()} == {
+        "read_file": "Read file",
+        "write_file": "Write file",
+        "edit_file": "Edit file",
+        "list_dir": "List directory",
+        "glob": "Find files by name",
+        "grep": "Search file contents",
+        "run_command": "Run command",
+    }
+    for tool in listed.values():  # a sandboxed offline run_command included
+        assert tool.annotations is not None
+        assert tool.annotations.open_world_hint is False
 
 
 @pytest.mark.anyio

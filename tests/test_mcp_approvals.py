@@ -20,7 +20,7 @@ from mcp import Client, StdioServerParameters
 from mcp import types as mcp_types
 
 from approval_helpers import add_write_tool
-from dsh_tools import ToolRegistry
+from dsh_tools import MemoryApprovalStore, TicketState, ToolRegistry
 from dsh_tools.bridges.mcp import McpToolSource, build_mcp_server, serve_http
 from dsh_tools.hookspecs import hookimpl
 from dsh_tools.models import ApprovalRequest, Ask, ToolExecution, ToolExecutionInput
@@ -85,11 +85,18 @@ async def test_an_ask_elicits_with_the_calls_card_and_an_accepted_answer_runs_it
     assert "notes.txt" in asked.message
     assert "writes files\\x1b[2J" in asked.message  # the reason, made safe to show
     assert "\x1b" not in asked.message
-    assert asked.requested_schema["properties"]["decision"]["enum"] == [
-        "allow-once",
-        "allow-always",
-        "reject",
-    ]
+    decision = asked.requested_schema["properties"]["decision"]
+    # The current spec's single choice with labels (oneOf of const and title), never the
+    # deprecated enumNames.
+    assert decision == {
+        "type": "string",
+        "title": "Decision",
+        "oneOf": [
+            {"const": "allow-once", "title": "Allow once"},
+            {"const": "allow-always", "title": "Allow always"},
+            {"const": "reject", "title": "Reject"},
+        ],
+    }
 
 
 @pytest.mark.anyio
@@ -161,6 +168,64 @@ async def test_a_client_that_cannot_elicit_is_refused_under_approvals_deny(mode:
     assert result.is_error
     assert "no approval channel is available" in texts(result)
     assert runs == []
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_client_that_can_elicit_now_is_asked_although_its_old_ticket_is_open(
+    mode: str,
+) -> None:
+    """An earlier run of the client could not be asked and left a ticket; now it can
+    elicit: it is asked at once (not told APPROVAL_PENDING), its answer closes the old
+    ticket, and the call runs once."""
+    registry, runs = asking_registry()
+    store = MemoryApprovalStore()
+    registry.approval_store = store
+    server = build_mcp_server(registry, approvals="pending", client="mcp-editor")
+    user = User(accept("allow-once"))
+    with anyio.fail_after(10):
+        async with Client(server, mode=mode) as earlier:
+            pending = await earlier.call_tool("write", {"path": "a.txt"})
+        async with Client(server, mode=mode, elicitation_callback=user) as now:
+            ran = await now.call_tool("write", {"path": "a.txt"})
+    assert "waiting for a person" in texts(pending)
+    [ticket] = store.list_tickets()
+    assert not ran.is_error, texts(ran)
+    assert runs == ["a.txt"]
+    assert len(user.asked) == 1
+    closed = store.get_ticket(ticket.id)
+    assert closed is not None
+    assert closed.answer is not None
+    assert (closed.state, closed.answer.channel) == (TicketState.RESUMED, "mcp")
+
+
+@pytest.mark.anyio
+async def test_a_client_known_by_its_connection_has_a_scope_of_128_random_bits() -> None:
+    registry, _ = asking_registry()
+    store = MemoryApprovalStore()
+    registry.approval_store = store
+    server = build_mcp_server(registry, approvals="pending")
+    with anyio.fail_after(10):
+        for _ in range(2):
+            async with Client(server, mode="legacy") as client:
+                await client.call_tool("write", {"path": "a.txt"})
+    first, second = (ticket.agent for ticket in store.list_tickets())
+    assert re.fullmatch(r"mcp-[0-9a-f]{32}", first), first
+    assert first != second  # two connections, two clients
+
+
+@pytest.mark.anyio
+async def test_a_remote_servers_older_enum_form_is_still_answered() -> None:
+    from dsh_tools.bridges._mcp_elicit import elicitation_answerer
+
+    answer = elicitation_answerer(lambda request: "allowed-always")
+    decision = {"type": "string", "enum": ["allow-once", "allow-always", "reject"]}
+    form = mcp_types.ElicitRequestFormParams(
+        message="deploy?",
+        requested_schema={"type": "object", "properties": {"decision": decision}},
+    )
+    filled = await answer(None, form)
+    assert (filled.action, filled.content) == ("accept", {"decision": "allow-always"})
 
 
 def _dsh(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

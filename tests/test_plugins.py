@@ -654,11 +654,18 @@ blocked = load_plugins(ToolRegistry())
 out["env_blocked"] = dict(report_json(blocked), broken_imported="dsh_broken_plugin" in sys.modules)
 del os.environ["DSH_TOOLS_BLOCK_PLUGINS"]
 
-registry = ToolRegistry()
+unattended = ToolRegistry()
+load_plugins(unattended)
+out["unasked"] = text(unattended.execute_sync(ToolExecutionInput("c0", "shout", {"text": "hi"})))
+
+asked = []
+registry = ToolRegistry(approval=lambda request: asked.append(request.tool_name) or "allowed-once")
 out["default"] = report_json(load_plugins(registry))
-out["shout"] = text(registry.execute_sync(ToolExecutionInput("c1", "shout", {"text": "hi"})))
-out["secret"] = text(registry.execute_sync(ToolExecutionInput("c2", "shout", {"text": "secret"})))
-out["invalid"] = text(registry.execute_sync(ToolExecutionInput("c3", "shout", {"text": 3})))
+host = registry.scope("host")
+out["shout"] = text(host.execute_sync(ToolExecutionInput("c1", "shout", {"text": "hi"})))
+out["secret"] = text(host.execute_sync(ToolExecutionInput("c2", "shout", {"text": "secret"})))
+out["invalid"] = text(host.execute_sync(ToolExecutionInput("c3", "shout", {"text": 3})))
+out["asked"] = asked
 
 strict = ToolRegistry()
 try:
@@ -767,6 +774,13 @@ def test_installed_demo_plugin_loads_and_runs_through_the_pipeline(
             "hooks": ["dsh_tools_post_execute"],
         },
     }
+    # The default rules do not know a third-party tool: a person is asked before it
+    # runs, and a host with nobody to ask runs it not.
+    assert installed["unasked"] == {
+        "is_error": True,
+        "text": 'Error: no permission rule in default_rules() covers tool "shout"',
+    }
+    assert installed["asked"] == ["shout", "shout"]  # (invalid arguments ask nobody)
     assert installed["shout"] == {"is_error": False, "text": "HI (reviewed)"}
     assert installed["secret"] == {
         "is_error": True,

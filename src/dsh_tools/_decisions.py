@@ -189,7 +189,12 @@ ApprovalReply = Union[ApprovalOutcome, str, "ApprovalAnswer"]
 class ApprovalService(Protocol):
     """Answers ``Ask`` decisions, for example by prompting a person in an editor: with an
     :class:`ApprovalOutcome`, its value as a plain ``str``, or an
-    :class:`~dsh_tools.approvals.ApprovalAnswer` (anything else fails the call closed)."""
+    :class:`~dsh_tools.approvals.ApprovalAnswer` (anything else fails the call closed).
+
+    A service may also have ``answers_now(request) -> bool``: ``True`` when a person can
+    answer this request now (an MCP client that elicits, a terminal). Such a service is
+    asked even when an approval ticket of the same call is still pending, and a person's
+    answer closes that ticket; without the method, the call waits on the ticket."""
 
     def request(self, request: ApprovalRequest) -> Awaitable[ApprovalReply] | ApprovalReply: ...
 

@@ -76,7 +76,8 @@ class PostgresApprovalStore(PostgresTickets):
             import psycopg  # noqa: F401
         except ImportError:
             raise ApprovalStoreError(
-                "the PostgreSQL approval store needs psycopg: pip install 'dsh-tools[postgres]'"
+                "the PostgreSQL approval store needs psycopg: install dsh-tools with its "
+                "postgres extra (in a clone: pip install '.[postgres]')"
             ) from None
         self._connections = Connections(url, timeout_s)
         self._listener = Listener(self._connections, CHANNEL)

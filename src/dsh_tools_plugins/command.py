@@ -387,6 +387,11 @@ def run_command_tool(
         timeout_ms=max_timeout_ms + kill_grace_ms + 5_000,
         present_call=_call_presenter(starter),
         present_result=_present_result,
-        metadata={"read_only": False},
+        # Closed world only where commands run sandboxed and offline, or not at all.
+        metadata={
+            "read_only": False,
+            "open_world": not starter.settings.contained,
+            "title": "Run command",
+        },
         paths=workspace.tool_paths(PathArgument("cwd", "directory")),
     )

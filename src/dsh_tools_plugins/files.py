@@ -91,7 +91,7 @@ MAX_LINE_CHARS = 2000
 BINARY_SNIFF_BYTES = 8192
 """A NUL byte in this many leading bytes makes a file binary."""
 
-READ_ONLY = {"read_only": True, "idempotent": True}
+READ_ONLY = {"read_only": True, "idempotent": True, "open_world": False}
 
 
 # --------------------------------------------------------------------------- helpers
@@ -215,7 +215,7 @@ def read_file_tool(
         output=READ_OUTPUT,
         present_call=present_read_call,
         present_result=present_read_result,
-        metadata=READ_ONLY,
+        metadata={**READ_ONLY, "title": "Read file"},
         paths=workspace.tool_paths(PathArgument("path", "file")),
         blocking=True,
     )
@@ -287,7 +287,7 @@ def write_file_tool(
         output=WRITE_OUTPUT,
         present_call=present_write_call,
         present_result=present_change_result,
-        metadata={"read_only": False},
+        metadata={"read_only": False, "open_world": False, "title": "Write file"},
         paths=workspace.tool_paths(PathArgument("path", "file")),
         blocking=True,
     )
@@ -386,7 +386,7 @@ def edit_file_tool(
         output=EDIT_OUTPUT,
         present_call=present_edit_call,
         present_result=present_change_result,
-        metadata={"read_only": False},
+        metadata={"read_only": False, "open_world": False, "title": "Edit file"},
         paths=workspace.tool_paths(PathArgument("path", "file")),
         blocking=True,
     )
@@ -459,7 +459,7 @@ def list_dir_tool(workspace: Workspace) -> ToolDefinition[ListDirArgs]:
         output=LIST_OUTPUT,
         present_call=present_list_call,
         present_result=present_list_result,
-        metadata=READ_ONLY,
+        metadata={**READ_ONLY, "title": "List directory"},
         paths=workspace.tool_paths(PathArgument("path", "directory")),
         blocking=True,
     )

@@ -97,14 +97,17 @@ error then points at the ``rule =`` line.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Final
+
+from dsh_tools._plugin_settings import RULES_ENV
+from dsh_tools.plugins import plugin_settings
 
 from ._rules.error import RulesError
 from ._rules.fields import Action
 from ._rules.policy import PermissionRules
 from ._rules.rule import Rule
 from ._rules.sandbox_table import NETWORK_ENV_VAR, SANDBOX_ENV_VAR, with_overrides
+from ._rules.summary import summary
 from .sandbox._settings import SandboxSettings
 
 if TYPE_CHECKING:
@@ -121,10 +124,11 @@ __all__ = [
     "configured_sandbox",
     "default_permissions",
     "default_rules",
+    "rules_summary",
     "unmatched_rules",
 ]
 
-RULES_ENV_VAR: Final = "DSH_TOOLS_RULES"
+RULES_ENV_VAR: Final = RULES_ENV
 """Environment variable naming the TOML rules file :func:`default_permissions` loads."""
 
 _DEFAULT_SOURCE: Final = "default_rules()"
@@ -146,6 +150,19 @@ def unmatched_rules(registry: ToolRegistry) -> list[RulesError]:
     return problems
 
 
+def rules_summary(registry: ToolRegistry) -> list[str]:
+    """What the permission rules loaded into ``registry`` do, told to a person: for each
+    :class:`PermissionRules` plugin, its source, a line per rule, and what a call no rule
+    matches gets, with the tools no rule names (``dsh-tools check`` prints it). Without
+    any, one line saying that calls run unless another plugin decides."""
+    names = registry.names()
+    lines: list[str] = []
+    for _, plugin in registry.plugin_manager.list_name_plugin():
+        if isinstance(plugin, PermissionRules):
+            lines += summary(plugin, names, plugin.source == _DEFAULT_SOURCE)
+    return lines or ["permission rules: none loaded, so calls run unless another plugin decides"]
+
+
 def default_rules(sandbox: SandboxSettings | None = None) -> PermissionRules:
     """The default policy for the reference tools.
 
@@ -154,10 +171,12 @@ def default_rules(sandbox: SandboxSettings | None = None) -> PermissionRules:
     commands run under) is ``contained``: mode ``required`` and the network off. Then
     every command runs without asking, because the sandbox, not a pattern over the
     command's text, keeps it in the workspace; a command that could reach the network,
-    or run outside the sandbox, still asks. Other tools are left to their own policies
-    (the rules abstain): installing dsh-tools must not silently disable every
-    third-party tool. A host that wants "ask for everything else" passes a rules file
-    with ``default = "ask"``.
+    or run outside the sandbox, still asks. Every other tool asks too (``default =
+    "ask"``, as in a rules file): a tool these rules do not know, a third-party plugin's
+    or a remote MCP server's, may do anything, so a person decides before its first call
+    (an ``*-always`` answer is remembered), as agents such as Claude Code ask before an
+    unknown tool. A rules file with ``allow`` rules, or ``default = "allow"``, lets them
+    run.
     """
     return PermissionRules(
         [
@@ -169,8 +188,14 @@ def default_rules(sandbox: SandboxSettings | None = None) -> PermissionRules:
                 sandboxed=False,
                 name="commands not confined to an offline sandbox",
             ),
+            Rule(
+                "allow",
+                "run_command",
+                sandboxed=True,
+                name="commands confined to an offline sandbox",
+            ),
         ],
-        default="allow",
+        default="ask",
         source=_DEFAULT_SOURCE,
         sandbox=sandbox,
     )
@@ -179,20 +204,22 @@ def default_rules(sandbox: SandboxSettings | None = None) -> PermissionRules:
 def configured_sandbox() -> SandboxSettings:
     """The sandbox settings the host configured, for the entry points.
 
-    The ``[sandbox]`` table of the rules file named by ``$DSH_TOOLS_RULES`` (when there
-    is one), then ``$DSH_TOOLS_SANDBOX`` (the mode) and ``$DSH_TOOLS_NETWORK`` (``on`` or
-    ``off``) over it: the command's ``--sandbox`` and ``--network`` set those, so its
-    flags win over the file. Without any of them: mode ``auto``, network off. A bad
+    The ``[sandbox]`` table of the rules file (the ``rules`` given to
+    :func:`~dsh_tools.plugins.load_plugins`, else ``$DSH_TOOLS_RULES``), then the
+    ``sandbox`` mode and ``network`` (else ``$DSH_TOOLS_SANDBOX`` and
+    ``$DSH_TOOLS_NETWORK``) over it: the command's ``--sandbox`` and ``--network`` set
+    those, so its flags win over the file. Without any of them: mode ``auto``, network off. A bad
     value raises :class:`RulesError` naming the variable or the file and line.
     """
-    path = os.environ.get(RULES_ENV_VAR, "").strip()
+    path = plugin_settings().rules
     settings = PermissionRules.from_toml(path).sandbox if path else None
     return with_overrides(settings or SandboxSettings())
 
 
 def default_permissions() -> PermissionRules:
-    """The ``dsh_tools.plugins`` entry point factory: the rules in the TOML file named by
-    ``$DSH_TOOLS_RULES``, or :func:`default_rules` when it is unset or empty; either way
+    """The ``dsh_tools.plugins`` entry point factory: the rules in the TOML file
+    :func:`~dsh_tools.plugins.load_plugins` was given (``rules=``, else
+    ``$DSH_TOOLS_RULES``), or :func:`default_rules` when there is none; either way
     with the sandbox settings of :func:`configured_sandbox`, which the ``workspace``
     entry point gives ``run_command`` too.
 
@@ -201,7 +228,7 @@ def default_permissions() -> PermissionRules:
     raises it in turn (strict or not), so a host never runs with no rules, or with the
     defaults, in place of the file it named.
     """
-    path = os.environ.get(RULES_ENV_VAR, "").strip()
+    path = plugin_settings().rules
     if not path:
         return default_rules(with_overrides(SandboxSettings()))
     rules = PermissionRules.from_toml(path)

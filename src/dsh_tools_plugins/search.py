@@ -72,7 +72,7 @@ DEFAULT_GLOB_LIMIT = 500
 DEFAULT_GREP_LIMIT = 200
 """Matching lines ``grep`` returns when the call gives no ``limit``."""
 
-_READ_ONLY = {"read_only": True, "idempotent": True}
+_READ_ONLY = {"read_only": True, "idempotent": True, "open_world": False}
 _INCLUDE_IGNORED = (
     "Also search files that .gitignore or .ignore files exclude (.git is always skipped)"
 )
@@ -236,7 +236,7 @@ def glob_tool(workspace: Workspace) -> ToolDefinition[GlobArgs]:
         present_call=_present_glob_call,
         present_result=_present_glob_result,
         blocking=True,
-        metadata=_READ_ONLY,
+        metadata={**_READ_ONLY, "title": "Find files by name"},
         paths=workspace.tool_paths(
             PathArgument("path", "tree"),
             PathArgument("pattern", "pattern", within="path", relative_to="path"),
@@ -436,7 +436,7 @@ def grep_tool(
         present_call=_present_grep_call,
         present_result=_present_grep_result,
         blocking=True,
-        metadata=_READ_ONLY,
+        metadata={**_READ_ONLY, "title": "Search file contents"},
         # include is matched against the path from the workspace root, whatever path is
         paths=workspace.tool_paths(
             PathArgument("path", "tree"), PathArgument("include", "pattern", within="path")

@@ -183,7 +183,12 @@ async def test_async_hosts_run_commands(registry: ToolRegistry) -> None:
 def test_definition_declares_a_backstop_timeout_and_metadata(root: Path) -> None:
     definition = run_command_tool(Workspace(root))
     assert definition.timeout_ms == 600_000 + 2_000 + 5_000
-    assert definition.metadata == {"read_only": False}
+    # A command that may run unsandboxed, or reach the network, is open world.
+    assert definition.metadata == {"read_only": False, "open_world": True, "title": "Run command"}
+    offline = run_command_tool(Workspace(root), sandbox=SandboxSettings(mode="required"))
+    assert offline.metadata["open_world"] is False
+    online = SandboxSettings(mode="required", network=True)
+    assert run_command_tool(Workspace(root), sandbox=online).metadata["open_world"] is True
     with pytest.raises(ValueError, match="default_timeout_ms"):
         run_command_tool(Workspace(root), default_timeout_ms=10, max_timeout_ms=5)
 

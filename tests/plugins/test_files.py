@@ -386,14 +386,20 @@ def test_list_dir_markers_sorting_and_cap(registry: ToolRegistry, root: Path) ->
 
 
 def test_metadata_marks_read_only_tools(registry: ToolRegistry) -> None:
-    for name in ("read_file", "list_dir"):
+    titles = {"read_file": "Read file", "list_dir": "List directory"}
+    for name, title in titles.items():
         definition = registry.get(name)
         assert definition is not None
-        assert definition.metadata == {"read_only": True, "idempotent": True}
-    for name in ("write_file", "edit_file"):
+        assert definition.metadata == {
+            "read_only": True,
+            "idempotent": True,
+            "open_world": False,
+            "title": title,
+        }
+    for name, title in {"write_file": "Write file", "edit_file": "Edit file"}.items():
         definition = registry.get(name)
         assert definition is not None
-        assert definition.metadata == {"read_only": False}
+        assert definition.metadata == {"read_only": False, "open_world": False, "title": title}
 
 
 # --------------------------------------------------------------------------- hard links

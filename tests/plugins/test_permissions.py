@@ -263,8 +263,12 @@ def test_default_rules() -> None:
         assert policy.decide(name, {}) == Allow(), name
     for name in ("write_file", "edit_file", "run_command"):
         assert isinstance(policy.decide(name, {}), Ask), name
-    # Other plugins' tools are left to their own policies.
-    assert policy.decide("something_else", {}) == Allow()
+    # A tool these rules do not know (a third-party plugin's, a remote server's) may do
+    # anything: a person decides before it runs, as agents ask before an unknown tool.
+    unknown = policy.decide("deploy", {})
+    assert isinstance(unknown, Ask)
+    assert unknown.reason == 'no permission rule in default_rules() covers tool "deploy"'
+    assert policy.decide("deploy", {"read_only": True}) == unknown
 
 
 def test_default_permissions_reads_the_env_var(

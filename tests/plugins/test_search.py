@@ -317,10 +317,15 @@ def test_grep_never_follows_symlinks(registry: ToolRegistry) -> None:
 
 
 def test_metadata_marks_search_tools_read_only(registry: ToolRegistry) -> None:
-    for name in ("glob", "grep"):
+    for name, title in {"glob": "Find files by name", "grep": "Search file contents"}.items():
         definition = registry.get(name)
         assert definition is not None
-        assert definition.metadata == {"read_only": True, "idempotent": True}
+        assert definition.metadata == {
+            "read_only": True,
+            "idempotent": True,
+            "open_world": False,
+            "title": title,
+        }
         assert definition.blocking is True
 
 

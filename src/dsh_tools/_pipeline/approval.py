@@ -16,11 +16,17 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from ..approvals import (
+    ANSWERS,
     REMEMBERED_OUTCOMES,
     ApprovalAnswer,
     ApprovalKey,
     ApprovalStore,
     ApprovalTicket,
+    TicketAnswer,
+    TicketAnsweredError,
+    TicketError,
+    TicketState,
+    TicketStore,
     exact_outcome,
 )
 from ..errors import ErrorCode, RegistrationError
@@ -125,13 +131,16 @@ async def approve(call: Call, ask: Ask) -> Allow | Deny:
         known = None  # the grant ran out since it was recalled: ask again
     if known is not None:
         return known
+    request = ApprovalRequest(agent, name, execution.call_id, arguments, ask.reason, call.signal)
     tickets = ticket_store(call)
     if tickets is not None:
         ticket = stored(call, "find a ticket", lambda: tickets.find_ticket(keys[0]))
         if ticket is not None:  # the call repeated: it waits for (and takes) that answer
+            now = await _asked_now(call, service, request, tickets, ticket)
+            if now is not None:
+                return now
             ticket = await awaited(call, tickets, ticket)
             return _answered(call, keys, taken(call, tickets, ticket))
-    request = ApprovalRequest(agent, name, execution.call_id, arguments, ask.reason, call.signal)
     answer = await _answer(call, service, request)
     _said(call, APPROVAL, answer)
     if answer.outcome is ApprovalOutcome.PENDING:
@@ -146,6 +155,62 @@ async def approve(call: Call, ask: Ask) -> Allow | Deny:
             )
         return _answered(call, keys, await pending(call, tickets, ask, call.asker))
     return _kept(call, keys, answer)
+
+
+def answers_now(service: object, request: ApprovalRequest) -> bool:
+    """Whether ``service`` says it can answer ``request`` now (its optional
+    ``answers_now(request)`` returns ``True``: a person is there), although a ticket of
+    the same call is open; a service without the method, or whose method fails, cannot."""
+    method = getattr(service, "answers_now", None)
+    try:
+        return callable(method) and method(request) is True
+    except Exception as error:
+        logger.warning("approval service %s failed to say whether it answers now: %s",
+                       type(service).__qualname__, message(error))  # fmt: skip
+        return False
+
+
+async def _asked_now(
+    call: Call,
+    service: ApprovalService,
+    request: ApprovalRequest,
+    tickets: TicketStore,
+    ticket: ApprovalTicket,
+) -> Allow | Deny | None:
+    """A service that can answer now is asked although the call's ticket is still
+    pending; a person's answer closes the ticket, and this call takes it (once).
+    ``None``: the service cannot answer now, or answered pending or unavailable, and the
+    call waits on the ticket as before."""
+    if ticket.state is not TicketState.PENDING or not answers_now(service, request):
+        return None
+    answer = await _answer(call, service, request)
+    _said(call, APPROVAL, answer, {"ticket": ticket.id})
+    if answer.outcome in (ApprovalOutcome.PENDING, ApprovalOutcome.UNAVAILABLE):
+        return None
+    keys = approval_keys(call)
+    if answer.outcome not in ANSWERS:  # cancelled: nothing was said; the ticket stays open
+        return _kept(call, keys, answer)
+    by, channel_name = answer.by or type(service).__qualname__, answer.channel or "service"
+    closing = TicketAnswer(
+        answer.outcome, by, channel_name, feedback=answer.feedback,
+        any_arguments=answer.any_arguments, expires_in_s=answer.expires_in_s, uses=answer.uses,
+    )  # fmt: skip
+    closed = stored(call, "answer a ticket", lambda: _closed(tickets, ticket.id, closing))
+    if isinstance(closed, TicketAnsweredError):  # another answer came first: it wins
+        return _answered(call, keys, taken(call, tickets, closed.ticket))
+    if isinstance(closed, ApprovalTicket):
+        taken(call, tickets, closed)  # this call takes the answer it gave, once
+    return _kept(call, keys, answer)  # (a ticket that expired meanwhile: the answer decides)
+
+
+def _closed(
+    tickets: TicketStore, ticket_id: str, answer: TicketAnswer
+) -> ApprovalTicket | TicketError:
+    """The ticket answered, or why it could not be (a store failure raises)."""
+    try:
+        return tickets.answer_ticket(ticket_id, answer)
+    except TicketError as error:
+        return error
 
 
 def resumed(call: Call, decision: Allow | Ask) -> Allow | Deny:

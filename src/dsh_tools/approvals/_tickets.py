@@ -224,14 +224,19 @@ class TicketError(DshToolsError):
 
 
 class TicketNotFoundError(TicketError):
-    """No ticket has that id in the store."""
+    """No ticket has that id in the store (code ``NOT_FOUND``)."""
+
+    default_code = "NOT_FOUND"
 
     def __init__(self, ticket_id: str) -> None:
         super().__init__(ticket_id, "does not exist")
 
 
 class TicketAnsweredError(TicketError):
-    """The ticket was answered already: this answer came too late and counts for nothing."""
+    """The ticket was answered already: this answer came too late and counts for nothing
+    (code ``ALREADY_ANSWERED``)."""
+
+    default_code = "ALREADY_ANSWERED"
 
     def __init__(self, ticket: ApprovalTicket) -> None:
         earlier = ticket.answer
@@ -243,7 +248,7 @@ class TicketAnsweredError(TicketError):
 
 
 class TicketExpiredError(TicketError):
-    """The ticket expired before this answer."""
+    """The ticket expired before this answer (code ``APPROVAL_EXPIRED``)."""
 
     default_code = ErrorCode.APPROVAL_EXPIRED.value
 

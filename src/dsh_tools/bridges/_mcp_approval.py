@@ -25,7 +25,7 @@ from mcp import types as mcp_types
 from mcp.shared.exceptions import NoBackChannelError
 
 from .._decisions import ApprovalReply
-from .._pipeline.approval import channel
+from .._pipeline.approval import answers_now, channel
 from ..approvals import ApprovalAnswer, ApprovalKey
 from ..content import TextContent
 from ..errors import ErrorCode
@@ -72,8 +72,11 @@ ANSWER_SCHEMA: dict[str, Any] = {
         "decision": {
             "type": "string",
             "title": "Decision",
-            "enum": list(_DECISIONS),
-            "enumNames": ["Allow once", "Allow always", "Reject"],
+            "oneOf": [
+                {"const": "allow-once", "title": "Allow once"},
+                {"const": "allow-always", "title": "Allow always"},
+                {"const": "reject", "title": "Reject"},
+            ],
         },
         "feedback": {
             "type": "string",
@@ -83,7 +86,9 @@ ANSWER_SCHEMA: dict[str, Any] = {
     },
     "required": ["decision"],
 }
-"""The form an elicited approval asks the user to fill in."""
+"""The form an elicited approval asks the user to fill in: a single choice with a label
+for each value, as MCP's ``TitledSingleSelectEnumSchema`` (``oneOf`` of ``const`` and
+``title``; the older ``enumNames`` is deprecated)."""
 
 
 @attrs.define
@@ -139,6 +144,8 @@ class McpApprovals:
     :param fallback: answers asks of calls that did not come over MCP.
     :param mode: what an ask becomes when the client cannot elicit.
     :param one_client: every request comes from the server's one client (stdio).
+    :param client: that client's scope key (see
+        :class:`~dsh_tools.bridges._mcp_clients.ClientScopes`).
     """
 
     def __init__(
@@ -147,12 +154,13 @@ class McpApprovals:
         mode: ApprovalsMode = "deny",
         *,
         one_client: bool = False,
+        client: str | None = None,
     ) -> None:
         if mode not in ("pending", "deny"):
             raise ValueError(f"approvals mode must be 'pending' or 'deny', got {mode!r}")
         self.fallback = channel(fallback)
         self.mode = mode
-        self.clients = ClientScopes(one_client=one_client)
+        self.clients = ClientScopes(one_client=one_client, client=client)
         self._calls: dict[str, _Caller] = {}
 
     def session_view(
@@ -181,6 +189,15 @@ class McpApprovals:
             yield caller
         finally:
             del self._calls[call.call_id]
+
+    def answers_now(self, request: ApprovalRequest) -> bool:
+        """Whether the call's client can answer now (its request carries an answer, or it
+        can be asked: elicitation), so that it is asked although a ticket of an earlier
+        run of the same call is open; another call's, as the service replaced says."""
+        caller = self._calls.get(request.call_id)
+        if caller is None:
+            return answers_now(self.fallback, request)
+        return caller.answer is not None or _elicits(caller.ctx.session)
 
     async def request(self, request: ApprovalRequest) -> ApprovalReply:
         caller = self._calls.get(request.call_id)

@@ -6,8 +6,11 @@ A client is known, in this order, by
    ``mcp-`` and the first 32 hex digits of the SHA-256 of the secret, the same on every
    request, every worker process and after a restart, and nobody without the secret can
    name it (only the digest is ever kept: tickets and remembered answers hold the scope);
-2. the server's one client (stdio);
-3. the connection its requests share (the initialize handshake's session);
+2. the server's one client (stdio): the scope the host gave it (``client=``, so that a
+   restarted server, or one process per call, finds the tickets and answers of the
+   last), else one of its own for the process's life;
+3. the connection its requests share (the initialize handshake's session), with 128
+   random bits of its own;
 4. nothing: a request of the per-request protocol (2026-07-28) without a token is a
    client of its own, so nothing it is answered is remembered for another request.
 
@@ -38,6 +41,7 @@ __all__ = [
     "ClientIdentityError",
     "ClientScopes",
     "bearer_scope",
+    "stable_scope",
     "with_identity_hint",
 ]
 
@@ -72,6 +76,17 @@ def bearer_scope(authorization: str | None) -> str | None:
     return f"mcp-{digest[:32]}"
 
 
+def stable_scope(*parts: str) -> str:
+    """A client scope named by ``parts`` (say, a workspace and an approval store): the
+    same for the same parts in every process, and nothing else's (``mcp-`` and 32 hex
+    digits of a SHA-256 of its own domain, as a bearer token's is)."""
+    digest = hashlib.sha256(_STABLE + "\x00".join(parts).encode("utf-8", "surrogatepass"))
+    return f"mcp-{digest.hexdigest()[:32]}"
+
+
+_STABLE = b"dsh-tools MCP stdio client\x00"
+
+
 def _authorization(ctx: ServerRequestContext[Any]) -> str | None:
     """The ``Authorization`` header of the HTTP request behind ``ctx``, if any."""
     headers = getattr(ctx.request, "headers", None)
@@ -83,10 +98,17 @@ class ClientScopes:
     """The agent scope key of each request's client (see the module docstring).
 
     :param one_client: every request comes from the server's one client (stdio).
+    :param client: that one client's scope key (implies ``one_client``); without it the
+        client gets a random one, which a restarted server does not know.
     """
 
-    def __init__(self, *, one_client: bool = False) -> None:
-        self.one_client = one_client
+    def __init__(self, *, one_client: bool = False, client: str | None = None) -> None:
+        if client is not None and (type(client) is not str or not client or "/" in client):
+            raise ValueError(
+                f"client must be a scope key, a non-empty string without '/', got {client!r}"
+            )
+        self.one_client = one_client or client is not None
+        self.client = client or f"mcp-{secrets.token_hex(16)}"
         self._keys: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
 
     def key(self, ctx: ServerRequestContext[Any]) -> str:
@@ -95,11 +117,13 @@ class ClientScopes:
         named = bearer_scope(_authorization(ctx))
         if named is not None:
             return named
+        if self.one_client:
+            return self.client
         session = ctx.session
-        connection = self if self.one_client else getattr(session, "_connection", session)
+        connection = getattr(session, "_connection", session)
         key = self._keys.get(connection)
         if key is None:
-            key = self._keys[connection] = f"mcp-{secrets.token_hex(4)}"
+            key = self._keys[connection] = f"mcp-{secrets.token_hex(16)}"
         return key
 
     def lasting(self, ctx: ServerRequestContext[Any]) -> bool:

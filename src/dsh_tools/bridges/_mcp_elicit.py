@@ -79,8 +79,7 @@ def _filled(answer: ApprovalAnswer, schema: dict[str, Any]) -> dict[str, Any] | 
     """The form ``answer`` fills in, or ``None`` when it cannot fill it."""
     properties = schema.get("properties") or {}
     properties = properties if isinstance(properties, dict) else {}
-    decision = properties.get("decision")
-    offered = decision.get("enum") if isinstance(decision, dict) else None
+    offered = _offered(properties.get("decision"))
     allowing = answer.outcome in _ALLOWING
     if not isinstance(offered, list):
         return {} if allowing and not schema.get("required") else None
@@ -92,6 +91,18 @@ def _filled(answer: ApprovalAnswer, schema: dict[str, Any]) -> dict[str, Any] | 
     if answer.feedback is not None and isinstance(properties.get("feedback"), dict):
         filled["feedback"] = answer.feedback
     return filled
+
+
+def _offered(decision: object) -> list[object] | None:
+    """The values a form's ``decision`` offers: its ``oneOf`` options' ``const`` (the
+    current MCP spelling), else its ``enum``; ``None`` when it offers none."""
+    if not isinstance(decision, dict):
+        return None
+    options = decision.get("oneOf")
+    if isinstance(options, list):
+        return [option.get("const") for option in options if isinstance(option, dict)]
+    offered = decision.get("enum")
+    return offered if isinstance(offered, list) else None
 
 
 def _answer(reply: object) -> ApprovalAnswer | None:

@@ -66,7 +66,8 @@ def mcp_tools(view: View) -> list[mcp_types.Tool]:
     contract); other output declarations are not advertised and their values travel as
     content only. ``annotations`` (``readOnlyHint``, ``destructiveHint``,
     ``idempotentHint``, ``openWorldHint``, ``title``) come from the tool's metadata flags
-    ``read_only``, ``destructive``, ``idempotent``, ``open_world`` and ``title``.
+    ``read_only``, ``destructive``, ``idempotent``, ``open_world`` and ``title``; the
+    title is the tool's own ``title`` too.
     """
     tools = []
     for declaration in to_mcp_tools(view.schemas()):
@@ -77,6 +78,8 @@ def mcp_tools(view: View) -> list[mcp_types.Tool]:
         annotations = None if definition is None else annotations_of(definition.metadata)
         if annotations is not None:
             declaration["annotations"] = annotations
+            if "title" in annotations:  # where clients of 2025-06-18 on look first
+                declaration["title"] = annotations["title"]
         tools.append(mcp_types.Tool.model_validate(declaration))
     return tools
 
@@ -165,11 +168,13 @@ def _may_want_progress(ctx: ServerRequestContext[Any]) -> bool:
     return known.get("progress_token") is not None or _PROTOCOL_VERSION_KEY in known
 
 
-def _install_approvals(view: View, mode: ApprovalsMode, one_client: bool) -> McpApprovals:
+def _install_approvals(
+    view: View, mode: ApprovalsMode, one_client: bool, client: str | None
+) -> McpApprovals:
     """Route the registry's asks of MCP calls to their clients (the service it had still
     answers every other call)."""
     registry = view if isinstance(view, ToolRegistry) else view._registry
-    approvals = McpApprovals(registry.approval, mode, one_client=one_client)
+    approvals = McpApprovals(registry.approval, mode, one_client=one_client, client=client)
     registry.approval = approvals
     return approvals
 
@@ -210,6 +215,7 @@ def build_mcp_server(
     agent: str | None = None,
     approvals: ApprovalsMode = "deny",
     one_client: bool = False,
+    client: str | None = None,
 ) -> Server[Any]:
     """An MCP SDK low-level ``Server`` exposing the tools visible to ``view``.
 
@@ -228,13 +234,11 @@ def build_mcp_server(
     ``agent`` serves a registry as that agent (``"parent/child"`` for nested scopes):
     tools, guards and plugins are that scope's. A ``ToolScope`` serves as its own agent.
     Each client calls through an agent scope of its own under it (``mcp-<hex>``), so
-    remembered answers and tickets never pass from one client to another. Over HTTP a
-    client whose requests carry ``Authorization: Bearer <secret>`` (at least
-    :data:`~dsh_tools.bridges._mcp_clients.MIN_SECRET_CHARS` characters) is known by
-    the secret's digest on every request and every server sharing the approval store;
-    otherwise by its connection, and on the per-request protocol (2026-07-28) each
-    request is a client of its own. ``one_client=True`` says every request comes from
-    the one client of this server (stdio).
+    remembered answers and tickets never pass from one client to another (how a client
+    is known: :mod:`dsh_tools.bridges._mcp_clients`). ``one_client=True`` says every
+    request comes from the one client of this server (stdio); ``client`` names that
+    client's scope (and implies ``one_client``), so that a server restarted with the same
+    ``client`` finds the tickets and remembered answers of the one before.
 
     An ``Ask`` of a call made over MCP becomes an elicitation when the client supports
     it; otherwise ``approvals`` decides: ``"deny"`` refuses the call, ``"pending"`` ends
@@ -244,7 +248,7 @@ def build_mcp_server(
     replaced (see :mod:`dsh_tools.bridges._mcp_approval`).
     """
     target = _serving_view(view, agent)
-    asking = _install_approvals(target, approvals, one_client)
+    asking = _install_approvals(target, approvals, one_client, client)
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
@@ -256,7 +260,31 @@ def build_mcp_server(
     ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
         return await _call_tool(target, asking, ctx, params)
 
-    return Server(name, version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
+    return Server(
+        name, version=__version__, on_list_tools=list_tools, on_call_tool=call_tool, **_NOTHING
+    )
+
+
+# It serves tools only; hosts that ask for resources and prompts regardless get empty
+# lists, as the official servers answer, rather than "method not found".
+
+
+async def _no_resources(
+    ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+) -> mcp_types.ListResourcesResult:
+    return mcp_types.ListResourcesResult(resources=[])
+
+
+async def _no_resource_templates(
+    ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+) -> mcp_types.ListResourceTemplatesResult:
+    return mcp_types.ListResourceTemplatesResult(resource_templates=[])
+
+
+async def _no_prompts(
+    ctx: ServerRequestContext[Any], params: mcp_types.PaginatedRequestParams | None
+) -> mcp_types.ListPromptsResult:
+    return mcp_types.ListPromptsResult(prompts=[])
 
 
 async def serve_stdio(
@@ -265,14 +293,27 @@ async def serve_stdio(
     name: str = "dsh-tools",
     agent: str | None = None,
     approvals: ApprovalsMode = "deny",
+    client: str | None = None,
 ) -> None:
     """Serve ``view`` over this process's stdin/stdout until the client disconnects.
 
-    Nothing else may write to stdout meanwhile (log to stderr). Synchronous callers:
+    The one client calls through the scope ``client`` names (see
+    :func:`build_mcp_server`); give the same one on every start so that an approved
+    ticket is found by the next server process. Nothing else may write to stdout
+    meanwhile (log to stderr). Synchronous callers:
     ``anyio.run(functools.partial(serve_stdio, registry))``.
     """
     from mcp.server.stdio import stdio_server
 
-    server = build_mcp_server(view, name=name, agent=agent, approvals=approvals, one_client=True)
+    server = build_mcp_server(
+        view, name=name, agent=agent, approvals=approvals, one_client=True, client=client
+    )
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+_NOTHING: dict[str, Any] = {
+    "on_list_resources": _no_resources,
+    "on_list_resource_templates": _no_resource_templates,
+    "on_list_prompts": _no_prompts,
+}

@@ -35,12 +35,14 @@ from ._exits import (
     EXIT_USAGE,
     EXIT_WOULD_ASK,
     PluginsFailed,
+    Refused,
     UsageError,
 )
 from ._exits import EXIT_OK as EXIT_OK
 from ._inspect import cmd_check, cmd_list, cmd_plugins, cmd_schemas
 from ._parser import ArgumentsRejected, build_parser
-from ._run import cmd_call, cmd_explain, cmd_replay, cmd_serve_mcp
+from ._run import cmd_call, cmd_explain, cmd_replay
+from ._serve import cmd_serve_mcp
 from ._setup import build
 
 if TYPE_CHECKING:
@@ -82,8 +84,9 @@ def _parse(arguments: list[str], out: TextIO, err: TextIO) -> argparse.Namespace
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             return build_parser().parse_args(arguments)
     except ArgumentsRejected as rejected:
-        if _asks_for_json(arguments):
-            return _json_error(out, "UsageError", "USAGE", rejected.message, EXIT_USAGE)
+        command = _asks_for_json(arguments)
+        if command is not None:
+            return _json_error(out, command, "UsageError", "USAGE", rejected.message, EXIT_USAGE)
         rejected.parser.print_usage(err)
         err.write(f"{rejected.parser.prog}: error: {rejected.message}\n")
         return EXIT_USAGE
@@ -91,9 +94,17 @@ def _parse(arguments: list[str], out: TextIO, err: TextIO) -> argparse.Namespace
         return int(exit_request.code or 0)
 
 
-def _asks_for_json(argv: Sequence[str]) -> bool:
-    """Whether a command line that argparse refused was a ``call ... --json``."""
-    return "call" in argv and "--json" in argv[list(argv).index("call") :]
+def _asks_for_json(argv: Sequence[str]) -> str | None:
+    """The command (``call`` or ``approvals``) of a command line that argparse refused and
+    that asked for ``--json``, or ``None``."""
+    for command in _ANSWERS_IN_JSON:
+        if command in argv and "--json" in argv[list(argv).index(command) :]:
+            return command
+    return None
+
+
+_ANSWERS_IN_JSON = ("call", "approvals")
+"""The commands whose failures, under ``--json``, are JSON on standard output."""
 
 
 def _run(options: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO) -> int:
@@ -109,7 +120,9 @@ def _run(options: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO) -
     except BrokenPipeError:
         raise  # the reader of our output went away: console_main ends quietly
     except UsageError as error:
-        return fail(error, str(error), "USAGE", EXIT_USAGE)
+        return fail(error, str(error), error.code, EXIT_USAGE)
+    except Refused as error:
+        return fail(error, str(error), error.code, EXIT_CALL_FAILED)
     except PluginsFailed as error:
         if error.report is not None:
             err.write(error.report.format().rstrip("\n") + "\n")
@@ -138,7 +151,7 @@ def _commands(
         "schemas": lambda: cmd_schemas(registry, options, out, err),
         "call": lambda: cmd_call(registry, options, out, stdin, err),
         "explain": lambda: cmd_explain(registry, options, out, stdin, err),
-        "check": lambda: cmd_check(registry, report, out),
+        "check": lambda: cmd_check(registry, report, options, out),
         "replay": lambda: cmd_replay(registry, options, out),
         "serve-mcp": lambda: cmd_serve_mcp(registry, options, err),
         "approvals": lambda: cmd_approvals(options, out, err),
@@ -155,24 +168,30 @@ def _failed(
     exit_code: int,
 ) -> int:
     """A failed command: its traceback under ``--debug``, then one line on standard error,
-    or, under ``call --json``, a JSON object on standard output."""
+    or, under ``call --json`` and ``approvals ... --json``, a JSON object on standard
+    output."""
     if options.debug:
         import traceback
 
         traceback.print_exception(type(error), error, error.__traceback__, file=err)
-    if options.command == "call" and options.json:
-        return _json_error(out, type(error).__name__, code, message, exit_code)
+    if options.command in _ANSWERS_IN_JSON and getattr(options, "json", False):
+        return _json_error(out, options.command, type(error).__name__, code, message, exit_code)
     err.write(f"dsh-tools: error: {message}\n")
     return exit_code
 
 
-def _json_error(out: TextIO, name: str, code: str, message: str, exit_code: int) -> int:
-    """A failure of the command itself, shaped like a failed result of ``call --json``."""
-    failure = {
-        "isError": True,
-        "error": {"message": message, "info": {"name": name, "code": code}},
-        "exitCode": exit_code,
-    }
+def _json_error(
+    out: TextIO, command: str, name: str, code: str, message: str, exit_code: int
+) -> int:
+    """A failure of the command itself: for ``call``, shaped like a failed result of
+    ``call --json``; for ``approvals``, ``{"error": {"message", "code"}, "exitCode"}``."""
+    failure: dict[str, object] = {"error": {"message": message, "code": code}}
+    if command == "call":
+        failure = {
+            "isError": True,
+            "error": {"message": message, "info": {"name": name, "code": code}},
+        }
+    failure["exitCode"] = exit_code
     out.write(json.dumps(failure, indent=2, ensure_ascii=False) + "\n")
     return exit_code
 

@@ -14,23 +14,46 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
-import os
 import time
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
-from ..approvals import ApprovalTicket, TicketAnswer, TicketError, TicketState, TicketStore
+from ..approvals import (
+    ApprovalTicket,
+    TicketAnswer,
+    TicketError,
+    TicketNotFoundError,
+    TicketState,
+    TicketStore,
+)
 from ..json import thaw
 from ..safetext import safe_text
-from ._exits import EXIT_CALL_FAILED, EXIT_OK, UsageError
-from ._setup import approval_store
+from ._exits import EXIT_OK, Refused, UsageError
+from ._store import STORE_ERROR, ticket_store
 
-__all__ = ["cmd_approvals", "ticket_json", "ticket_store"]
+__all__ = ["cmd_approvals", "ticket_json"]
 
 
 def cmd_approvals(options: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """``approvals list | show TICKET | approve TICKET | reject TICKET | serve``."""
-    store = ticket_store(options)
+    """``approvals list | show TICKET | approve TICKET | reject TICKET | serve``.
+
+    Whatever stops it names the store it read: a ticket that cannot be shown or answered
+    is :class:`~dsh_tools.cli._exits.Refused` (exit 1), with the code of its
+    :class:`~dsh_tools.approvals.TicketError` (``NOT_FOUND``, ``ALREADY_ANSWERED``,
+    ``APPROVAL_EXPIRED``)."""
+    from dsh_tools_plugins.approval_store import ApprovalStoreError
+
+    chosen = ticket_store(options)
+    try:
+        return _act(cast(TicketStore, chosen.store), options, out, err)
+    except TicketError as error:
+        raise Refused(safe_text(f"{error} (approval store {chosen})"), error.code) from None
+    except ApprovalStoreError as error:
+        raise UsageError(f"{error} ({chosen.chosen_by})", code=STORE_ERROR) from None
+
+
+def _act(store: TicketStore, options: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """The action the options name, on the store :func:`cmd_approvals` chose."""
     action = options.approvals_command
     if action == "serve":
         return _serve(store, options, err)
@@ -40,29 +63,16 @@ def cmd_approvals(options: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if action == "show":
         ticket = store.get_ticket(options.ticket)
         if ticket is None:
-            raise UsageError(f"approval ticket {safe_text(options.ticket)!r} does not exist")
+            raise TicketNotFoundError(options.ticket)
         _write(out, ticket_json(ticket)) if options.json else _shown(ticket, out)
         return EXIT_OK
     return _answered(store, options, out)
 
 
-def ticket_store(options: argparse.Namespace) -> TicketStore:
-    """The store the options name, else the workspace's (a store keeping no tickets is
-    bad usage: there is nothing to answer in it)."""
-    store: object = approval_store(options)
-    if store is None:
-        from dsh_tools_plugins.approval_store import SqliteApprovalStore
-
-        workspace = os.environ.get("DSH_TOOLS_WORKSPACE") or os.getcwd()
-        store = SqliteApprovalStore.for_workspace(workspace)
-    if not callable(getattr(store, "answer_ticket", None)):
-        raise UsageError(f"the approval store {type(store).__qualname__} keeps no tickets")
-    return store  # type: ignore[return-value]
-
-
 def _answered(store: TicketStore, options: argparse.Namespace, out: TextIO) -> int:
     """``approve`` / ``reject``: one answer, by this person, through the command line; an
-    answer that came too late, or to an expired or unknown ticket, exits 1."""
+    answer that came too late, or to an expired or unknown ticket, raises its
+    :class:`~dsh_tools.approvals.TicketError`."""
     approve = options.approvals_command == "approve"
     outcome = ("allowed" if approve else "rejected") + ("-always" if options.always else "")
     if outcome == "allowed":
@@ -78,15 +88,7 @@ def _answered(store: TicketStore, options: argparse.Namespace, out: TextIO) -> i
         expires_in_s=expires_in_s,
         uses=uses,
     )
-    try:
-        ticket = store.answer_ticket(options.ticket, answer)
-    except TicketError as error:
-        message = safe_text(str(error))
-        if options.json:
-            _write(out, {"error": {"message": message, "code": error.code}})
-        else:
-            out.write(f"{message}\n")
-        return EXIT_CALL_FAILED
+    ticket = store.answer_ticket(options.ticket, answer)
     if options.json:
         _write(out, ticket_json(ticket))
     else:
@@ -94,7 +96,7 @@ def _answered(store: TicketStore, options: argparse.Namespace, out: TextIO) -> i
     return EXIT_OK
 
 
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def _grant_end(options: argparse.Namespace) -> tuple[float | None, int | None]:
@@ -109,10 +111,11 @@ def _grant_end(options: argparse.Namespace) -> tuple[float | None, int | None]:
         raise UsageError(f"--uses must be at least 1, got {uses}")
     if text is None:
         return None, uses
-    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*", text)
     if found is None:
         raise UsageError(
-            f"--expires-in: {safe_text(text)!r} is not a duration (such as 90s, 30m, 1h, 2d)"
+            f"--expires-in: {safe_text(text)!r} is not a duration: a number and its unit, "
+            "s, m, h or d (such as 90s, 30m, 1h, 2d)"
         )
     seconds = float(found.group(1)) * _UNITS[found.group(2)]
     if not 0 < seconds < math.inf:
@@ -134,7 +137,7 @@ def ticket_json(ticket: ApprovalTicket) -> dict[str, Any]:
         "id": ticket.id,
         "state": ticket.state.value,
         "agent": ticket.agent,
-        "tool": ticket.tool_name,
+        "tool_name": ticket.tool_name,
         "call_id": ticket.call_id,
         "arguments": thaw(ticket.arguments),
         "arguments_sha256": ticket.arguments_sha256,

@@ -21,6 +21,7 @@ __all__ = [
     "EXIT_USAGE",
     "EXIT_WOULD_ASK",
     "PluginsFailed",
+    "Refused",
     "UsageError",
 ]
 
@@ -34,7 +35,23 @@ EXIT_WOULD_ASK = 10
 
 
 class UsageError(Exception):
-    """Bad input from the person at the terminal; printed as one line, exit code 2."""
+    """Bad input from the person at the terminal; printed as one line, exit code 2.
+
+    ``code`` is what ``--json`` reports (``USAGE``, or ``STORE_ERROR`` for an approval
+    store that cannot be used)."""
+
+    def __init__(self, message: str, *, code: str = "USAGE") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Refused(Exception):
+    """The command was understood, but what it asked cannot be done (an unknown ticket,
+    an answer that came too late): one line, exit code 1, and ``code`` under ``--json``."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class PluginsFailed(Exception):

@@ -71,7 +71,11 @@ def cmd_plugins(report: LoadReport, out: TextIO) -> int:
     return EXIT_OK
 
 
-def cmd_check(registry: ToolRegistry, report: LoadReport, out: TextIO) -> int:
+def cmd_check(
+    registry: ToolRegistry, report: LoadReport, options: argparse.Namespace, out: TextIO
+) -> int:
+    """Every problem of the plugins and the registry; then, with none, what the
+    permission rules do (a call no rule matches, the tools no rule names)."""
     from ..checks import check_registry
     from ._setup import unmatched_rule_problems
 
@@ -86,5 +90,9 @@ def cmd_check(registry: ToolRegistry, report: LoadReport, out: TextIO) -> int:
             f"{len(problems)} problem(s) in {len(report.loaded)} plugin(s), {tools} tool(s)\n"
         )
         return EXIT_CALL_FAILED
+    if not options.no_plugins:
+        from dsh_tools_plugins.permissions import rules_summary
+
+        out.write("".join(f"{line}\n" for line in rules_summary(registry)))
     out.write(f"ok: {len(report.loaded)} plugin(s), {tools} tool(s), no problems\n")
     return EXIT_OK

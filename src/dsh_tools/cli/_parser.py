@@ -38,18 +38,77 @@ _AFTER = "_after_command"
 
 class _TopParser(_Parser):
     """Adds the values of repeatable global options given after the command to those
-    given before it (``--block a call x --block b`` blocks both)."""
+    given before it (``--block a call x --block b`` blocks both), and names an unknown
+    option before the command as such (argparse would take its value for the command)."""
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
+        unknown = _unknown_option(self, list(args or ()))
+        if unknown is not None:
+            self.error(unknown)
         options, rest = super().parse_known_args(args, namespace)
+        unknown = _unknown_option(_chosen(self, options), rest, anywhere=True)
+        if unknown is not None:
+            self.error(unknown)
         for name, value in list(vars(options).items()):
             if name.endswith(_AFTER):
                 delattr(options, name)
                 before = getattr(options, name.removesuffix(_AFTER))
                 setattr(options, name.removesuffix(_AFTER), [*(before or []), *value])
         return options, rest
+
+
+def _unknown_option(
+    parser: argparse.ArgumentParser, args: list[str], *, anywhere: bool = False
+) -> str | None:
+    """Why the first option in ``args`` that ``parser`` does not know is refused, with
+    the known option nearest to it; ``None`` when there is none before the first word
+    that is not an option (or, ``anywhere``, none at all that is near a known one)."""
+    import difflib
+
+    known = parser._option_string_actions
+    index = 0
+    while index < len(args):
+        word = args[index]
+        index += 1
+        if word == "--":
+            return None
+        if not word.startswith("-") or word == "-":
+            if anywhere:
+                continue
+            return None
+        name, equals, _ = word.partition("=")
+        matches = [option for option in known if option.startswith(name)]
+        if name in known or len(matches) == 1:
+            action = known[name if name in known else matches[0]]
+            index += 0 if equals or action.nargs == 0 else 1
+            continue
+        if len(matches) > 1:  # argparse names the ambiguity itself
+            return None
+        options = [option for option in known if option.startswith("--")]
+        close = difflib.get_close_matches(name, options, n=1, cutoff=0.8)
+        if anywhere and not close:
+            return None  # argparse lists every word it did not take
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        return f"unrecognized arguments: {name}{hint}"
+    return None
+
+
+def _chosen(
+    parser: argparse.ArgumentParser, options: argparse.Namespace
+) -> argparse.ArgumentParser:
+    """The deepest (sub)command parser the options chose (``approvals approve``)."""
+    chosen = parser
+    for dest in ("command", "approvals_command"):
+        commands = chosen._subparsers
+        name = getattr(options, dest, None)
+        if commands is None or name is None:
+            break
+        for action in commands._group_actions:
+            if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+                chosen = action.choices[name]
+    return chosen
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -193,6 +252,14 @@ def _serve_mcp_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     serve.add_argument("--host", default="127.0.0.1", help="HTTP host (loopback by default)")
     serve.add_argument("--port", type=int, default=8000, help="HTTP port")
     serve.add_argument("--allow-remote", action="store_true", help="allow a non-loopback HTTP host")
+    serve.add_argument(
+        "--client",
+        metavar="NAME",
+        help=(
+            "over stdio: the client calls as agent mcp-NAME (default: a scope named by the "
+            "workspace and the approval store, the same after a restart)"
+        ),
+    )
     serve.add_argument(
         "--approvals",
         choices=("pending", "deny"),

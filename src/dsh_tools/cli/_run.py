@@ -1,5 +1,4 @@
-"""The commands that run, explain, replay or serve calls: ``call``, ``explain``,
-``replay``, ``serve-mcp``.
+"""The commands that run, explain or replay calls: ``call``, ``explain``, ``replay``.
 
 :mod:`dsh_tools.cli` is the public entry point.
 """
@@ -16,12 +15,11 @@ from ..safetext import safe_text
 from ._exits import EXIT_CALL_FAILED, EXIT_OK, EXIT_WOULD_ASK, UsageError
 
 if TYPE_CHECKING:
-    from .._pipeline.tickets import Waiting
     from ..models import ToolExecutionResult
     from ..records import DecisionRecord
     from ..registry import ToolRegistry
 
-__all__ = ["CLI_AGENT", "cmd_call", "cmd_explain", "cmd_replay", "cmd_serve_mcp"]
+__all__ = ["CLI_AGENT", "cmd_call", "cmd_explain", "cmd_replay"]
 
 CLI_AGENT = "cli"
 """The agent id of calls made from the command line (so ``Ask`` can reach a person)."""
@@ -226,66 +224,3 @@ def _holds_an_event(log: str, rotated: bool) -> bool:
         return next(iter(read_audit_log(log, rotated=rotated)), None) is not None
     finally:
         logger.removeFilter(unreported)
-
-
-def _waiting(wait_ms: float, registry: ToolRegistry) -> Waiting:
-    """The registry's approval waiting with ``--approval-wait-ms``; a bad value is a
-    usage error."""
-    from .._pipeline.tickets import waiting
-    from ..errors import DefinitionError
-
-    _, on_timeout, expiry_s = registry.approval_waiting
-    try:
-        return waiting(wait_ms, on_timeout, expiry_s)
-    except DefinitionError as error:
-        raise UsageError(f"--approval-wait-ms: {error}") from None
-
-
-def cmd_serve_mcp(registry: ToolRegistry, options: argparse.Namespace, err: TextIO) -> int:
-    import functools
-
-    import anyio
-
-    try:
-        from ..bridges.mcp import is_loopback_host, serve_http, serve_stdio
-    except ImportError as error:
-        raise UsageError(
-            "serve-mcp needs the mcp extra: install dsh-tools with it (in a clone: "
-            f"pip install '.[mcp]') ({error})"
-        ) from None
-    from ..approvals import MemoryApprovalStore
-
-    if options.approvals == "pending" and isinstance(registry.approval_store, MemoryApprovalStore):
-        from ._approvals import ticket_store
-
-        # Tickets where `dsh-tools approvals` (another process) answers them: the
-        # workspace's store, when the command line named no store.
-        registry.approval_store = ticket_store(options)  # type: ignore[assignment]
-    if options.approval_wait_ms is not None:
-        if options.approvals != "pending":
-            raise UsageError("--approval-wait-ms needs --approvals pending")
-        registry.approval_waiting = _waiting(options.approval_wait_ms, registry)
-    if options.http:
-        if not options.allow_remote and not is_loopback_host(options.host):
-            raise UsageError(
-                f"--host {options.host!r} is not a loopback address; the server has no "
-                "authentication of its own, so serving other machines needs --allow-remote"
-            )
-        serve = functools.partial(
-            serve_http,
-            registry,
-            host=options.host,
-            port=options.port,
-            allow_remote=options.allow_remote,
-            approvals=options.approvals,
-        )
-        host = f"[{options.host}]" if ":" in options.host else options.host
-        err.write(
-            f"dsh-tools: serving MCP (streamable HTTP) at http://{host}:{options.port}/mcp\n"
-            "dsh-tools: put this URL in your MCP client's server settings; Ctrl-C stops\n"
-        )
-        err.flush()
-        anyio.run(serve)
-    else:
-        anyio.run(functools.partial(serve_stdio, registry, approvals=options.approvals))
-    return EXIT_OK

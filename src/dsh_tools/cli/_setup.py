@@ -36,6 +36,10 @@ class TerminalApproval:
         self.stdin = stdin
         self.stderr = stderr
 
+    def answers_now(self, request: ApprovalRequest) -> bool:
+        """A person at a terminal answers now, even a call whose ticket is open."""
+        return self.stdin.isatty()
+
     def request(self, request: ApprovalRequest) -> ApprovalOutcome:
         from ..models import ApprovalOutcome
 
@@ -67,7 +71,7 @@ def build(
 
     _export_options(options)
     registry = ToolRegistry(approval=TerminalApproval(stdin, stderr))
-    if options.command in _RUNS_TOOLS:
+    if options.command in ("call", "explain"):  # serve-mcp chooses and names its own
         registry.approval_store = approval_store(options)
     report = LoadReport()
     if not options.no_plugins:
@@ -84,24 +88,11 @@ def build(
 
 def approval_store(options: argparse.Namespace) -> ApprovalStore | None:
     """The store ``--approvals-store`` (else ``$DSH_TOOLS_APPROVALS_URL``) names, checked
-    now; ``None`` when neither is set. A store that cannot be used stops the command
-    (exit 2): it never falls back to another."""
-    from dsh_tools_plugins.approval_store import (
-        APPROVALS_URL_ENV,
-        ApprovalStoreError,
-        open_approval_store,
-    )
+    now (see :func:`~dsh_tools.cli._store.chosen_store`); ``None`` when neither is set."""
+    from ._store import chosen_store
 
-    given, location = "--approvals-store", options.approvals_store
-    if location is None:
-        given, location = APPROVALS_URL_ENV, os.environ.get(APPROVALS_URL_ENV)
-    if location is None:
-        return None
-    workspace = os.environ.get("DSH_TOOLS_WORKSPACE") or os.getcwd()
-    try:
-        return open_approval_store(location, workspace=workspace)
-    except ApprovalStoreError as error:
-        raise UsageError(f"{given}: {error}") from None
+    chosen = chosen_store(options)
+    return None if chosen is None else chosen.store
 
 
 def _export_options(options: argparse.Namespace) -> None:
