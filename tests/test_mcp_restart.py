@@ -6,9 +6,13 @@ next process and runs once; the server says on standard error which store it use
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +142,72 @@ def test_a_client_name_that_cannot_be_a_scope_is_bad_usage(
     assert main(argv, stdin=io.StringIO(""), stdout=out, stderr=err) == EXIT_USAGE
     assert problem in err.getvalue()
     assert out.getvalue() == ""
+
+
+def started(argv: list[str], env: dict[str, str], arguments: dict[str, Any]) -> Any:
+    """A server process that was sent the handshake and one ``run_command`` call."""
+    server = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True, env=env,
+    )  # fmt: skip
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t"}}
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "run_command", "arguments": arguments},
+        },
+    ]
+    assert server.stdin is not None
+    server.stdin.write("".join(json.dumps(message) + "\n" for message in messages))
+    server.stdin.flush()
+    return server
+
+
+def answered(server: Any) -> str:
+    """The text of the call's result; the server then ends."""
+    assert server.stdout is not None
+    while line := server.stdout.readline():
+        reply = json.loads(line)
+        if reply.get("id") == 2:
+            server.stdin.close()
+            server.wait(timeout=30)
+            server.stdout.close()
+            return "".join(block["text"] for block in reply["result"]["content"])
+    raise AssertionError("the server ended without answering")
+
+
+def test_a_server_killed_while_the_approved_call_runs_never_runs_it_again(
+    places: tuple[Path, dict[str, str]],
+) -> None:
+    """SIGKILL mid-call: the ticket was taken when the call started, so the restarted
+    server's repeat asks anew, and the command ran once."""
+    workspace, env = places
+    argv = [DSH_TOOLS, "--workspace", str(workspace), "--sandbox", "off", "serve-mcp"]
+    argv += ["--approvals", "pending"]
+    arguments = {"command": "echo ran >> marker.txt; sleep 5"}
+    first = answered(started(argv, env, arguments))
+    ticket = re.search(r"approvals approve (t-[0-9a-f]+)", first)
+    assert ticket is not None, first
+    assert approve(workspace, ticket.group(1))[0] == EXIT_OK
+
+    running = started(argv, env, arguments)
+    marker = workspace / "marker.txt"
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(running.pid, signal.SIGKILL)
+    running.wait(timeout=30)
+    running.stdin.close()
+    running.stdout.close()
+
+    again = answered(started(argv, env, arguments))
+    assert "waiting for a person" in again
+    assert ticket.group(1) not in again  # a new question: the approval was used
+    assert marker.read_text() == "ran\n"  # once
 
 
 def _person() -> str:
