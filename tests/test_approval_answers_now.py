@@ -1,5 +1,6 @@
 """A person who can answer now is asked although an earlier run of the same call left its
-ticket open: the answer closes that ticket, and the call runs once."""
+ticket open: the answer closes that ticket, and the call runs once. A ticket that cannot
+be found is said to be missing from the store that was read."""
 
 from __future__ import annotations
 
@@ -133,3 +134,20 @@ def test_an_answer_that_came_first_wins_over_the_one_given_now() -> None:
     assert closed is not None
     assert closed.answer is not None
     assert (closed.answer.by, closed.state) == ("bo", TicketState.RESUMED)
+
+
+def test_a_ticket_resume_cannot_find_names_the_store_it_read(tmp_path: Any) -> None:
+    from dsh_tools.approvals import TicketNotFoundError
+    from dsh_tools_plugins.approval_store import SqliteApprovalStore
+
+    path = tmp_path / "elsewhere.sqlite3"
+    registry = ToolRegistry(approval_store=SqliteApprovalStore(path))
+    with pytest.raises(TicketNotFoundError) as raised:
+        registry.resume_sync("t-nope")
+    assert str(raised.value) == (
+        f"approval ticket 't-nope' does not exist in the approval store "
+        f"SqliteApprovalStore({str(path)!r})"
+    )
+    assert raised.value.code == "NOT_FOUND"
+    with pytest.raises(TicketNotFoundError, match=r"in the approval store MemoryApprovalStore$"):
+        ToolRegistry().resume_sync("t-nope")

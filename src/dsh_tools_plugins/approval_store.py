@@ -119,6 +119,9 @@ class SqliteApprovalStore:
         self._ready_lock = threading.Lock()
         self._tickets = TicketRows(self._transaction, clock)
 
+    def __repr__(self) -> str:
+        return f"SqliteApprovalStore({str(self.path)!r})"
+
     @classmethod
     def for_workspace(
         cls, root: str | os.PathLike[str], *, directory: str | os.PathLike[str] | None = None

@@ -355,7 +355,7 @@ def resumed_call(
             + message(error),
         ) from None
     if found is None:
-        raise TicketNotFoundError(ticket_id)
+        raise TicketNotFoundError(ticket_id, store)
     if agent is not None and found.agent != agent:
         raise TicketError(ticket_id, f'belongs to agent "{found.agent}", not "{agent}"')
     arguments = (

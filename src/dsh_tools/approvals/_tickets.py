@@ -205,6 +205,14 @@ class ApprovalTicket:
         return again.arguments_sha256 == self.arguments_sha256
 
 
+def store_name(store: object) -> str:
+    """How messages name a store: its own ``repr`` when it has one (the first-party
+    stores show their file or URL, never a password), else its class."""
+    if type(store).__repr__ is not object.__repr__:
+        return repr(store)
+    return type(store).__qualname__
+
+
 def stamped(ticket: ApprovalTicket, now: float) -> ApprovalTicket:
     """``ticket`` created ``now`` (a store's clock), with the same lifetime."""
     return attrs.evolve(
@@ -224,12 +232,14 @@ class TicketError(DshToolsError):
 
 
 class TicketNotFoundError(TicketError):
-    """No ticket has that id in the store (code ``NOT_FOUND``)."""
+    """No ticket has that id in the store (code ``NOT_FOUND``); ``store``, when given,
+    names the store that was read (a ticket of another store is not found)."""
 
     default_code = "NOT_FOUND"
 
-    def __init__(self, ticket_id: str) -> None:
-        super().__init__(ticket_id, "does not exist")
+    def __init__(self, ticket_id: str, store: object = None) -> None:
+        where = "" if store is None else f" in the approval store {store_name(store)}"
+        super().__init__(ticket_id, f"does not exist{where}")
 
 
 class TicketAnsweredError(TicketError):

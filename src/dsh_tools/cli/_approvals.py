@@ -29,7 +29,7 @@ from ..approvals import (
 from ..json import thaw
 from ..safetext import safe_text
 from ._exits import EXIT_OK, Refused, UsageError
-from ._store import STORE_ERROR, ticket_store
+from ._store import STORE_ERROR, ChosenStore, ticket_store
 
 __all__ = ["cmd_approvals", "ticket_json"]
 
@@ -45,18 +45,19 @@ def cmd_approvals(options: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     chosen = ticket_store(options)
     try:
-        return _act(cast(TicketStore, chosen.store), options, out, err)
+        return _act(chosen, options, out, err)
     except TicketError as error:
         raise Refused(safe_text(f"{error} (approval store {chosen})"), error.code) from None
     except ApprovalStoreError as error:
         raise UsageError(f"{error} ({chosen.chosen_by})", code=STORE_ERROR) from None
 
 
-def _act(store: TicketStore, options: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _act(chosen: ChosenStore, options: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """The action the options name, on the store :func:`cmd_approvals` chose."""
     action = options.approvals_command
+    store = cast(TicketStore, chosen.store)
     if action == "serve":
-        return _serve(store, options, err)
+        return _serve(chosen, options, err)
     if action == "list":
         state = None if options.all else TicketState.PENDING
         return _listed(store.list_tickets(state=state), options.json, out)
@@ -206,9 +207,9 @@ def _write(out: TextIO, data: object) -> None:
     out.write(json.dumps(data, indent=2, ensure_ascii=True) + "\n")
 
 
-def _serve(store: TicketStore, options: argparse.Namespace, err: TextIO) -> int:
-    """``approvals serve``: the web inbox until Ctrl-C; its URL, token included, is
-    printed on standard error once it listens."""
+def _serve(chosen: ChosenStore, options: argparse.Namespace, err: TextIO) -> int:
+    """``approvals serve``: the web inbox until Ctrl-C; its store, and its URL, token
+    included, are printed on standard error once it listens."""
     import functools
 
     import anyio
@@ -224,12 +225,17 @@ def _serve(store: TicketStore, options: argparse.Namespace, err: TextIO) -> int:
             "machines needs --allow-remote (its token is then all that guards it)"
         )
     serve = functools.partial(
-        serve_inbox, store, host=options.host, port=options.port, allow_remote=options.allow_remote
+        serve_inbox,
+        cast(TicketStore, chosen.store),
+        host=options.host,
+        port=options.port,
+        allow_remote=options.allow_remote,
     )
 
     async def run() -> None:
         async with anyio.create_task_group() as group:
             url = await group.start(serve)
+            err.write(f"dsh-tools: approval store: {chosen}\n")
             err.write(f"dsh-tools: approvals inbox at {url} (Ctrl-C stops it)\n")
             err.flush()
 
