@@ -14,6 +14,7 @@ import pytest
 
 from approval_helpers import add_write_tool, code
 from dsh_tools import Ask, TicketAnswer, ToolExecutionInput, ToolRegistry, hookimpl
+from dsh_tools_plugins._stores.sqlite_schema import SCHEMA_VERSION
 from dsh_tools_plugins.approval_store import SqliteApprovalStore
 
 CALL = ToolExecutionInput("c1", "write", {"path": "a.txt"}, agent="coder")
@@ -102,7 +103,7 @@ def test_a_version_2_file_keeps_its_answers_and_old_code_cannot_misread_new_ones
     with sqlite3.connect(path) as connection:
         # Version 2 code refuses this file: it would read a grant that ends as one that
         # never does.
-        assert connection.execute("PRAGMA user_version").fetchone() == (3,)
+        assert connection.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     connection.close()
     registry, ran = asking(again)
     assert [code(registry.execute_sync(CALL)) for _ in range(3)] == ["ok"] * 3

@@ -7,6 +7,10 @@ hand), so a capped call never needs a loop of its own. Waiters of both kinds sha
 queue and are served strictly in the order they arrived. A waiter whose signal fires, or
 whose deadline passes, leaves the queue holding nothing; a permit granted to it at that
 very moment goes on to the next waiter.
+
+A pool can be *retired* when nobody holds or waits for a permit (:meth:`Permits.retire`):
+its owner drops it (a table of pools that grows per agent stays small), and an acquirer
+that still reaches it gets :class:`Retired` and asks its owner for the current pool.
 """
 
 from __future__ import annotations
@@ -20,18 +24,25 @@ from typing import Any
 
 from ._pipeline.loops import _running_library
 from .cancel import CancelSignal, Deadline
+from .errors import DshToolsError
 
-__all__ = ["Permits"]
+__all__ = ["Permits", "Retired", "waker"]
+
+
+class Retired(DshToolsError):
+    """The pool was retired (see :meth:`Permits.retire`): take a permit of its successor."""
 
 
 class _Waiter:
-    """One queued acquirer: granted (under the pool's lock), or abandoned by its owner."""
+    """One queued acquirer: granted (under the pool's lock), abandoned by its owner, or
+    (for a pool kept elsewhere) told the ``error`` that keeps it from a permit."""
 
-    __slots__ = ("abandoned", "granted", "wake")
+    __slots__ = ("abandoned", "error", "granted", "wake")
 
     def __init__(self, wake: Callable[[], None]) -> None:
         self.granted = False
         self.abandoned = False
+        self.error: Exception | None = None
         self.wake = wake
 
 
@@ -41,6 +52,13 @@ class Permits:
     :param capacity: how many holders at once (an integer >= 1).
 
     Raises ``ValueError`` for a capacity that is not a positive integer.
+
+    A subclass may keep its permits elsewhere (the shared limits of
+    ``dsh_tools_plugins.limits`` keep them in a database): it overrides
+    :meth:`try_acquire`, :meth:`release`, ``_enqueue`` (queue a waiter, or ``None`` for a
+    permit taken at once) and ``_finish`` (whether the waiter keeps what it was granted),
+    and wakes a waiter it cannot serve with the waiter's ``error`` set, which ``_finish``
+    raises.
     """
 
     def __init__(self, capacity: int) -> None:
@@ -54,6 +72,7 @@ class Permits:
         self._free: list[None] = [None] * capacity
         self._waiters: deque[_Waiter] = deque()
         self._lock = threading.Lock()
+        self.retired = False
 
     @property
     def in_use(self) -> int:
@@ -77,7 +96,8 @@ class Permits:
         self, *signals: CancelSignal | None, deadline: Deadline | None = None
     ) -> bool:
         """Wait for a permit; ``True`` once held, ``False`` (holding nothing) as soon as
-        one of ``signals`` fires or ``deadline`` passes first."""
+        one of ``signals`` fires or ``deadline`` passes first. Raises :class:`Retired`
+        when the pool was retired."""
         live = [signal for signal in signals if signal is not None]
         if any(signal.cancelled for signal in live):
             return False
@@ -100,6 +120,21 @@ class Permits:
         except RuntimeError:  # its event loop has closed: nobody will take the permit
             self.release()
 
+    def retire(self) -> bool:
+        """Take every permit for good when nobody holds or waits for one; ``True`` then.
+        A retired pool grants nothing: its acquirers get :class:`Retired`."""
+        with self._lock:
+            if self.waiting:
+                return False
+            taken = 0
+            while taken < self.capacity and self.try_acquire():
+                taken += 1
+            if taken < self.capacity:
+                self._free.extend([None] * taken)
+                return False
+            self.retired = True
+            return True
+
     def _next_waiter(self) -> _Waiter | None:
         waiters = self._waiters
         while waiters:
@@ -113,6 +148,8 @@ class Permits:
         with self._lock:
             if self.try_acquire():
                 return None
+            if self.retired:
+                raise Retired("the permit pool was retired; take a permit of its successor")
             waiter = _Waiter(wake)
             self._waiters.append(waiter)
             return waiter
@@ -125,7 +162,7 @@ class Permits:
         removers = [signal.add_callback(woken.set) for signal in live]
         waited = False
         try:
-            while not waiter.granted and not any(signal.cancelled for signal in live):
+            while not (waiter.granted or waiter.error or any(s.cancelled for s in live)):
                 if not woken.wait(_remaining(deadline)):
                     break
                 woken.clear()
@@ -140,7 +177,7 @@ class Permits:
         import anyio
 
         event = anyio.Event()
-        waiter = self._enqueue(_waker(event))
+        waiter = self._enqueue(waker(event))
         if waiter is None:
             return True
         waited = False
@@ -184,9 +221,11 @@ def _loop_deadline(deadline: Deadline | None) -> float:
     return anyio.current_time() + (deadline.at - time.monotonic())
 
 
-def _waker(event: Any) -> Callable[[], None]:
-    """Sets ``event`` from any thread: directly on its loop's thread, else through the
-    loop's thread-safe scheduling (asyncio's ``call_soon_threadsafe``, trio's token)."""
+def waker(event: Any) -> Callable[[], None]:
+    """A function that sets ``event`` (an ``anyio.Event`` of the running loop) from any
+    thread: directly on the loop's thread, else through the loop's thread-safe scheduling
+    (asyncio's ``call_soon_threadsafe``, trio's token). Call it on the loop's thread; a
+    thread of your own that hands results to tasks wakes them with it."""
     home = threading.get_ident()
     if _running_library() == "asyncio":
         import asyncio

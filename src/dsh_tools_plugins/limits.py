@@ -1,14 +1,15 @@
-"""Caps on how many calls run at once and how many a scope may make.
+"""Caps on how many calls run at once and how many a scope may make, per process or
+shared by every process that uses one store.
 
 :class:`ConcurrencyLimit` is a ``dsh_tools_execute`` wrapper: a call takes a permit per
 configured cap (its tool's, its agent's, the overall one) after approval and guards, holds
 them while its body runs, and gives them back when it ends. Waiters are served first-in
 first-out. Time spent waiting counts against the call's timeout (the deadlines of the
-caller's signal and of an outer wrapper's, and the tool's ``timeout_ms``): a call whose
-deadline passes in the queue ends ``TOOL_TIMEOUT``, one whose signal fires there ends
-``ABORTED_BEFORE_DISPATCH``, and neither holds anything. Waiting goes through
-:class:`dsh_tools.permits.Permits`, which blocks the calling thread under
-``execute_sync`` instead of needing an event loop. The permits belong to the plugin
+caller's signal and of an outer wrapper's, and the tool's ``timeout_ms``, which starts when
+the call begins waiting): a call whose deadline passes in the queue ends ``TOOL_TIMEOUT``,
+one whose signal fires there ends ``ABORTED_BEFORE_DISPATCH``, and neither holds anything.
+Waiting goes through :class:`dsh_tools.permits.Permits`, which blocks the calling thread
+under ``execute_sync`` instead of needing an event loop. The permits belong to the plugin
 instance, so every plan the registry builds shares them. A wait is noted in the call's
 decision record (``waited 3.2 ms for a permit``).
 
@@ -16,16 +17,22 @@ decision record (``waited 3.2 ms for a permit``).
 calls of the tools its glob matches per agent scope, optionally per sliding window of
 ``window_s`` seconds. The call over budget is denied with a reason the model can act on
 (``limit of 5 web_fetch calls reached``) and the rule's name in the record's detail.
+
+Both count per process unless given ``store=SharedLimits(...)``: then permits and spending
+live in an approval store's database (SQLite for the processes of one machine, PostgreSQL
+for several machines), and a permit is a row with an expiry its process renews, so a
+killed process's permits come back within one lease. Per-agent caps and budgets count
+every MCP client without a bearer token as one agent (:func:`account`).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import json
 import math
 import threading
 import time
-from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from dsh_tools.cancel import NEVER_CANCELLED, CancelSignal, Deadline
@@ -39,12 +46,21 @@ from dsh_tools.models import (
     ToolExecutionResult,
     failure_result,
 )
-from dsh_tools.permits import Permits
+from dsh_tools.permits import Permits, Retired
 from dsh_tools.tracing import note
 
 from ._globs import by_glob
+from ._limits.accounts import account
+from ._limits.shared import SharedLimits
+from ._limits.spending import Spending
+from ._stores.limit_rows import Spend
 
-__all__ = ["CallBudget", "CallBudgets", "ConcurrencyLimit"]
+__all__ = ["CallBudget", "CallBudgets", "ConcurrencyLimit", "SharedLimits", "account"]
+
+_SWEEP_FLOOR = 64
+"""The fewest per-agent pools kept before a sweep drops the idle ones."""
+_ROUTES_KEPT = 4096
+"""The most routes (a tool and agent's pools) cached; more start the cache again."""
 
 
 def _cap(label: str, value: object) -> int:
@@ -58,8 +74,11 @@ class ConcurrencyLimit:
 
     :param per_tool: a cap every tool gets for itself, or ``{glob: cap}`` (an exact name
         wins, then the first matching glob); tools no glob matches are not capped per tool.
-    :param per_agent: a cap for each agent id's calls together.
+    :param per_agent: a cap for each agent's calls together (every MCP client without a
+        bearer token counts as one agent here: see :func:`account`).
     :param overall: a cap for all calls this plugin sees together.
+    :param store: keep the permits in a shared store, so the caps hold across every
+        process using it (``None``: in this process).
 
     Raises :class:`~dsh_tools.DefinitionError` for a cap that is not an integer >= 1.
     """
@@ -70,6 +89,7 @@ class ConcurrencyLimit:
         *,
         per_agent: int | None = None,
         overall: int | None = None,
+        store: SharedLimits | None = None,
     ) -> None:
         if per_tool is None or isinstance(per_tool, Mapping):
             self.per_tool: dict[str, int] = {
@@ -80,10 +100,14 @@ class ConcurrencyLimit:
             self.per_tool = {"*": _cap("per_tool", per_tool)}
         self.per_agent = None if per_agent is None else _cap("per_agent", per_agent)
         self.overall = None if overall is None else _cap("overall", overall)
+        self.store = _shared(store, "ConcurrencyLimit")
         self._pools: dict[tuple[str, str | None], Permits] = {}
         self._routes: dict[tuple[str, str | None], tuple[Permits, ...]] = {}
         self._lock = threading.Lock()
-        self._everyone = None if self.overall is None else Permits(self.overall)
+        self._sweep_at = _SWEEP_FLOOR
+        self._everyone = (
+            None if self.overall is None else self._new(("overall", None), self.overall)
+        )
 
     def tool_cap(self, name: str) -> int | None:
         """The per-tool cap of tool ``name`` (``None``: not capped per tool)."""
@@ -97,7 +121,8 @@ class ConcurrencyLimit:
     def pools(self, name: str, agent: str | None) -> tuple[Permits, ...]:
         """The permit pools a call of ``name`` by ``agent`` takes, in the order it takes
         them (the same for every call, so two calls never wait on each other in a cycle)."""
-        route = self._routes.get((name, agent))
+        who = None if self.per_agent is None else account(agent)
+        route = self._routes.get((name, who))
         if route is not None:
             return route
         wanted: list[tuple[tuple[str, str | None], int]] = []
@@ -105,19 +130,40 @@ class ConcurrencyLimit:
         if cap is not None:
             wanted.append((("tool", name), cap))
         if self.per_agent is not None:
-            wanted.append((("agent", agent), self.per_agent))
+            wanted.append((("agent", who), self.per_agent))
         pools = [self._pool(key, size) for key, size in wanted]
         if self._everyone is not None:
             pools.append(self._everyone)
-        route = self._routes.setdefault((name, agent), tuple(pools))
-        return route
+        if len(self._routes) >= _ROUTES_KEPT:  # a cache: start it again
+            self._routes = {}
+        return self._routes.setdefault((name, who), tuple(pools))
 
     def _pool(self, key: tuple[str, str | None], size: int) -> Permits:
         pool = self._pools.get(key)
         if pool is None:
             with self._lock:
-                pool = self._pools.setdefault(key, Permits(size))
+                pool = self._pools.get(key)
+                if pool is None:
+                    if len(self._pools) >= self._sweep_at:
+                        self._sweep()
+                    pool = self._pools[key] = self._new(key, size)
         return pool
+
+    def _new(self, key: tuple[str, str | None], size: int) -> Permits:
+        if self.store is None:
+            return Permits(size)
+        kind, name = key
+        return self.store.permits(kind if name is None else f"{kind}:{name}", size)
+
+    def _sweep(self) -> None:
+        """Drop the per-agent pools nobody holds or waits for (under the lock): behind MCP
+        over HTTP every client is an agent. A call that still reaches a dropped pool gets
+        :class:`~dsh_tools.permits.Retired` and takes the route again."""
+        for key, pool in list(self._pools.items()):
+            if key[0] == "agent" and pool.retire():
+                del self._pools[key]
+        self._routes = {}
+        self._sweep_at = max(_SWEEP_FLOOR, 2 * len(self._pools))
 
     @hookimpl(wrapper=True, trylast=True)
     def dsh_tools_execute(
@@ -126,43 +172,80 @@ class ConcurrencyLimit:
         dispatch = yield
         if tool is None:
             return dispatch  # an unknown tool runs no body
-        pools = self.pools(execution.name, execution.agent)
-        if not pools:
+        if not self.pools(execution.name, execution.agent):
             return dispatch
         timeout_ms = tool.timeout_ms
 
         async def limited(signal: CancelSignal | None = None) -> ToolExecutionResult:
             taken: list[Permits] = []
-
-            def release() -> None:
-                for pool in reversed(taken):
-                    pool.release()
-
             with watching() as lingering:
                 try:
-                    for pool in pools:
-                        if not pool.try_acquire():
-                            break
-                        taken.append(pool)
-                    else:
+                    pools = self._take_free(execution, taken)
+                    if pools is None:
                         return await dispatch(signal)
                     entered = time.monotonic()
                     deadline = _deadline(execution.signal, signal, timeout_ms)
-                    for pool in pools[len(taken) :]:
-                        if not await pool.acquire(execution.signal, signal, deadline=deadline):
-                            return _not_started(execution, signal, deadline)
-                        taken.append(pool)
+                    if not await self._wait(pools, execution, signal, deadline, taken):
+                        return _not_started(execution, signal, deadline)
                     waited = time.monotonic() - entered
                     note("ConcurrencyLimit", f"waited {waited * 1000:.1f} ms for a permit")
-                    if timeout_ms is not None:
-                        remaining = max(timeout_ms - waited * 1000, 0.001)
-                        signal = (signal or NEVER_CANCELLED).with_timeout(remaining)
-                    return await dispatch(signal)
+                    return await dispatch(_charged(signal, timeout_ms, waited))
                 finally:
                     # A body abandoned at its deadline keeps its permits until it returns.
-                    lingering.then(release)
+                    lingering.then(lambda: _release(taken))
 
         return limited
+
+    def _take_free(
+        self, execution: ToolExecution, taken: list[Permits]
+    ) -> tuple[Permits, ...] | None:
+        """Take the free permits of the call's pools in order, without waiting: ``None``
+        when it got them all, else its pools (``taken`` holds those it got)."""
+        pools = self.pools(execution.name, execution.agent)
+        for pool in pools:
+            if not pool.try_acquire():
+                return pools
+            taken.append(pool)
+        return None
+
+    async def _wait(
+        self,
+        pools: tuple[Permits, ...],
+        execution: ToolExecution,
+        signal: CancelSignal | None,
+        deadline: Deadline | None,
+        taken: list[Permits],
+    ) -> bool:
+        """Wait for the permits of ``pools`` not yet ``taken``; ``False`` (``taken``
+        given back) when the call's signal fires or its deadline passes first."""
+        while True:
+            try:
+                for pool in pools[len(taken) :]:
+                    if not await pool.acquire(execution.signal, signal, deadline=deadline):
+                        return False
+                    taken.append(pool)
+                return True
+            except Retired:  # a pool was dropped meanwhile: take the route again
+                _release(taken)
+                taken.clear()
+                pools = self.pools(execution.name, execution.agent)
+
+
+def _release(taken: list[Permits]) -> None:
+    for pool in reversed(taken):
+        pool.release()
+
+
+def _charged(
+    signal: CancelSignal | None, timeout_ms: float | None, waited_s: float
+) -> CancelSignal | None:
+    """The signal a body runs under after waiting ``waited_s`` for its permits: the
+    wait counts against the tool's ``timeout_ms``, which starts when the call began
+    waiting, not when its body starts."""
+    if timeout_ms is None:
+        return signal
+    remaining = max(timeout_ms - waited_s * 1000, 0.001)
+    return (signal or NEVER_CANCELLED).with_timeout(remaining)
 
 
 def _deadline(
@@ -197,11 +280,16 @@ def _not_started(
 class CallBudget:
     """At most ``limit`` calls of the tools ``tools`` matches, per agent scope.
 
-    :param limit: how many calls each agent id may make (an integer >= 0).
+    :param limit: how many calls each agent may make (an integer >= 0; every MCP client
+        without a bearer token counts as one agent here: see :func:`account`).
     :param tools: a tool name or ``fnmatch`` glob (``"web_*"``).
     :param window_s: count only the calls of the last ``window_s`` seconds (``None``:
-        the whole life of the plugin).
-    :param name: the rule's name in decision records (default: ``budget <tools>``).
+        the whole life of the plugin, or of the shared store's rows).
+    :param name: the rule's name in decision records (default: ``budget <tools>``); in
+        a shared store, budgets of the same name, tools and window count together.
+    :param store: count in a shared store, so the budget holds across every process
+        using it (``None``: in this process).
+    :param clock: the time (seconds, monotonic) a budget in this process counts by.
 
     A call counts when it reaches this plugin's pre-execute and is within budget (a dry
     run never counts). Raises :class:`~dsh_tools.DefinitionError` for a bad setting.
@@ -214,6 +302,8 @@ class CallBudget:
         *,
         window_s: float | None = None,
         name: str | None = None,
+        store: SharedLimits | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise DefinitionError(f"CallBudget limit must be an integer >= 0, got {limit!r}")
@@ -231,81 +321,109 @@ class CallBudget:
         self.tools = tools
         self.window_s = None if window_s is None else float(window_s)
         self.name = name or f"budget {tools}"
-        self._spent: dict[str | None, deque[float]] = {}
+        self.store = _shared(store, "CallBudget")
+        self._spending = Spending(self.window_s, clock)
+        self._rule = json.dumps([self.name, self.tools, self.window_s])
 
     def spent(self, agent: str | None) -> int:
-        """Calls ``agent`` made that count against the budget now."""
+        """Calls ``agent`` made that count against the budget now (a shared budget's are
+        read from its store)."""
+        if self.store is not None:
+            return self.store.spent(self._check(account(agent)))
         with _SPENDING:
-            return len(self._window(agent, time.monotonic()))
+            return self._spending.spent(account(agent), self._spending.clock())
 
-    def _window(self, agent: str | None, now: float) -> deque[float]:
-        times = self._spent.setdefault(agent, deque())
-        if self.window_s is not None:
-            while times and times[0] <= now - self.window_s:
-                times.popleft()
-        return times
+    def _check(self, who: str | None) -> Spend:
+        return Spend(self._rule, who or "", self.limit, self.window_s)
 
-    def _over(self, execution: ToolExecution, now: float) -> Deny | None:
-        """The denial of a call over this budget (``None``: within it); takes the lock."""
-        if not fnmatch.fnmatchcase(execution.name, self.tools):
-            return None
-        if len(self._window(execution.agent, now)) < self.limit:
-            return None
+    def _denial(self, execution: ToolExecution, who: str | None) -> Deny:
         per = "" if self.window_s is None else f" per {self.window_s:g} s"
         what = self.tools if self.tools == execution.name else f"{self.tools!r}"
+        detail: dict[str, object] = {"rule": self.name, "limit": self.limit, "tools": self.tools}
+        if who != execution.agent:
+            detail["account"] = who
         return Deny(
             f"limit of {self.limit} {what} calls{per} reached; "
             "do without this tool or ask the user",
-            detail={"rule": self.name, "limit": self.limit, "tools": self.tools},
+            detail=detail,
         )
 
-    def _spend(self, execution: ToolExecution, now: float) -> None:
-        if not execution.dry_run and fnmatch.fnmatchcase(execution.name, self.tools):
-            self._window(execution.agent, now).append(now)
-
     @hookimpl
-    def dsh_tools_pre_execute(self, execution: ToolExecution) -> Deny | None:
+    def dsh_tools_pre_execute(self, execution: ToolExecution) -> Decided:
         return _decide((self,), execution)
 
 
 class CallBudgets:
     """Several :class:`CallBudget` rules as one plugin (a rules file's ``[[budget]]``
-    tables): a call over any of them is denied and counts against none."""
+    tables): a call over any of them is denied and counts against none. Raises
+    :class:`~dsh_tools.DefinitionError` when they are not all kept in one place."""
 
     def __init__(self, budgets: Iterable[CallBudget]) -> None:
         self.budgets = tuple(budgets)
+        if len({id(budget.store) for budget in self.budgets}) > 1:
+            raise DefinitionError("CallBudgets' budgets must all use one store (or none)")
 
     @hookimpl
-    def dsh_tools_pre_execute(self, execution: ToolExecution) -> Deny | None:
+    def dsh_tools_pre_execute(self, execution: ToolExecution) -> Decided:
         return _decide(self.budgets, execution)
 
 
 _SPENDING = threading.Lock()
+Decided = Deny | None | Awaitable[Deny | None]
 
 
-def _decide(budgets: Sequence[CallBudget], execution: ToolExecution) -> Deny | None:
-    """The first budget the call is over, or ``None`` after counting it in each."""
-    now = time.monotonic()
+def _decide(budgets: Sequence[CallBudget], execution: ToolExecution) -> Decided:
+    """The first budget the call is over, or ``None`` after counting it in each; for a
+    shared store on an event loop, an awaitable of that."""
+    matching = [budget for budget in budgets if fnmatch.fnmatchcase(execution.name, budget.tools)]
+    if not matching:
+        return None
+    who = account(execution.agent)
+    store = matching[0].store
+    if store is not None:
+        over = store.spend([budget._check(who) for budget in matching], execution.dry_run)
+        if over is None or isinstance(over, int):
+            return None if over is None else matching[over]._denial(execution, who)
+        return _denied_later(matching, over, execution, who)
     with _SPENDING:
-        for budget in budgets:
-            denied = budget._over(execution, now)
-            if denied is not None:
-                return denied
-        for budget in budgets:
-            budget._spend(execution, now)
+        for budget in matching:
+            spending = budget._spending
+            if spending.spent(who, spending.clock()) >= budget.limit:
+                return budget._denial(execution, who)
+        if not execution.dry_run:
+            for budget in matching:
+                budget._spending.add(who, budget._spending.clock())
     return None
+
+
+async def _denied_later(
+    budgets: Sequence[CallBudget],
+    over: Awaitable[int | None],
+    execution: ToolExecution,
+    who: str | None,
+) -> Deny | None:
+    index = await over
+    return None if index is None else budgets[index]._denial(execution, who)
+
+
+def _shared(store: object, who: str) -> SharedLimits | None:
+    if store is not None and not isinstance(store, SharedLimits):
+        raise DefinitionError(
+            f"{who} store must be a SharedLimits (or None), got {type(store).__qualname__}"
+        )
+    return store
 
 
 def configured_limits() -> ConcurrencyLimit | None:
     """The ``limits`` entry point: the ``[limits]`` table of the rules file named by
-    ``$DSH_TOOLS_RULES`` (nothing when there is none)."""
+    ``$DSH_TOOLS_RULES`` (nothing when there is none), in the store its ``store`` names."""
     from ._rules.limit_tables import configured
 
-    return configured().concurrency
+    return configured().opened().concurrency
 
 
 def configured_budgets() -> CallBudgets | None:
     """The ``budgets`` entry point: the rules file's ``[[budget]]`` tables."""
     from ._rules.limit_tables import configured
 
-    return configured().budgets
+    return configured().opened().budgets

@@ -162,7 +162,7 @@ def test_a_version_1_database_is_upgraded_keeping_its_tickets(postgres_url: str)
     )
     with psycopg.connect(postgres_url, autocommit=True) as connection:  # as version 1 left it
         connection.execute("UPDATE dsh_tools_approval_tickets SET answer = %s", (old_answer,))
-        connection.execute("UPDATE dsh_tools_schema SET version = 1")
+        connection.execute("UPDATE dsh_tools_schema SET version = 1 WHERE component = 'approvals'")
     again = PostgresApprovalStore(postgres_url)
     kept = again.get_ticket(ticket.id)
     assert kept is not None
@@ -172,7 +172,8 @@ def test_a_version_1_database_is_upgraded_keeping_its_tickets(postgres_url: str)
     with psycopg.connect(postgres_url, autocommit=True) as connection:
         # Version 1 code refuses the database now: it would read a grant that ends as one
         # that never does.
-        assert connection.execute("SELECT version FROM dsh_tools_schema").fetchone() == (2,)
+        version = "SELECT version FROM dsh_tools_schema WHERE component = 'approvals'"
+        assert connection.execute(version).fetchone() == (2,)
 
 
 def test_a_tampered_outcome_is_refused(postgres_url: str) -> None:

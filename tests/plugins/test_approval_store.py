@@ -19,6 +19,7 @@ from dsh_tools import (
     ApprovalKey,
     ApprovalOutcome,
 )
+from dsh_tools_plugins._stores.sqlite_schema import SCHEMA_VERSION
 from dsh_tools_plugins.approval_store import (
     ApprovalStoreError,
     SqliteApprovalStore,
@@ -152,7 +153,8 @@ def test_a_foreign_or_tampered_file_is_refused(tmp_path: Path) -> None:
     foreign = tmp_path / "foreign.sqlite3"
     with sqlite3.connect(foreign) as connection:
         connection.execute("PRAGMA user_version = 7")
-    with pytest.raises(ApprovalStoreError, match="schema version 7, expected at most 3"):
+    newer = f"schema version 7, expected at most {SCHEMA_VERSION}"
+    with pytest.raises(ApprovalStoreError, match=newer):
         SqliteApprovalStore(foreign).recall(ApprovalKey.for_tool("ops", "deploy"))
 
     store = SqliteApprovalStore(tmp_path / "approvals.sqlite3")
@@ -230,7 +232,7 @@ def test_a_version_1_file_is_upgraded_in_place_keeping_every_answer(tmp_path: Pa
     store.remember(keys[1], ApprovalOutcome.ALLOWED_ALWAYS, uses=1)
     assert [store.use(keys[1]) for _ in range(2)] == [ApprovalOutcome.ALLOWED_ALWAYS, None]
     with sqlite3.connect(path) as connection:
-        assert connection.execute("PRAGMA user_version").fetchone() == (3,)
+        assert connection.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
         assert connection.execute("SELECT COUNT(*) FROM approvals").fetchone() == (3,)
     connection.close()
 

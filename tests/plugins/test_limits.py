@@ -286,11 +286,12 @@ def test_a_call_over_budget_is_denied_with_a_reason_the_model_can_act_on() -> No
 
 
 def test_a_windowed_budget_counts_only_recent_calls() -> None:
-    budget = CallBudget(1, "web_*", window_s=3600)
+    now = [1000.0]
+    budget = CallBudget(1, "web_*", window_s=3600, clock=lambda: now[0])
     registry, _ = budget_registry(budget)
     assert not registry.execute_sync(ToolExecutionInput("a", "web_fetch")).is_error
     assert registry.execute_sync(ToolExecutionInput("b", "web_fetch")).is_error
-    budget._spent[None][0] -= 3600  # the first call is now an hour old
+    now[0] += 3600  # the first call is now an hour old
     assert not registry.execute_sync(ToolExecutionInput("c", "web_fetch")).is_error
     assert budget.spent(None) == 1
 

@@ -10,9 +10,14 @@ A client is known, in this order, by
    restarted server, or one process per call, finds the tickets and answers of the
    last), else one of its own for the process's life;
 3. the connection its requests share (the initialize handshake's session), with 128
-   random bits of its own;
+   random bits of its own (``mcp-anon-<hex>``);
 4. nothing: a request of the per-request protocol (2026-07-28) without a token is a
    client of its own, so nothing it is answered is remembered for another request.
+
+The scope of a client known by 3 or 4 is *anonymous* (``mcp-anon-`` and 32 random hex
+digits). Anyone can be such a client again at will, so per-agent limits
+(``dsh_tools_plugins.limits``) count every anonymous client of a served scope as one
+agent; their answers and tickets stay each client's own.
 
 :mod:`dsh_tools.bridges.mcp` is the public import path.
 """
@@ -37,6 +42,7 @@ if TYPE_CHECKING:
     from ..models import ToolExecutionResult
 
 __all__ = [
+    "ANONYMOUS_PREFIX",
     "MIN_SECRET_CHARS",
     "ClientIdentityError",
     "ClientScopes",
@@ -50,6 +56,9 @@ MIN_SECRET_CHARS = 32
 would let another client take its scope)."""
 
 _DOMAIN = b"dsh-tools MCP client\x00"
+ANONYMOUS_PREFIX = "mcp-anon-"
+"""How the scope key of an anonymous client begins (``dsh_tools_plugins.limits`` knows it
+by this prefix; a token's digest, hex, never has it)."""
 
 
 class ClientIdentityError(ValueError):
@@ -123,7 +132,7 @@ class ClientScopes:
         connection = getattr(session, "_connection", session)
         key = self._keys.get(connection)
         if key is None:
-            key = self._keys[connection] = f"mcp-{secrets.token_hex(16)}"
+            key = self._keys[connection] = f"{ANONYMOUS_PREFIX}{secrets.token_hex(16)}"
         return key
 
     def lasting(self, ctx: ServerRequestContext[Any]) -> bool:

@@ -7,9 +7,11 @@ checks that stop it when the policy asked for is not what loaded.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ._exits import PluginsFailed, UsageError
@@ -76,7 +78,8 @@ def build(
     report = LoadReport()
     if not options.no_plugins:
         # A broken rules file raises PluginConfigError here: exit 2, nothing runs.
-        report = load_plugins(registry, block=options.block, only=options.only)
+        with _approvals_location(options.approvals_store):
+            report = load_plugins(registry, block=options.block, only=options.only)
     _check_report(options, report)
     _check_rules(options, registry)
     if options.audit_log is not None:
@@ -93,6 +96,25 @@ def approval_store(options: argparse.Namespace) -> ApprovalStore | None:
 
     chosen = chosen_store(options)
     return None if chosen is None else chosen.store
+
+
+@contextlib.contextmanager
+def _approvals_location(location: str | None) -> Iterator[None]:
+    """While the plugins load, ``--approvals-store`` is where a rules file's limits kept
+    in the approval store go (``store = "approvals"``: the entry points read
+    ``$DSH_TOOLS_APPROVALS_URL``); the environment is restored afterwards."""
+    from dsh_tools_plugins.approval_store import APPROVALS_URL_ENV
+
+    before = os.environ.get(APPROVALS_URL_ENV)
+    if location is not None:
+        os.environ[APPROVALS_URL_ENV] = location
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(APPROVALS_URL_ENV, None)
+        else:
+            os.environ[APPROVALS_URL_ENV] = before
 
 
 def _export_options(options: argparse.Namespace) -> None:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
 from ..approval_store import ApprovalStoreError
+from .postgres_limits import create_limits_schema
 from .postgres_tickets import TICKETS_SCHEMA
 
 if TYPE_CHECKING:
@@ -192,3 +193,4 @@ def _create_schema(connection: psycopg.Connection[tuple[object, ...]]) -> None:
             "UPDATE dsh_tools_schema SET version = %s WHERE component = 'approvals'",
             (SCHEMA_VERSION,),
         )
+    create_limits_schema(connection)

@@ -40,11 +40,13 @@ class Listener:
         """Set once the current listener listens (or gave up)."""
 
     @contextlib.contextmanager
-    def watch(self, ticket_id: str) -> Iterator[threading.Event]:
-        """An event set whenever ``ticket_id`` is announced, while the block runs. On
-        entry the listener listens (or could not start), so an announcement made after
-        the caller's next look at the ticket is never missed."""
-        woken = threading.Event()
+    def watch(
+        self, ticket_id: str, woken: threading.Event | None = None
+    ) -> Iterator[threading.Event]:
+        """An event (``woken``, or a new one) set whenever ``ticket_id`` is announced,
+        while the block runs. On entry the listener listens (or could not start), so an
+        announcement made after the caller's next look at the ticket is never missed."""
+        woken = threading.Event() if woken is None else woken
         with self._lock:
             self._waiting.setdefault(ticket_id, []).append(woken)
             if not self._running:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from .sqlite_limits import LIMITS_SCHEMA
 from .sqlite_tickets import SCHEMA as TICKETS
 
 __all__ = ["SCHEMA_VERSION", "SchemaError", "upgrade"]
@@ -32,6 +33,8 @@ _STEPS: tuple[tuple[str, ...], ...] = (
     # to add, but version 2 code would read such an answer as a grant that never ends,
     # so the version moves on and that code refuses the file.
     (),
+    # 4: shared limits: permits, their waiters, budget spending.
+    LIMITS_SCHEMA,
 )
 
 SCHEMA_VERSION = len(_STEPS)

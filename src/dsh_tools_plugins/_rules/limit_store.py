@@ -1,0 +1,105 @@
+"""Where the rules file's limits are kept: the ``store`` and ``lease_s`` keys of ``[limits]``.
+
+``store`` says where the caps of ``[limits]`` and the budgets of ``[[budget]]`` count:
+
+- ``"process"`` (the default): in each process's memory; four worker processes each
+  allow the whole cap and the whole budget;
+- ``"approvals"``: in the approval store the command uses (``--approvals-store``, else
+  ``$DSH_TOOLS_APPROVALS_URL``), shared by every process that uses it;
+- a ``postgresql://`` URL, or the absolute path of a SQLite file (outside the workspace):
+  in that store.
+
+Reading the file only checks the setting; the store is opened when the ``limits`` and
+``budgets`` entry points build their plugins (once per process and store, so both share
+it), and one that cannot be opened refuses them, naming the file and line.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+
+import attrs
+
+from ..limits import SharedLimits
+from .error import RulesError
+
+__all__ = ["PROCESS", "SharedPlace", "place", "shared_limits"]
+
+PROCESS = "process"
+APPROVALS = "approvals"
+_OPENED: dict[tuple[str, float], SharedLimits] = {}
+"""The shared limits this process opened, by location and lease: one keeper each."""
+
+
+@attrs.frozen
+class SharedPlace:
+    """A shared store the rules file names, and where it names it (for errors)."""
+
+    store: str
+    lease_s: float
+    source: str
+    line: int | None
+
+
+def place(
+    table: dict[str, object],
+    fail: Callable[[str, str | None], Exception],
+    source: str,
+    line: Callable[[str], int | None],
+) -> SharedPlace | None:
+    """Take ``store`` and ``lease_s`` out of the ``[limits]`` ``table``: where its limits
+    are shared (``None``: per process). Raises ``fail(problem, key)`` for a bad value."""
+    store = table.pop("store", PROCESS)
+    lease_s = table.pop("lease_s", None)
+    if not isinstance(store, str) or not store.strip():
+        raise fail(f"[limits] store must be {_CHOICES}, got {store!r}", "store")
+    if store == PROCESS:
+        if lease_s is not None:
+            raise fail("[limits] lease_s needs a shared store (store = ...)", "lease_s")
+        return None
+    scheme = store.split("://")[0].lower() if "://" in store else None
+    if scheme is not None and scheme not in ("postgresql", "postgres"):
+        raise fail(f"[limits] store must be {_CHOICES}, got a {scheme}:// URL", "store")
+    path = os.path.expanduser(store)
+    if scheme is None and store != APPROVALS and not os.path.isabs(path):
+        raise fail(f"[limits] store path {store!r} must be absolute (or start with ~)", "store")
+    if lease_s is None:
+        lease_s = 30.0
+    elif isinstance(lease_s, bool) or not isinstance(lease_s, (int, float)):
+        raise fail(f"[limits] lease_s must be a number of seconds, got {lease_s!r}", "lease_s")
+    if not 0 < lease_s < math.inf:
+        raise fail(f"[limits] lease_s must be positive and finite, got {lease_s!r}", "lease_s")
+    return SharedPlace(store, float(lease_s), source, line("store"))
+
+
+def shared_limits(where: SharedPlace) -> SharedLimits:
+    """The shared limits at ``where``, opened once per process; raises
+    :class:`RulesError` naming the rules file's line when the store cannot be used."""
+    from ..approval_store import APPROVALS_URL_ENV, ApprovalStoreError
+
+    location = where.store
+    if location == APPROVALS:
+        location = os.environ.get(APPROVALS_URL_ENV, "").strip()
+        if not location:
+            raise RulesError(
+                f'[limits] store = "{APPROVALS}" needs an approval store: start with '
+                f"--approvals-store, or set ${APPROVALS_URL_ENV}",
+                source=where.source,
+                line=where.line,
+            )
+    key = (location, where.lease_s)
+    if key not in _OPENED:
+        workspace = os.environ.get("DSH_TOOLS_WORKSPACE") or os.getcwd()
+        try:
+            opened = SharedLimits.open(location, workspace=workspace, lease_s=where.lease_s)
+        except ApprovalStoreError as error:
+            raise RulesError(
+                f"[limits] store: {error}", source=where.source, line=where.line
+            ) from None
+        _OPENED.setdefault(key, opened)
+    return _OPENED[key]
+
+
+_CHOICES = '"process", "approvals", a postgresql:// URL or the absolute path of a SQLite file'
