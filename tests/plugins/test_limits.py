@@ -16,7 +16,7 @@ from dsh_tools.context import ToolRunContext
 from dsh_tools.define import define_tool
 from dsh_tools.errors import DefinitionError, ErrorCode
 from dsh_tools.models import ToolExecutionFailure, ToolExecutionInput, ToolExecutionResult
-from dsh_tools.permits import Permits
+from dsh_tools.permits import Permits, Retired
 from dsh_tools.registry import ToolRegistry
 from dsh_tools.testing import CallRecorder
 from dsh_tools_plugins.limits import CallBudget, ConcurrencyLimit
@@ -359,3 +359,144 @@ def test_a_body_abandoned_at_its_deadline_keeps_its_permit_until_it_returns(driv
     third = run(2)
     assert not third.is_error
     assert entered == [0, 2]
+
+
+@pytest.mark.parametrize("driver", ["execute_sync", "execute"])
+def test_the_wait_for_a_permit_counts_against_the_tools_timeout(driver: str) -> None:
+    """``timeout_ms`` runs from when the call starts waiting for its permits: a body
+    that waited is left what remains of it (else waiting would stretch every deadline)."""
+    release = threading.Event()
+    seen: dict[int, tuple[float, float]] = {}
+
+    def body(args: Any, ctx: ToolRunContext) -> str:
+        if args["i"] == 0:
+            release.wait(60)
+        else:
+            assert ctx.signal.deadline is not None
+            seen[args["i"]] = (time.monotonic(), ctx.signal.deadline.at)
+        return "done"
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="work",
+            description="work",
+            parameters={"i": {"type": "integer"}},
+            execute=body,
+            timeout_ms=10_000,
+        )
+    )
+    limit = ConcurrencyLimit(per_tool=1)
+    registry.add_plugin(limit)
+    [pool] = limit.pools("work", None)
+    results: list[ToolExecutionResult] = []
+
+    def run(index: int) -> None:
+        if driver == "execute_sync":
+            results.append(registry.execute_sync(call(index)))
+        else:
+            results.append(anyio.run(registry.execute, call(index)))
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in (0, 1)]
+    threads[0].start()
+    until(lambda: pool.in_use == 1)
+    threads[1].start()
+    until(lambda: pool.waiting == 1)
+    time.sleep(0.3)  # the second call waits at least this long
+    release.set()
+    for thread in threads:
+        thread.join()
+
+    assert [result.is_error for result in results] == [False, False]
+    started, deadline = seen[1]
+    assert deadline - started < 10 - 0.25
+
+
+def test_the_per_agent_tables_do_not_grow_with_the_number_of_agents() -> None:
+    """Behind MCP over HTTP every client is an agent: the per-agent pools of a
+    ConcurrencyLimit, its routes and a windowed CallBudget's spending keep only the agents
+    that matter now."""
+    import gc
+    import tracemalloc
+
+    now = [0.0]
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(name="work", description="w", parameters={}, execute=lambda a, c: "")
+    )
+    registry.add_plugin(ConcurrencyLimit(per_tool=4, per_agent=2))
+    registry.add_plugin(CallBudget(3, "work", window_s=60, clock=lambda: now[0]))
+
+    def agents(first: int, count: int) -> None:
+        for n in range(first, first + count):
+            assert not registry.execute_sync(
+                ToolExecutionInput("c", "work", agent=f"a{n}")
+            ).is_error
+            now[0] += 1.0  # an agent's one call leaves the window a minute later
+
+    mine = [
+        tracemalloc.Filter(True, "*dsh_tools_plugins/limits.py"),
+        tracemalloc.Filter(True, "*dsh_tools_plugins/_limits/*"),
+        tracemalloc.Filter(True, "*dsh_tools/permits.py"),
+    ]
+    tracemalloc.start()
+    try:
+        agents(0, 1_000)
+        gc.collect()
+        before = tracemalloc.take_snapshot().filter_traces(mine)
+        agents(1_000, 10_000)
+        gc.collect()
+        after = tracemalloc.take_snapshot().filter_traces(mine)
+    finally:
+        tracemalloc.stop()
+    grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    assert grown < 50_000, f"{grown} bytes more for 10,000 more agents"
+
+
+def test_a_dropped_pool_grants_nothing_and_its_late_caller_takes_the_current_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An idle agent's pool is dropped once the table doubles; a call that found the
+    dropped pool (it looked just before) gets no permit from it, and takes one of its
+    agent's current pool instead, so the agent's cap still holds."""
+    gate = threading.Event()
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(name="work", description="w", parameters={}, execute=lambda a, c: gate.wait(60))
+    )
+    limit = ConcurrencyLimit(per_agent=1)
+    registry.add_plugin(limit)
+    stale = limit.pools("work", "x")
+    busy = limit.pools("work", "busy")
+    assert busy[0].try_acquire()  # held: never dropped
+    for n in range(200):
+        limit.pools("work", f"other-{n}")
+    current = limit.pools("work", "x")
+    assert current[0] is not stale[0]
+    assert limit.pools("work", "busy")[0] is busy[0]
+    assert not stale[0].try_acquire()
+    with pytest.raises(Retired):
+        anyio.run(stale[0].acquire)
+
+    looked: list[int] = []
+    found = limit.pools
+
+    def late(name: str, agent: str | None) -> tuple[Permits, ...]:
+        looked.append(1)
+        return stale if len(looked) <= 2 else found(name, agent)  # before the drop
+
+    monkeypatch.setattr(limit, "pools", late)
+    results: list[ToolExecutionResult] = []
+    first = threading.Thread(
+        target=lambda: results.append(
+            registry.execute_sync(ToolExecutionInput("c1", "work", agent="x"))
+        )
+    )
+    first.start()
+    until(lambda: current[0].in_use == 1 or bool(results))
+    assert current[0].try_acquire() is False  # the agent's cap of 1 holds
+    gate.set()
+    first.join()
+    assert not results[0].is_error
+    assert current[0].in_use == 0
+    busy[0].release()
