@@ -6,21 +6,29 @@ in one run:
 * an uncontended ``ConcurrencyLimit(per_tool=8)``, and a ``ResultCache`` miss (every call
   has new arguments), each against the same call with one pass-through wrapper;
 * a ``ResultCache`` hit of a read-only tool whose body takes 1 ms, against a bare call of
-  that body (what the hit saves).
+  that body (what the hit saves);
+* an uncontended ``ConcurrencyLimit(per_tool=8)`` whose permits live in a SQLite approval
+  store (``SharedLimits``: held across processes, one transaction to take a permit and one
+  to give it back), against the in-process one, and against the floor of what it does: a
+  call whose body does two SQLite write transactions on a connection of its own each.
 """
 
 from __future__ import annotations
 
 import itertools
+import sqlite3
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from _harness import Row, Settings, compare_sync, ratio_row
 from case_execute import Passthrough, registry
 
 from dsh_tools import ToolExecutionInput, ToolRegistry
+from dsh_tools_plugins.approval_store import SqliteApprovalStore
 from dsh_tools_plugins.cache import ResultCache
-from dsh_tools_plugins.limits import ConcurrencyLimit
+from dsh_tools_plugins.limits import ConcurrencyLimit, SharedLimits
 
 
 def _add(args: Any, ctx: object) -> int:
@@ -30,6 +38,27 @@ def _add(args: Any, ctx: object) -> int:
 def _slow(args: Any, ctx: object) -> int:
     time.sleep(0.001)
     return args["a"] + args["b"]  # type: ignore[no-any-return]
+
+
+def _two_writes(path: Path) -> Any:
+    """A body that does what a shared permit costs: two write transactions, each on a
+    connection of its own (take the permit, give it back)."""
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE IF NOT EXISTS held (holder INTEGER)")
+    connection.close()
+
+    def body(args: Any, ctx: object) -> int:
+        for statement in ("INSERT INTO held VALUES (?)", "DELETE FROM held WHERE holder = ?"):
+            connection = sqlite3.connect(path)
+            try:
+                with connection:
+                    connection.execute("BEGIN IMMEDIATE")
+                    connection.execute(statement, (args["b"],))
+            finally:
+                connection.close()
+        return args["a"] + args["b"]  # type: ignore[no-any-return]
+
+    return body
 
 
 def _registry(wrapper: object, body: Any = _add) -> ToolRegistry:
@@ -56,11 +85,16 @@ def _same(reg: ToolRegistry) -> Any:
 
 
 def run(settings: Settings) -> list[Row]:
+    folder = Path(tempfile.mkdtemp(prefix="dsh-bench-"))
+    shared = SharedLimits(SqliteApprovalStore(folder / "limits.sqlite3"))
     passthrough = _registry(Passthrough())
     limited = _registry(ConcurrencyLimit(per_tool=8))
+    limited_shared = _registry(ConcurrencyLimit(per_tool=8, store=shared))
+    floor = _registry(Passthrough(), body=_two_writes(folder / "floor.sqlite3"))
     missing = _registry(ResultCache())
     hitting = _registry(ResultCache(), body=_slow)
-    for call in (_fresh(passthrough), _fresh(limited), _fresh(missing), _same(hitting)):
+    calls = (_fresh(passthrough), _fresh(limited), _fresh(limited_shared), _fresh(floor))
+    for call in (*calls, _fresh(missing), _same(hitting)):
         result: Any = call()
         if result.is_error:
             raise AssertionError(f"benchmark tool call failed: {result!r}")
@@ -76,6 +110,19 @@ def run(settings: Settings) -> list[Row]:
         number,
         settings.repeat,
     )
+    shared_timings = compare_sync(
+        {
+            "shared": _fresh(limited_shared),
+            "floor": _fresh(floor),
+            "in process": _fresh(limited),
+        },
+        max(20, number // 20),
+        settings.repeat,
+    )
+    return [*_rows(timings), *_shared_rows(shared_timings)]
+
+
+def _rows(timings: dict[str, Any]) -> list[Row]:
     base = timings["pass-through wrapper"]
     return [
         ratio_row(
@@ -101,5 +148,25 @@ def run(settings: Settings) -> list[Row]:
             "its 1 ms body, bare",
             timings["1 ms body"],
             limit=1.0,
+        ),
+    ]
+
+
+def _shared_rows(timings: dict[str, Any]) -> list[Row]:
+    return [
+        ratio_row(
+            "12",
+            "uncontended ConcurrencyLimit(per_tool=8), permits in SQLite (SharedLimits)",
+            timings["shared"],
+            "a call whose body does two SQLite writes itself",
+            timings["floor"],
+            limit=1.5,
+        ),
+        ratio_row(
+            "12",
+            "the same, permits in SQLite (SharedLimits)",
+            timings["shared"],
+            "the in-process ConcurrencyLimit",
+            timings["in process"],
         ),
     ]

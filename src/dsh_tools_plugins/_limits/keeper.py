@@ -7,7 +7,8 @@ permits in order, and it renews the leases of the permits and places in line thi
 process holds, so they last while the process lives and expire within a lease after it
 dies. It looks again at the lines whenever a permit of this process comes back, when
 another process announces one (PostgreSQL's ``NOTIFY``), and every ``poll_s`` seconds.
-The thread runs while anything is held, waited for or to be done, and ends when idle.
+The thread runs while anything is held, waited for or to be done, and ends a few seconds
+after the last of it.
 """
 
 from __future__ import annotations
@@ -152,6 +153,7 @@ class Keeper:
 
     def _run(self) -> None:
         renew_at = time.monotonic() + self.lease_s / 3
+        idle_until: float | None = None
         with contextlib.ExitStack() as listening:
             while True:
                 with self._lock:
@@ -159,10 +161,13 @@ class Keeper:
                     self._jobs.clear()
                     self._busy = bool(jobs)
                     self._wake.clear()
-                    if not (jobs or self._lines or self._held):
+                    idle = not (jobs or self._lines or self._held)
+                    if idle and idle_until is not None and time.monotonic() >= idle_until:
                         self._running = False
                         return
                     lines = bool(self._lines)
+                # Idle, the thread lingers a while: the next call need not start one.
+                idle_until = (idle_until or time.monotonic() + _LINGER_S) if idle else None
                 for job in jobs:
                     job()
                 with self._lock:
@@ -254,6 +259,10 @@ class Keeper:
             waiter.error = error
             with contextlib.suppress(RuntimeError):
                 waiter.wake()
+
+
+_LINGER_S = 5.0
+"""How long the keeper's thread outlives its last work."""
 
 
 def _drain(keeper_ref: weakref.ref[Keeper]) -> None:
