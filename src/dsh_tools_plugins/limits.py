@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -53,6 +52,7 @@ from ._globs import by_glob
 from ._limits.accounts import account
 from ._limits.shared import SharedLimits
 from ._limits.spending import Spending
+from ._numbers import positive_finite
 from ._stores.limit_rows import Spend
 
 __all__ = ["CallBudget", "CallBudgets", "ConcurrencyLimit", "SharedLimits", "account"]
@@ -309,11 +309,7 @@ class CallBudget:
             raise DefinitionError(f"CallBudget limit must be an integer >= 0, got {limit!r}")
         if not isinstance(tools, str) or not tools:
             raise DefinitionError(f"CallBudget tools must be a tool name or glob, got {tools!r}")
-        if window_s is not None and (
-            isinstance(window_s, bool)
-            or not isinstance(window_s, (int, float))
-            or not 0 < window_s < math.inf
-        ):
+        if window_s is not None and not positive_finite(window_s):
             raise DefinitionError(
                 f"CallBudget window_s must be a positive finite number, got {window_s!r}"
             )

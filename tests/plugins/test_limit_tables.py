@@ -122,11 +122,11 @@ def test_a_broken_table_refuses_to_load(tmp_path: Path, monkeypatch: pytest.Monk
         ("[limits]\nlease_s = 5\n", "<string>:2: [limits] lease_s needs a shared store"),
         (
             '[limits]\nstore = "approvals"\nlease_s = "5"\n',
-            "<string>:3: [limits] lease_s must be a number of seconds",
+            "<string>:3: [limits] lease_s must be a positive finite number of seconds",
         ),
         (
             '[limits]\nstore = "approvals"\nlease_s = -1\n',
-            "<string>:3: [limits] lease_s must be positive and finite",
+            "<string>:3: [limits] lease_s must be a positive finite number of seconds",
         ),
     ],
 )

@@ -52,14 +52,20 @@ def until(condition: Callable[[], bool]) -> None:
         time.sleep(0.0002)
 
 
-def capped_registry(body: Any) -> tuple[ToolRegistry, Permits]:
+def capped_registry(
+    body: Any, cap: int = CAP, timeout_ms: float | None = None
+) -> tuple[ToolRegistry, Permits]:
     registry = ToolRegistry()
     registry.register(
         define_tool(
-            name="work", description="work", parameters={"i": {"type": "integer"}}, execute=body
+            name="work",
+            description="work",
+            parameters={"i": {"type": "integer"}},
+            execute=body,
+            timeout_ms=timeout_ms,
         )
     )
-    limit = ConcurrencyLimit(per_tool=CAP)
+    limit = ConcurrencyLimit(per_tool=cap)
     registry.add_plugin(limit)
     [pool] = limit.pools("work", None)
     return registry, pool
@@ -327,19 +333,7 @@ def test_a_body_abandoned_at_its_deadline_keeps_its_permit_until_it_returns(driv
             release.wait(60)
         return "done"
 
-    registry = ToolRegistry()
-    registry.register(
-        define_tool(
-            name="work",
-            description="work",
-            parameters={"i": {"type": "integer"}},
-            execute=body,
-            timeout_ms=50,
-        )
-    )
-    limit = ConcurrencyLimit(per_tool=1)
-    registry.add_plugin(limit)
-    [pool] = limit.pools("work", None)
+    registry, pool = capped_registry(body, cap=1, timeout_ms=50)
 
     def run(index: int) -> ToolExecutionResult:
         if driver == "execute_sync":
@@ -376,19 +370,7 @@ def test_the_wait_for_a_permit_counts_against_the_tools_timeout(driver: str) -> 
             seen[args["i"]] = (time.monotonic(), ctx.signal.deadline.at)
         return "done"
 
-    registry = ToolRegistry()
-    registry.register(
-        define_tool(
-            name="work",
-            description="work",
-            parameters={"i": {"type": "integer"}},
-            execute=body,
-            timeout_ms=10_000,
-        )
-    )
-    limit = ConcurrencyLimit(per_tool=1)
-    registry.add_plugin(limit)
-    [pool] = limit.pools("work", None)
+    registry, pool = capped_registry(body, cap=1, timeout_ms=10_000)
     results: list[ToolExecutionResult] = []
 
     def run(index: int) -> None:

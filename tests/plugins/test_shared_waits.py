@@ -167,3 +167,36 @@ def test_only_a_shared_limits_object_is_a_store(tmp_path: Path) -> None:
     mixed = [CallBudget(1, store=SharedLimits(store)), CallBudget(1)]
     with pytest.raises(DefinitionError, match="one store"):
         CallBudgets(mixed)
+
+
+FORKED = """
+import os, sys, anyio
+from dsh_tools_plugins.approval_store import SqliteApprovalStore
+from dsh_tools_plugins.limits import SharedLimits
+
+shared = SharedLimits(SqliteApprovalStore(sys.argv[1]), lease_s=1)
+pool = shared.permits("overall", 2)
+assert anyio.run(pool.acquire)  # the parent's keeper thread runs, and holds a permit
+child = os.fork()
+if child == 0:
+    # The child has no keeper thread of the parent's, and none of its permits: it takes
+    # the other permit through a keeper of its own.
+    ok = anyio.run(pool.acquire)
+    os._exit(0 if ok and pool.in_use == 1 else 3)
+_, status = os.waitpid(child, 0)
+print(os.waitstatus_to_exitcode(status), pool.in_use)
+"""
+
+
+def test_a_forked_child_keeps_no_state_of_its_parents(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED, str(tmp_path / "limits.sqlite3")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "1"]

@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import logging
 import math
+import os
 import threading
 import time
 import uuid
@@ -72,6 +73,7 @@ class Keeper:
         self._done = threading.Condition(self._lock)
         self._listened = False
         atexit.register(_drain, weakref.ref(self))
+        _KEEPERS.add(self)
 
     # -------------------------------------------------------------- called by the calls
 
@@ -260,6 +262,25 @@ class Keeper:
             with contextlib.suppress(RuntimeError):
                 waiter.wake()
 
+
+_KEEPERS: weakref.WeakSet[Keeper] = weakref.WeakSet()
+
+
+def _forget_the_parent() -> None:
+    """In a child process made by ``fork``: the parent's permits, waiters and thread are
+    not the child's (the child must never renew the parent's leases)."""
+    for keeper in list(_KEEPERS):
+        keeper._lock = threading.Lock()
+        keeper._done = threading.Condition(keeper._lock)
+        keeper._wake = threading.Event()
+        keeper._jobs.clear()
+        keeper._lines.clear()
+        keeper._held.clear()
+        keeper._running = keeper._busy = keeper._listened = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_the_parent)
 
 _LINGER_S = 5.0
 """How long the keeper's thread outlives its last work."""

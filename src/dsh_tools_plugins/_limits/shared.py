@@ -17,7 +17,6 @@ own work on its own thread, which it blocks anyway.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +25,7 @@ from dsh_tools.cancel import CancelSignal, Deadline
 from dsh_tools.errors import DefinitionError
 from dsh_tools.permits import Permits, _Waiter, waker
 
+from .._numbers import positive_finite
 from .._stores.limit_rows import LimitRows, Spend
 from .keeper import Keeper, Listening, SharedWaiter
 
@@ -60,11 +60,7 @@ class SharedLimits:
     def __init__(
         self, store: SqliteApprovalStore | PostgresApprovalStore, *, lease_s: float = 30.0
     ):
-        if (
-            isinstance(lease_s, bool)
-            or not isinstance(lease_s, (int, float))
-            or not 0 < lease_s < math.inf
-        ):
+        if not positive_finite(lease_s):
             raise DefinitionError(
                 f"SharedLimits lease_s must be a positive finite number, got {lease_s!r}"
             )

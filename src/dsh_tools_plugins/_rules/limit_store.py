@@ -16,12 +16,12 @@ it), and one that cannot be opened refuses them, naming the file and line.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 
 import attrs
 
+from .._numbers import positive_finite
 from ..limits import SharedLimits
 from .error import RulesError
 
@@ -67,10 +67,11 @@ def place(
         raise fail(f"[limits] store path {store!r} must be absolute (or start with ~)", "store")
     if lease_s is None:
         lease_s = 30.0
-    elif isinstance(lease_s, bool) or not isinstance(lease_s, (int, float)):
-        raise fail(f"[limits] lease_s must be a number of seconds, got {lease_s!r}", "lease_s")
-    if not 0 < lease_s < math.inf:
-        raise fail(f"[limits] lease_s must be positive and finite, got {lease_s!r}", "lease_s")
+    elif not positive_finite(lease_s):
+        raise fail(
+            f"[limits] lease_s must be a positive finite number of seconds, got {lease_s!r}",
+            "lease_s",
+        )
     return SharedPlace(store, float(lease_s), source, line("store"))
 
 

@@ -59,18 +59,19 @@ _LEASE = "now() + make_interval(secs => %s)"
 def create_limits_schema(connection: Connection) -> None:
     """Create the shared limits' tables unless ``dsh_tools_schema`` says they exist; the
     caller holds the schema lock and made ``dsh_tools_schema``. Raises ``ValueError`` for
-    a newer version."""
-    row = connection.execute(
-        "SELECT version FROM dsh_tools_schema WHERE component = 'limits'"
+    another version."""
+    claimed = connection.execute(
+        "INSERT INTO dsh_tools_schema VALUES ('limits', %s) "
+        "ON CONFLICT (component) DO NOTHING RETURNING version",
+        (LIMITS_SCHEMA_VERSION,),
     ).fetchone()
-    if row is None:
+    if claimed is not None:
         for statement in LIMITS_SCHEMA:
             connection.execute(statement)
-        connection.execute(
-            "INSERT INTO dsh_tools_schema VALUES ('limits', %s)", (LIMITS_SCHEMA_VERSION,)
-        )
-    elif row[0] != LIMITS_SCHEMA_VERSION:
-        raise ValueError(f"limits schema version {row[0]}, expected {LIMITS_SCHEMA_VERSION}")
+        return
+    (version,) = _one(connection, "SELECT version FROM dsh_tools_schema WHERE component = 'limits'")
+    if version != LIMITS_SCHEMA_VERSION:
+        raise ValueError(f"limits schema version {version}, expected {LIMITS_SCHEMA_VERSION}")
 
 
 class PostgresLimitRows:
