@@ -105,9 +105,10 @@ class PostgresLimitRows:
                     f"INSERT INTO dsh_tools_permits VALUES (%s, %s, %s, {_LEASE})",
                     (pool, holder, owner(), lease_s),
                 )
-                connection.execute(
-                    "DELETE FROM dsh_tools_permit_waiters WHERE holder = %s", (holder,)
-                )
+                if seq is not None:  # it leaves the line
+                    connection.execute(
+                        "DELETE FROM dsh_tools_permit_waiters WHERE seq = %s", (seq,)
+                    )
                 return Taken(True)
             if seq is None and queue:
                 (queued,) = _one(

@@ -81,7 +81,8 @@ class SqliteLimitRows:
                     "INSERT INTO permits VALUES (?, ?, ?, ?)",
                     (pool, holder, owner(), now + lease_s),
                 )
-                connection.execute("DELETE FROM permit_waiters WHERE holder = ?", (holder,))
+                if seq is not None:  # it leaves the line
+                    connection.execute("DELETE FROM permit_waiters WHERE seq = ?", (seq,))
                 return Taken(True)
             if seq is None and queue:
                 cursor = connection.execute(
