@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -167,16 +168,21 @@ def test_limits_in_a_shared_store_hold_across_registries(
     assert "limit of 1 echo calls reached" in denied.text
 
 
-def test_limits_kept_with_the_approvals_need_an_approval_store(
+def test_limits_kept_with_the_approvals_are_in_the_store_named_else_the_workspaces(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("DSH_TOOLS_APPROVALS_URL", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     text = 'default = "allow"\n[limits]\noverall = 2\nstore = "approvals"\n'
-    with pytest.raises(RulesError, match=r"rules\.toml:4: \[limits\] store = \"approvals\" needs"):
-        load(tmp_path, monkeypatch, text)
+    registry = load(tmp_path, monkeypatch, text)
+    assert not registry.execute_sync(ToolExecutionInput("1", "echo")).is_error
+    [default] = (tmp_path / "state" / "dsh-tools" / "approvals").iterdir()
+    with sqlite3.connect(default) as file:
+        assert file.execute("SELECT count(*) FROM permits").fetchone() == (0,)
+    file.close()
     inside = tmp_path / "workspace" / "limits.sqlite3"
     monkeypatch.setenv("DSH_TOOLS_APPROVALS_URL", str(inside))
-    with pytest.raises(RulesError, match="inside the workspace"):
+    with pytest.raises(RulesError, match=r"rules\.toml:4: \[limits\] store: .*inside the"):
         load(tmp_path, monkeypatch, text)
     outside = tmp_path / "limits.sqlite3"
     monkeypatch.setenv("DSH_TOOLS_APPROVALS_URL", str(outside))

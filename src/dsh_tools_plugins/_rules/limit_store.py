@@ -4,8 +4,9 @@
 
 - ``"process"`` (the default): in each process's memory; four worker processes each
   allow the whole cap and the whole budget;
-- ``"approvals"``: in the approval store the command uses (``--approvals-store``, else
-  ``$DSH_TOOLS_APPROVALS_URL``), shared by every process that uses it;
+- ``"approvals"``: in the approval store the command is given (``--approvals-store``,
+  else ``$DSH_TOOLS_APPROVALS_URL``), else the workspace's own (the one ``dsh-tools
+  approvals`` reads), shared by every process that uses it;
 - a ``postgresql://`` URL, or the absolute path of a SQLite file (outside the workspace):
   in that store.
 
@@ -78,23 +79,23 @@ def place(
 def shared_limits(where: SharedPlace) -> SharedLimits:
     """The shared limits at ``where``, opened once per process; raises
     :class:`RulesError` naming the rules file's line when the store cannot be used."""
-    from ..approval_store import APPROVALS_URL_ENV, ApprovalStoreError
+    from dsh_tools.plugins import plugin_settings
 
-    location = where.store
+    from ..approval_store import APPROVALS_URL_ENV, ApprovalStoreError, SqliteApprovalStore
+
+    workspace = plugin_settings().workspace or os.getcwd()
+    location: str | None = where.store
     if location == APPROVALS:
-        location = os.environ.get(APPROVALS_URL_ENV, "").strip()
-        if not location:
-            raise RulesError(
-                f'[limits] store = "{APPROVALS}" needs an approval store: start with '
-                f"--approvals-store, or set ${APPROVALS_URL_ENV}",
-                source=where.source,
-                line=where.line,
-            )
-    key = (location, where.lease_s)
+        location = os.environ.get(APPROVALS_URL_ENV, "").strip() or None
+    key = (location or f"the workspace {os.path.realpath(workspace)}", where.lease_s)
     if key not in _OPENED:
-        workspace = os.environ.get("DSH_TOOLS_WORKSPACE") or os.getcwd()
         try:
-            opened = SharedLimits.open(location, workspace=workspace, lease_s=where.lease_s)
+            if location is None:  # the workspace's own, as `dsh-tools approvals` reads
+                store = SqliteApprovalStore.for_workspace(workspace)
+                store.check()
+                opened = SharedLimits(store, lease_s=where.lease_s)
+            else:
+                opened = SharedLimits.open(location, workspace=workspace, lease_s=where.lease_s)
         except ApprovalStoreError as error:
             raise RulesError(
                 f"[limits] store: {error}", source=where.source, line=where.line
