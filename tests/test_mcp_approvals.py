@@ -210,7 +210,7 @@ async def test_a_client_known_by_its_connection_has_a_scope_of_128_random_bits()
             async with Client(server, mode="legacy") as client:
                 await client.call_tool("write", {"path": "a.txt"})
     first, second = (ticket.agent for ticket in store.list_tickets())
-    assert re.fullmatch(r"mcp-[0-9a-f]{32}", first), first
+    assert re.fullmatch(r"mcp-anon-[0-9a-f]{32}", first), first  # anonymous: see limits
     assert first != second  # two connections, two clients
 
 
