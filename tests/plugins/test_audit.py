@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import logging
@@ -440,35 +441,57 @@ def test_one_call_event_per_call_however_often_a_wrapper_retries(tmp_path: Path)
 
 
 def test_calls_whose_result_is_never_observed_do_not_accumulate(tmp_path: Path) -> None:
-    # A BaseException that escapes the pipeline (or a host that drops a call) means the
+    # A host that drops a call (closes its coroutine while the body runs) means the
     # result hook never runs for that call; the log must not keep it forever.
     log = AuditLog(tmp_path / "audit.jsonl")
     registry = echo_registry(log)
+    entered: list[object] = []
 
-    def escape(args: Any, ctx: Any) -> str:
-        raise KeyboardInterrupt
+    async def hang(args: Any, ctx: Any) -> str:
+        entered.append(args)
+        await asyncio.Event().wait()
+        return "never"
 
-    registry.register(define_tool(name="escape", description="d", parameters={}, execute=escape))
+    registry.register(define_tool(name="hang", description="d", parameters={}, execute=hang))
+
+    async def dropped(count: int) -> None:
+        for index in range(count):
+            call = registry.execute(ToolExecutionInput(f"c{index}", "hang", {}))
+            while not entered:
+                call.send(None)  # step the call until its body waits
+            entered.clear()
+            call.close()
 
     def calls(count: int) -> None:
-        for index in range(count):
-            try:
-                result = registry.execute_sync(ToolExecutionInput(f"c{index}", "escape", {}))
-            except KeyboardInterrupt:
-                continue
-            assert result.is_error  # a pipeline that contains it observes the result
+        asyncio.run(dropped(count))
 
     calls(50)  # warm up caches
     gc.collect()
-    tracemalloc.start()
+    tracemalloc.start(_FRAMES)
     try:
-        before = tracemalloc.get_traced_memory()[0]
+        before = _kept_by_the_project()
         calls(300)
         gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
+        grown = _kept_by_the_project() - before
     finally:
         tracemalloc.stop()
-    assert grown < 20_000, f"{grown} bytes kept for 300 finished calls"
+    assert grown < 20_000, f"{grown} bytes kept for 300 dropped calls"
+
+
+_FRAMES = 6
+"""Frames tracemalloc keeps per allocation: enough to reach the project's code from an
+allocation inside attrs, pluggy or the standard library."""
+
+
+def _kept_by_the_project() -> int:
+    """Bytes still allocated with a project source file on their stack. tracemalloc sees
+    every thread's allocations; a background thread an earlier test left running (a
+    server, a pool) is not what the audit log and the pipeline keep."""
+    source = str(Path(sys.modules["dsh_tools"].__file__ or "").parent.parent)
+    snapshot = tracemalloc.take_snapshot().filter_traces(
+        [tracemalloc.Filter(True, f"{source}/*", all_frames=True)]
+    )
+    return sum(stat.size for stat in snapshot.statistics("filename"))
 
 
 def test_each_result_event_holds_the_decision_record_and_replay_reads_it(tmp_path: Path) -> None:
