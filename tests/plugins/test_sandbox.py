@@ -49,7 +49,7 @@ from dsh_tools_plugins.sandbox import (
 )
 from dsh_tools_plugins.tools import workspace_tools
 from dsh_tools_plugins.workspace import Workspace
-from sandbox_owner import give_away
+from sandbox_owner import UNPRIVILEGED, give_away
 
 _STATE = Sandbox("auto").state()
 needs_sandbox = pytest.mark.skipif(not _STATE.sandboxed, reason=f"no sandbox here: {_STATE.reason}")
@@ -708,3 +708,22 @@ def test_bad_settings_name_what_is_wrong() -> None:
         SandboxSettings(read_only_paths=[3])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="environment names must be a list of names"):
         SandboxSettings(pass_env="CI")
+
+
+@needs_sandbox
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root host runs commands as another user")
+def test_a_workspace_its_user_cannot_reach_is_refused_naming_the_folder(tmp_path: Path) -> None:
+    """bubblewrap walks the workspace's path as the user it runs as, even when handed the
+    workspace's descriptor: a folder above that the user may not pass is named, before
+    anything runs, instead of bwrap's "Can't find source path /proc/self/fd/N"."""
+    closed = tmp_path / "closed"
+    workspace = closed / "ws"
+    workspace.mkdir(parents=True)
+    give_away(workspace)
+    closed.chmod(0o700)  # as a pytest session does to /tmp/pytest-of-root when it starts
+    refused = run(_registry(workspace), command="touch ran")
+    assert refused.code == "DENIED", refused.text
+    assert f"user id {UNPRIVILEGED}, who may not pass through {closed} (mode 0700)" in refused.text
+    assert not (workspace / "ran").exists()
+    closed.chmod(0o701)
+    assert ok(_registry(workspace), command="touch ran").value["exit_code"] == 0

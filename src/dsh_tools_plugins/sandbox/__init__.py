@@ -83,7 +83,7 @@ from ._settings import (
     SandboxSettings,
     SandboxState,
 )
-from ._user import RunAs, sandbox_user, switch_to
+from ._user import RunAs, check_reachable, sandbox_user, switch_to
 
 __all__ = [
     "DEFAULT_ENV_NAMES",
@@ -240,6 +240,9 @@ class Sandbox:
                 )
             run_as = sandbox_user(self.settings.user, os.fstat(root.fd).st_uid)
             with extra_mounts(self.settings) as extra:
+                if run_as is not None:  # bwrap walks each mount's path as that user
+                    for path in (str(root.path), *(mount.path for mount in extra)):
+                        check_reachable(run_as, path)
                 async with self._jailed(
                     argv, root, directory, _Jail(bubblewrap, extra, run_as)
                 ) as launch:

@@ -10,8 +10,11 @@ setting, else the workspace's owner. The public face is
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
+import stat
+from pathlib import PurePosixPath
 
 import attrs
 
@@ -19,7 +22,7 @@ from dsh_tools.errors import ErrorCode, ToolError
 
 from .._host_programs import system_program
 
-__all__ = ["RunAs", "sandbox_user", "switch_to"]
+__all__ = ["RunAs", "check_reachable", "sandbox_user", "switch_to"]
 
 
 @attrs.frozen
@@ -97,3 +100,47 @@ def switch_to(user: RunAs) -> list[str]:
             code=ErrorCode.DENIED,
         )
     return [program, f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--"]
+
+
+def _has_acl(folder: str) -> bool:
+    try:
+        os.getxattr(folder, "system.posix_acl_access", follow_symlinks=False)
+    except OSError as error:
+        return error.errno not in (errno.ENODATA, errno.ENOTSUP)
+    return True
+
+
+def _passes(user: RunAs, folder: str) -> bool:
+    """Whether ``user`` (no supplementary groups, no capabilities) may pass through
+    ``folder``; a folder that cannot be read, or has an access ACL, is left to bwrap."""
+    try:
+        found = os.stat(folder, follow_symlinks=False)
+    except OSError:
+        return True
+    if found.st_uid == user.uid:
+        wanted = stat.S_IXUSR
+    elif found.st_gid == user.gid:
+        wanted = stat.S_IXGRP
+    else:
+        wanted = stat.S_IXOTH
+    return bool(found.st_mode & wanted) or _has_acl(folder)
+
+
+def check_reachable(user: RunAs, path: str) -> None:
+    """Raise ``DENIED`` when ``user`` may not pass through a folder above ``path``.
+
+    bubblewrap, started as that user, finds a mount's source by its path even when it
+    is handed the host's descriptor (``--bind-fd`` resolves ``/proc/self/fd/N`` to the
+    path and walks it), so every folder above must let the user pass; otherwise bwrap
+    fails with ``Can't find source path /proc/self/fd/N: Permission denied``."""
+    for parent in reversed(PurePosixPath(path).parents):
+        folder = str(parent)
+        if not _passes(user, folder):
+            mode = stat.S_IMODE(os.stat(folder, follow_symlinks=False).st_mode)
+            raise ToolError(
+                f"sandboxed commands run as user id {user.uid}, who may not pass through "
+                f"{folder} (mode {mode:04o}) to reach {path}: let that user pass (chmod "
+                f"o+x {folder}), move the folder, or name another user in the sandbox "
+                "settings ([sandbox] user)",
+                code=ErrorCode.DENIED,
+            )
