@@ -1,15 +1,40 @@
 """Shared pytest configuration: async tests run on both anyio backends; the PostgreSQL
-tests get a server's URL."""
+tests get a server's URL; on a root host, a temporary folder of the session's own."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """On a root host, keep this session's temporary files (``tmp_path``) in a folder of
+    its own rather than in ``/tmp/pytest-of-root``: every pytest session that starts
+    (another checkout's, a test's own subprocess) makes that folder 0700 again, and the
+    sandbox tests' workspaces below it must stay reachable for the unprivileged user
+    that bubblewrap runs as there (see ``sandbox_owner.give_away``)."""
+    if os.geteuid() == 0 and config.option.basetemp is None:
+        config.option.basetemp = tempfile.mkdtemp(prefix="dsh-tools-tests-")
+        config.stash[_OWN_BASETEMP] = config.option.basetemp
+
+
+_OWN_BASETEMP = pytest.StashKey[str]()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Remove the session's own temporary folder after a passing run (a failing one keeps
+    it to look into)."""
+    folder = session.config.stash.get(_OWN_BASETEMP, None)
+    if folder is not None and exitstatus == 0:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(params=["asyncio", "trio"])
