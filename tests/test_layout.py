@@ -46,3 +46,144 @@ def test_the_check_sees_an_import_of_the_plugins_outside_the_command(tmp_path: P
     (tmp_path / "dsh_tools" / "records.py").write_text(relative, encoding="utf-8")
 
     assert plugin_importers(tmp_path) == ["dsh_tools/_pipeline/body.py", "dsh_tools/records.py"]
+
+
+# ---------------------------------------------------------------------- import circles
+
+KNOWN_CIRCLES = (
+    # The entry points that read the rules file (`configured_cache`, `configured_limits`)
+    # live beside the plugins they configure, and the tables build those plugins.
+    frozenset(
+        {
+            "dsh_tools_plugins._rules.limit_store",
+            "dsh_tools_plugins._rules.limit_tables",
+            "dsh_tools_plugins._rules.policy",
+            "dsh_tools_plugins._rules.summary",
+            "dsh_tools_plugins.cache",
+            "dsh_tools_plugins.limits",
+            "dsh_tools_plugins.permissions",
+        }
+    ),
+    # The SQLite store opens a PostgreSQL URL, and the PostgreSQL store shares its errors.
+    frozenset(
+        {
+            "dsh_tools_plugins._stores.postgres",
+            "dsh_tools_plugins._stores.postgres_limits",
+            "dsh_tools_plugins._stores.postgres_listen",
+            "dsh_tools_plugins._stores.postgres_tickets",
+            "dsh_tools_plugins.approval_postgres",
+            "dsh_tools_plugins.approval_store",
+        }
+    ),
+)
+"""The circles of more than two modules still allowed, each exactly as it is: a new one,
+or one that grew or shrank, fails the check (then break it, or write it down here)."""
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Which module of ``root`` imports which, at any depth and under ``TYPE_CHECKING``
+    too; ``from package import module`` points at the module (as /work/tools/graph.py)."""
+    paths = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        package = (module if path.name == "__init__.py" else module.rpartition(".")[0]).split(".")
+        found = graph[module] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names if alias.name in paths)
+            elif isinstance(node, ast.ImportFrom):
+                base = package[: len(package) - node.level + 1] if node.level else []
+                prefix = ".".join([*base, node.module] if node.module else base)
+                for alias in node.names:
+                    target = f"{prefix}.{alias.name}"
+                    if target in paths:
+                        found.add(target)
+                    elif prefix in paths:
+                        found.add(prefix)
+        found.discard(module)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[frozenset[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph.get(module, ())):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = {stack.pop()}
+            while module not in component:
+                component.add(stack.pop())
+            if len(component) > 1:
+                found.append(frozenset(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def circle_problems(root: Path, known: tuple[frozenset[str], ...] = ()) -> list[str]:
+    """Every circle through the call path (``dsh_tools._pipeline``), every circle of more
+    than two modules that is not exactly one of ``known``, and every ``known`` one gone."""
+    found = circles(import_graph(root))
+    problems = [
+        f"import circle of {len(circle)} modules: {', '.join(sorted(circle))}"
+        for circle in found
+        if any(name.startswith("dsh_tools._pipeline.") for name in circle)
+        or (len(circle) > 2 and circle not in known)
+    ]
+    problems += [
+        f"known circle no longer found: {', '.join(sorted(circle))}"
+        for circle in known
+        if circle not in found
+    ]
+    return sorted(problems)
+
+
+def test_no_import_circle_in_the_call_path_nor_of_more_than_two_modules() -> None:
+    assert circle_problems(SOURCES, KNOWN_CIRCLES) == []
+
+
+def test_the_check_sees_a_planted_circle(tmp_path: Path) -> None:
+    files = {
+        "dsh_tools/__init__.py": "",
+        "dsh_tools/_pipeline/__init__.py": "",
+        "dsh_tools/_pipeline/call.py": (
+            "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from ..registry import ToolRegistry\n"
+        ),
+        "dsh_tools/registry.py": "from ._pipeline.call import Call\n",
+        "dsh_tools/a.py": "from . import b\n",
+        "dsh_tools/b.py": "def later():\n    from .c import thing\n",
+        "dsh_tools/c.py": "import dsh_tools.a\n",
+        "dsh_tools/x.py": "from .y import one\n",
+        "dsh_tools/y.py": "from .x import two\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    gone = frozenset({"dsh_tools.p", "dsh_tools.q", "dsh_tools.r"})
+
+    assert circle_problems(tmp_path, (gone,)) == [
+        "import circle of 2 modules: dsh_tools._pipeline.call, dsh_tools.registry",
+        "import circle of 3 modules: dsh_tools.a, dsh_tools.b, dsh_tools.c",
+        "known circle no longer found: dsh_tools.p, dsh_tools.q, dsh_tools.r",
+    ]
+    known = frozenset({"dsh_tools.a", "dsh_tools.b", "dsh_tools.c"})
+    assert circle_problems(tmp_path, (known,)) == [
+        "import circle of 2 modules: dsh_tools._pipeline.call, dsh_tools.registry"
+    ]

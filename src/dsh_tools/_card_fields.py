@@ -9,7 +9,7 @@ prefixed with the JSON path of the record it was reading. ``CardError`` is publi
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeAlias
 
 import attrs
 
@@ -17,18 +17,8 @@ from .content import ContentLike, content_blocks
 from .errors import DshToolsError, ErrorCode, JsonValueError
 from .json import FrozenDict, JsonValue, snapshot
 
-if TYPE_CHECKING:
-    from .presentation import (
-        ContentBlocks,
-        FileDiff,
-        FileLocation,
-        ReadFileLine,
-        SearchFileMatches,
-        SearchMatch,
-        SearchMatchesView,
-        SearchPathsView,
-        WebSource,
-    )
+ContentBlocks: TypeAlias = tuple[FrozenDict, ...]
+"""Frozen content blocks (``{"type": "text", "text": ...}`` and friends)."""
 
 
 class CardError(DshToolsError, ValueError):
@@ -97,7 +87,17 @@ _one_based = _at_least(1)
 _count = _at_least(0)
 
 
-def _check_total(shown: int, instance: SearchMatchesView | SearchPathsView) -> None:
+class _Counted(Protocol):
+    """A search card: how much it found, and whether it shows less."""
+
+    @property
+    def total(self) -> int: ...
+
+    @property
+    def truncated(self) -> bool: ...
+
+
+def _check_total(shown: int, instance: _Counted) -> None:
     """``total`` counts everything found; without truncation it is exactly what is shown."""
     name = type(instance).__name__
     if instance.total < shown or (not instance.truncated and instance.total != shown):
@@ -107,35 +107,6 @@ def _check_total(shown: int, instance: SearchMatchesView | SearchPathsView) -> N
             where=".total",
             label=f"{name}.total",
         )
-
-
-# Typed tuple converters: records take any iterable (a list is natural to write) and keep
-# a tuple. One named function per element type, because mypy's attrs plugin cannot bind a
-# generic converter's type variable.
-
-
-def _locations(items: Iterable[FileLocation]) -> tuple[FileLocation, ...]:
-    return tuple(items)
-
-
-def _diffs(items: Iterable[FileDiff]) -> tuple[FileDiff, ...]:
-    return tuple(items)
-
-
-def _matches(items: Iterable[SearchMatch]) -> tuple[SearchMatch, ...]:
-    return tuple(items)
-
-
-def _search_files(items: Iterable[SearchFileMatches]) -> tuple[SearchFileMatches, ...]:
-    return tuple(items)
-
-
-def _read_lines(items: Iterable[ReadFileLine]) -> tuple[ReadFileLine, ...]:
-    return tuple(items)
-
-
-def _sources(items: Iterable[WebSource]) -> tuple[WebSource, ...]:
-    return tuple(items)
 
 
 def _paths(items: Iterable[str]) -> tuple[str, ...]:

@@ -21,7 +21,7 @@ from .errors import JsonValueError
 from .json import FrozenDict, FrozenList, JsonValue, snapshot
 
 if TYPE_CHECKING:
-    from .approvals import ApprovalAnswer
+    from .approvals._answers import ApprovalAnswer
 
 
 # --------------------------------------------------------------------------- decisions

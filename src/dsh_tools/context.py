@@ -13,11 +13,24 @@ from .content import ContentLike, ContextMessage
 from .progress import Output, Progress
 
 if TYPE_CHECKING:
-    from ._pipeline.stream import Stream
     from .cancel import CancelSignal
     from .models import ToolExecution
+    from .progress import StreamSummary
 
 __all__ = ["ToolRunContext"]
+
+
+class _Stream(Protocol):
+    """Where a body's reports go (the call path's progress step): opened when the body
+    starts, closed by the body step when it is done."""
+
+    def open(self, signal: CancelSignal) -> None: ...
+
+    def put(self, event: Progress | Output) -> None: ...
+
+    def close(self) -> None: ...
+
+    def summary(self) -> StreamSummary | None: ...
 
 
 class _Call(Protocol):
@@ -25,7 +38,7 @@ class _Call(Protocol):
 
     def record(self) -> ToolExecution: ...
 
-    def counting_stream(self) -> Stream: ...
+    def counting_stream(self) -> _Stream: ...
 
 
 _COUNTING = threading.Lock()
@@ -48,7 +61,7 @@ class ToolRunContext:
         self,
         call: _Call,
         signal: CancelSignal,
-        stream: Stream | None = None,
+        stream: _Stream | None = None,
         counted: bool = False,
     ) -> None:
         self._call = call
@@ -97,7 +110,7 @@ class ToolRunContext:
         if sink is not None:
             sink.put(Output(text, stream))
 
-    def _counting(self) -> Stream | None:
+    def _counting(self) -> _Stream | None:
         """The call's stream, opened for this body on its first report (records only);
         ``None`` once the body step took the stream back."""
         with _COUNTING:
@@ -107,7 +120,7 @@ class ToolRunContext:
                 self._stream = stream
             return self._stream
 
-    def _detach(self) -> Stream | None:
+    def _detach(self) -> _Stream | None:
         """The body is done (the body step calls this): the stream its reports went to,
         if any; nothing more is taken through this context."""
         if self._counted:

@@ -32,27 +32,22 @@ from __future__ import annotations
 
 import difflib
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeAlias
 
 import attrs
 
 from ._card_fields import (
     CardError,
+    ContentBlocks,
     _always_emit,
     _check_total,
     _count,
-    _diffs,
     _freeze_content,
     _freeze_json,
     _Invalid,
-    _locations,
-    _matches,
     _one_based,
     _paths,
-    _read_lines,
-    _search_files,
-    _sources,
 )
 
 # FrozenDict and FrozenList must be names here: cattrs resolves JsonValue's forward references
@@ -92,8 +87,33 @@ __all__ = [
 ]
 
 
-ContentBlocks: TypeAlias = tuple[FrozenDict, ...]
-"""Frozen content blocks (``{"type": "text", "text": ...}`` and friends)."""
+# Typed tuple converters: records take any iterable (a list is natural to write) and keep
+# a tuple. One named function per element type, because mypy's attrs plugin cannot bind a
+# generic converter's type variable.
+
+
+def _locations(items: Iterable[FileLocation]) -> tuple[FileLocation, ...]:
+    return tuple(items)
+
+
+def _diffs(items: Iterable[FileDiff]) -> tuple[FileDiff, ...]:
+    return tuple(items)
+
+
+def _matches(items: Iterable[SearchMatch]) -> tuple[SearchMatch, ...]:
+    return tuple(items)
+
+
+def _search_files(items: Iterable[SearchFileMatches]) -> tuple[SearchFileMatches, ...]:
+    return tuple(items)
+
+
+def _read_lines(items: Iterable[ReadFileLine]) -> tuple[ReadFileLine, ...]:
+    return tuple(items)
+
+
+def _sources(items: Iterable[WebSource]) -> tuple[WebSource, ...]:
+    return tuple(items)
 
 
 # --- shared file vocabulary -----------------------------------------------------------

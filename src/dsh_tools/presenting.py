@@ -27,7 +27,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .errors import JsonValueError
 from .json import FrozenDict, JsonValue, snapshot
@@ -54,12 +54,16 @@ from .presentation import (
     fallback_call_view,
 )
 
-if TYPE_CHECKING:  # registry imports this module to delegate to it; no import cycle at runtime
-    from .registry import ToolRegistry, ToolScope
-
 __all__ = ["present_call", "present_result", "presentable_result"]
 
 logger = logging.getLogger("dsh_tools")
+
+
+class _View(Protocol):
+    """What a card needs of a registry or scope: the definition a call would run."""
+
+    def definition_for(self, name: str, agent: str | None = None) -> ToolDefinition[Any] | None: ...
+
 
 _CALL_CARDS = (GenericCallView, TerminalCallView, DiffCallView)
 _RESULT_CARDS = (
@@ -74,7 +78,7 @@ _RESULT_CARDS = (
 )
 
 
-def present_call(view: ToolRegistry | ToolScope, call: ToolExecutionInput) -> ToolCallView:
+def present_call(view: _View, call: ToolExecutionInput) -> ToolCallView:
     """The pending-state card of ``call``, as the tool that would run it presents it.
 
     ``view`` is the registry or a scope; ``call.agent`` (when set) names the scope whose
@@ -97,7 +101,7 @@ def present_call(view: ToolRegistry | ToolScope, call: ToolExecutionInput) -> To
 
 
 def present_result(
-    view: ToolRegistry | ToolScope,
+    view: _View,
     call: ToolExecutionInput,
     result: ToolExecutionResult | PresentableResult,
 ) -> ToolResultView | None:
@@ -153,7 +157,7 @@ def _json_arguments(call: ToolExecutionInput) -> JsonValue:
         return None
 
 
-def _definition(view: ToolRegistry | ToolScope, call: ToolExecutionInput) -> Any:
+def _definition(view: _View, call: ToolExecutionInput) -> Any:
     """The definition a call by ``call.agent`` runs, through ``view``; ``None`` if none."""
     try:
         return view.definition_for(call.name, call.agent)

@@ -13,38 +13,29 @@ module.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
+import attrs
 import pluggy
 
 from ._pipeline.approval import channel
+from ._pipeline.call import Handle, Waiting
 from ._pipeline.layers import Layer, restriction, visible
 from ._pipeline.loops import stops_the_caller
 from ._pipeline.manager import PluginManager
 from ._pipeline.plan import Plan, ToolEntry, build_plan, guard_impl, label
 from ._pipeline.tickets import waiting
-from ._pipeline.views import SEPARATOR, _ViewBase, path_of
+from ._pipeline.views import SEPARATOR, Disposer, Guard, ToolScope, _ViewBase, path_of
 from .approvals import ApprovalStore, MemoryApprovalStore
 from .errors import DefinitionError, RegistrationError
-from .models import (
-    ApprovalChannel,
-    ToolDefinition,
-    ToolExecution,
-    ToolExecutionInput,
-)
+from .models import ApprovalChannel, ToolDefinition, ToolExecutionInput
 from .tracing import Tracer
 
 if TYPE_CHECKING:
     from .records import Origin
 
 __all__ = ["Disposer", "Guard", "ToolRegistry", "ToolScope"]
-
-Disposer = Callable[[], None]
-"""Undoes one registration; calling it again does nothing."""
-
-Guard = Callable[[ToolExecution], "str | None"]
-"""A final pre-dispatch check: return a reason string to deny, ``None`` to abstain."""
 
 
 class ToolRegistry(_ViewBase):
@@ -82,8 +73,12 @@ class ToolRegistry(_ViewBase):
         approval_expiry_s: float = 86400.0,
     ) -> None:
         self._registry = self
-        self.approval_waiting = waiting(approval_timeout_ms, approval_timeout, approval_expiry_s)
-        """``(approval_timeout_ms, approval_timeout, approval_expiry_s)``, as given."""
+        self._handle = Handle(
+            self._plan,
+            waiting(approval_timeout_ms, approval_timeout, approval_expiry_s),
+            self.present_call,
+        )
+        """What a call may ask of this registry (see :class:`~dsh_tools._pipeline.call.Handle`)."""
         self._path = ()
         self._layers: dict[tuple[str, ...], Layer] = {(): Layer(())}
         self._plugins: dict[str, object] = {}
@@ -95,6 +90,21 @@ class ToolRegistry(_ViewBase):
         self.approval_store = approval_store
         self.default_timeout_ms = default_timeout_ms
         self.tracer = tracer
+
+    @property
+    def approval_waiting(self) -> Waiting:
+        """``(approval_timeout_ms, approval_timeout, approval_expiry_s)``, as given;
+        replacing it (checked as the constructor checks them) applies to the next call."""
+        return self._handle.waiting
+
+    @approval_waiting.setter
+    def approval_waiting(self, value: Waiting) -> None:
+        if not (isinstance(value, tuple) and len(value) == 3):
+            raise DefinitionError(
+                "approval_waiting must be (approval_timeout_ms, approval_timeout, "
+                f"approval_expiry_s), got {value!r}"
+            )
+        self._handle = attrs.evolve(self._handle, waiting=waiting(*value))
 
     @property
     def tracer(self) -> Tracer | None:
@@ -325,35 +335,6 @@ class ToolRegistry(_ViewBase):
             self._plugins.pop(name, None)
             self._pm.unregister(name=name)
         self._changed()
-
-
-class ToolScope(_ViewBase):
-    """One agent's view of a registry: its own tools, guards, plugins and restrictions.
-
-    Calls executed through a scope carry its agent id (``"parent/child"`` for nested
-    scopes). Scoped tools shadow inherited ones of the same name.
-    """
-
-    def __init__(self, registry: ToolRegistry, path: tuple[str, ...]) -> None:
-        self._registry = registry
-        self._path = path
-
-    def restrict(self, allow: object = None, deny: object = None) -> Disposer:
-        """Hide inherited tools from this scope and its descendants.
-
-        ``allow`` keeps only the listed inherited tools (later inherited tools stay hidden);
-        ``deny`` hides the listed ones (later unlisted tools stay visible). Restrictions
-        intersect; the scope's own tools are never filtered. Every name must be a tool this
-        scope currently inherits.
-        """
-        return self._registry._restrict(self._path, allow, deny)
-
-    def close(self) -> None:
-        """Remove this scope's tools, guards, restrictions and plugins, and its children's."""
-        self._registry._close(self._path)
-
-    def __repr__(self) -> str:
-        return f"<ToolScope {self.agent!r}>"
 
 
 # ---------------------------------------------------------------------- helpers

@@ -37,8 +37,7 @@ from ..models import ToolExecutionFailure, ToolExecutionResult
 from .call import Call
 from .loops import NEVER_AWAITABLE, is_awaitable, on_event_loop, run_on_own_loop, stops_the_caller
 from .render import render
-from .results import error_result
-from .stages import code
+from .results import code, error_result
 
 if TYPE_CHECKING:
     from .plan import ToolEntry

@@ -21,12 +21,13 @@ import attrs
 from .. import cancel
 from ..content import ContextMessage
 from ..errors import ErrorCode, JsonValueError
-from ..json import FrozenDict
+from ..json import FrozenDict, snapshot
 from ..models import (
     ExecutionToken,
     ToolExecution,
     ToolExecutionFailure,
     ToolExecutionInput,
+    UnreadableArguments,
     failure_result,
 )
 from ..records import DecisionRecord, Origin
@@ -38,10 +39,27 @@ from .stream import Stream
 if TYPE_CHECKING:
     import anyio
 
-    from ..registry import ToolRegistry
+    from ..presentation import ToolCallView
     from .plan import Plan, ToolEntry
 
 logger = logging.getLogger("dsh_tools")
+
+Waiting = tuple["float | None", str, float]
+"""How a registry waits for a person: ``(approval_timeout_ms, on_timeout, expiry_s)``."""
+
+
+@attrs.frozen
+class Handle:
+    """What a call may ask of the registry that runs it, and nothing more (one per
+    registry; a new one when a setting in it changes, so a call keeps the one it entered
+    with)."""
+
+    plan: Callable[[tuple[str, ...]], Plan]
+    """The current plan of a scope: a body resolves its tool late (:meth:`Call.resolve`)."""
+    waiting: Waiting
+    """How long a call waits for a person's answer to its approval ticket, and then."""
+    present_call: Callable[[ToolExecutionInput], ToolCallView]
+    """The pending card of a call, as its agent sees the tool (an approval ticket shows it)."""
 
 
 class Interrupted(Exception):
@@ -73,11 +91,11 @@ class Call:
         "entry",
         "events",
         "execution",
+        "handle",
         "input",
         "parsed",
         "parsed_by",
         "plan",
-        "registry",
         "resumes",
         "signal",
         "started",
@@ -92,7 +110,7 @@ class Call:
     def __init__(
         self,
         plan: Plan,
-        registry: ToolRegistry,
+        handle: Handle,
         call: ToolExecutionInput,
         arguments: FrozenDict | JsonValueError,
         entry: ToolEntry | None,
@@ -100,7 +118,7 @@ class Call:
         resumes: str | None = None,
     ) -> None:
         self.plan = plan
-        self.registry = registry
+        self.handle = handle
         self.input = call
         self.signal = call.signal
         self.arguments = arguments
@@ -162,7 +180,7 @@ class Call:
         entered; then whatever the call's agent sees now (possibly nothing)."""
         plan = self.plan
         if plan.stale:
-            plan = self.registry._plan(plan.agent_path)
+            plan = self.handle.plan(plan.agent_path)
         return plan.tools.get(self.name)
 
     def parse(self, entry: ToolEntry) -> Any:
@@ -189,6 +207,17 @@ class Call:
 
     def unknown(self) -> ToolExecutionFailure:
         return failure_result(f'unknown tool "{self.name}"', ErrorCode.UNKNOWN_TOOL)
+
+    def not_json(self, error: JsonValueError) -> ToolExecutionFailure:
+        """The failure of a call whose arguments are not a JSON object (before any
+        policy); for :class:`~dsh_tools.UnreadableArguments`, naming the tool and the
+        problem."""
+        unreadable = self.input.arguments
+        if isinstance(unreadable, UnreadableArguments):
+            text = f'tool "{self.name}" was called with unreadable arguments: {unreadable.problem}'
+        else:
+            text = f"tool execution arguments must be losslessly JSON-serializable: {error.message}"
+        return failure_result(text, ErrorCode.INVALID_JSON)
 
     def timed_out(self, budget_ms: float) -> ToolExecutionFailure:
         return failure_result(
@@ -295,6 +324,20 @@ class Call:
                 if remove is not None:
                     remove()
         raise Interrupted
+
+
+def frozen_arguments(value: object) -> FrozenDict | JsonValueError:
+    """A call's arguments snapshotted once, or the error saying why they are not a JSON
+    object (the call then fails before any policy runs, :meth:`Call.not_json`)."""
+    if isinstance(value, UnreadableArguments):
+        return JsonValueError("arguments", value.problem)
+    try:
+        frozen = snapshot(value, "arguments")
+    except JsonValueError as error:
+        return error
+    if type(frozen) is FrozenDict:
+        return frozen
+    return JsonValueError("arguments", "must be a JSON object")
 
 
 def expire(scope: anyio.CancelScope) -> Callable[[], None]:

@@ -24,32 +24,23 @@ from typing import TYPE_CHECKING, Any
 
 from .. import cancel
 from ..errors import ErrorCode, JsonValueError
-from ..json import FrozenDict, snapshot
-from ..models import (
-    Deny,
-    ToolExecutionFailure,
-    ToolExecutionInput,
-    ToolExecutionResult,
-    UnreadableArguments,
-    failure_result,
-)
+from ..json import FrozenDict
+from ..models import Deny, ToolExecutionInput, ToolExecutionResult, failure_result
 from .approval import ALLOW, unrunnable
 from .body import run_body
-from .call import Call, Interrupted, StageFailed
+from .call import Call, Handle, Interrupted, StageFailed, frozen_arguments
 from .loops import drive, on_event_loop, run_on_own_loop, stops_the_caller
-from .stages import code, decide, finalize, guard, observe, post_execute
+from .results import code
+from .stages import decide, finalize, guard, observe, post_execute
 from .wrappers import execute as execute_stage
 
 if TYPE_CHECKING:
-    from ..registry import ToolRegistry
     from .plan import Plan
 
 Run = Coroutine[Any, Any, ToolExecutionResult]
 
 
-def start(
-    plan: Plan, registry: ToolRegistry, call: ToolExecutionInput, resumes: str | None = None
-) -> Run:
+def start(plan: Plan, handle: Handle, call: ToolExecutionInput, resumes: str | None = None) -> Run:
     """The call, ready to run: its arguments frozen now (so no later change by the caller
     reaches a stage), its runner chosen by the plan.
 
@@ -62,7 +53,7 @@ def start(
     entry = plan.tools.get(name)
     admitted = None if entry is None else entry.admit(raw)
     arguments = admitted if admitted is not None else frozen_arguments(raw)
-    state = Call(plan, registry, call, arguments, entry, admitted, resumes)
+    state = Call(plan, handle, call, arguments, entry, admitted, resumes)
     if (
         state.signal is None
         and name in plan.direct
@@ -74,11 +65,11 @@ def start(
 
 
 def execute_sync(
-    plan: Plan, registry: ToolRegistry, call: ToolExecutionInput, resumes: str | None = None
+    plan: Plan, handle: Handle, call: ToolExecutionInput, resumes: str | None = None
 ) -> ToolExecutionResult:
     """The sync driver: by hand, with no event loop, unless the plan or the tool has
     something ``async def`` to await (then on a loop of its own)."""
-    run = start(plan, registry, call, resumes)
+    run = start(plan, handle, call, resumes)
     entry = plan.tools.get(call.name)
     if plan.needs_loop or (entry is not None and entry.is_async):
         return run_on_own_loop(run)
@@ -133,7 +124,7 @@ async def _decided_and_dispatched(call: Call) -> ToolExecutionResult:
         not_json = isinstance(arguments, JsonValueError)
         call.trace("call", None, "arguments not JSON" if not_json else "entered")
     if isinstance(arguments, JsonValueError):
-        raise StageFailed(arguments_not_json(call, arguments))
+        raise StageFailed(call.not_json(arguments))
     if call.cancelled():
         raise StageFailed(call.aborted())
     try:
@@ -154,28 +145,3 @@ async def _decided_and_dispatched(call: Call) -> ToolExecutionResult:
     if plan.traced:
         call.trace("execute", "wrappers" if plan.wrappers else None, code(result), result)
     return result
-
-
-def arguments_not_json(call: Call, error: JsonValueError) -> ToolExecutionFailure:
-    """The failure of a call whose arguments are not a JSON object (before any policy);
-    for :class:`~dsh_tools.UnreadableArguments`, naming the tool and the problem."""
-    unreadable = call.input.arguments
-    if isinstance(unreadable, UnreadableArguments):
-        message = f'tool "{call.name}" was called with unreadable arguments: {unreadable.problem}'
-    else:
-        message = f"tool execution arguments must be losslessly JSON-serializable: {error.message}"
-    return failure_result(message, ErrorCode.INVALID_JSON)
-
-
-def frozen_arguments(value: object) -> FrozenDict | JsonValueError:
-    """The call's arguments snapshotted once, or the error saying why they are not a JSON
-    object (the call then fails before any policy runs)."""
-    if isinstance(value, UnreadableArguments):
-        return JsonValueError("arguments", value.problem)
-    try:
-        frozen = snapshot(value, "arguments")
-    except JsonValueError as error:
-        return error
-    if type(frozen) is FrozenDict:
-        return frozen
-    return JsonValueError("arguments", "must be a JSON object")

@@ -16,25 +16,23 @@ from ..errors import ErrorCode, JsonValueError
 from ..models import Ask, Deny, ToolExecutionInput
 from ..records import DecisionStep, Explanation
 from .approval import ALLOW, approval_keys, remembered, unroutable, unrunnable
-from .call import Call, Interrupted, StageFailed
-from .drivers import arguments_not_json, frozen_arguments
+from .call import Call, Handle, Interrupted, StageFailed, frozen_arguments
 from .stages import first_decision, guard
 
 if TYPE_CHECKING:
-    from ..registry import ToolRegistry
     from .plan import Plan
 
 
-async def explain(plan: Plan, registry: ToolRegistry, call: ToolExecutionInput) -> Explanation:
+async def explain(plan: Plan, handle: Handle, call: ToolExecutionInput) -> Explanation:
     """What a real call would come to: ``run``, ``deny``, ``ask`` or ``invalid``."""
     state = Call(
-        plan.dry_run(), registry, call, frozen_arguments(call.arguments), plan.tools.get(call.name)
+        plan.dry_run(), handle, call, frozen_arguments(call.arguments), plan.tools.get(call.name)
     )
     state.record(dry_run=True)
     state.trace("call", None, "entered")
     arguments = state.arguments
     if isinstance(arguments, JsonValueError):
-        failure = arguments_not_json(state, arguments)
+        failure = state.not_json(arguments)
         return _explained(state, "invalid", failure.error.message, failure.code)
     try:
         decision = await first_decision(state) if state.plan.pre else ALLOW

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..content import ContextMessage, ImageContent, TextContent, content_blocks, text_blocks
-from ..errors import JsonValueError, ToolOutputError
+from ..errors import ErrorCode, JsonValueError, ToolOutputError
 from ..json import NEG_SMALL_INT, SMALL_INT, JsonValue, dumps, is_unicode, snapshot
 from ..models import ExecutionToken, ToolExecutionSuccess
+from .call import Call, StageFailed
 from .loops import stops_the_caller
 from .results import message, success_result
 
@@ -67,6 +68,19 @@ def render(
             name, "presentation_meta", output.presentation_meta, parsed, value, True
         )
     return success_result(value, content, meta, contexts, concluded)
+
+
+def rerender(call: Call, value: object) -> ToolExecutionSuccess:
+    """A value a wrapper or post-execute supplied, through the output contract of the
+    tool as it is now; an unknown tool or a broken contract fails on the final path."""
+    entry = call.resolve()
+    if entry is None:
+        raise StageFailed(call.unknown())
+    try:
+        parsed = call.parse(entry)
+        return render(entry, value, parsed, call.contexts, call.concluded, call.input.parent)
+    except BaseException as error:
+        raise StageFailed(call.contained(error, ErrorCode.INVALID_TOOL_OUTPUT)) from None
 
 
 def _is_typed_content(raw: object) -> bool:

@@ -17,7 +17,7 @@ from .._validation.codegen import compiled
 from ..content import ContextMessage
 from ..errors import DshToolsError, ErrorCode
 from ..json import FrozenList, JsonValue
-from ..models import ToolExecutionFailure, ToolExecutionSuccess, failure_result
+from ..models import ToolExecutionFailure, ToolExecutionResult, ToolExecutionSuccess, failure_result
 from .loops import stops_the_caller
 
 R = TypeVar("R", bound=attrs.AttrsInstance)
@@ -116,3 +116,8 @@ def shown(value: object, limit: int = 200) -> str:
             raise
         return f"<unprintable {type(value).__qualname__}>"
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def code(result: ToolExecutionResult) -> str:
+    """A result's code for traces: ``ok`` for a success."""
+    return result.error.info.code if isinstance(result, ToolExecutionFailure) else "ok"

@@ -41,8 +41,8 @@ from ..models import (
 from .approval import ALLOW, approve, resumed
 from .call import Call, Interrupted, StageFailed
 from .loops import is_awaitable
-from .render import render
-from .results import message, shown
+from .render import rerender
+from .results import code, message, shown
 
 logger = logging.getLogger("dsh_tools")
 
@@ -208,19 +208,6 @@ def shown_as(
     return attrs.evolve(result, content=content, meta=None)
 
 
-def rerender(call: Call, value: object) -> ToolExecutionSuccess:
-    """A value a wrapper or post-execute supplied, through the output contract of the
-    tool as it is now; an unknown tool or a broken contract fails on the final path."""
-    entry = call.resolve()
-    if entry is None:
-        raise StageFailed(call.unknown())
-    try:
-        parsed = call.parse(entry)
-        return render(entry, value, parsed, call.contexts, call.concluded, call.input.parent)
-    except BaseException as error:
-        raise StageFailed(call.contained(error, ErrorCode.INVALID_TOOL_OUTPUT)) from None
-
-
 def finalize(call: Call, result: ToolExecutionResult) -> ToolExecutionResult:
     """The end of every path, before the observers: a conclusion only the body may ask
     for, then the tool's ``finalize_content`` (once, when the tool was visible at entry)."""
@@ -320,8 +307,3 @@ def outcome(decision: object) -> str:
     if isinstance(decision, str):
         return str.__str__(decision)
     return shown(decision)
-
-
-def code(result: ToolExecutionResult) -> str:
-    """A result's code for traces: ``ok`` for a success."""
-    return result.error.info.code if isinstance(result, ToolExecutionFailure) else "ok"

@@ -32,7 +32,7 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..progress import DROP, Output, Progress, ProgressListener, StreamSummary
 from .loops import stops_the_caller
@@ -41,8 +41,7 @@ from .results import message
 if TYPE_CHECKING:
     from ..cancel import CancelSignal
     from ..models import ToolDefinition, ToolExecution
-    from .call import Call
-    from .plan import Impl
+    from .plan import Impl, Plan
 
 logger = logging.getLogger("dsh_tools")
 
@@ -56,6 +55,15 @@ MAX_PARTIAL_CHARS = 4096
 """The longest partial line that waits for its end before it is delivered."""
 
 Event = Progress | Output
+
+
+class _Call(Protocol):
+    """What a stream reads of its call (:class:`~dsh_tools._pipeline.call.Call`)."""
+
+    plan: Plan
+    tool: ToolDefinition[Any] | None
+
+    def record(self) -> ToolExecution: ...
 
 
 class Stream:
@@ -80,7 +88,7 @@ class Stream:
         "_summary",
     )
 
-    def __init__(self, call: Call, own: ProgressListener | None) -> None:
+    def __init__(self, call: _Call, own: ProgressListener | None) -> None:
         self._call = call
         self._own = own
         self._listened = bool(call.plan.listeners) or own is not None

@@ -26,7 +26,7 @@ from ..json import FrozenDict, snapshot
 from ..models import Ask, ToolExecutionFailure, ToolExecutionInput, failure_result
 from ..presentation import unstructure_view
 from ..records import Origin
-from .call import Call, Interrupted, StageFailed
+from .call import Call, Interrupted, StageFailed, Waiting
 from .loops import on_event_loop
 from .results import message
 
@@ -107,7 +107,7 @@ def _stopped(
 async def pending(call: Call, store: TicketStore, ask: Ask, asker: Origin | None) -> ApprovalTicket:
     """Open (or find) the call's ticket, wait for an answer as long as the registry
     says, and take it; without one in time the call ends pending or expired."""
-    timeout_ms, on_timeout, expiry_s = call.registry.approval_waiting
+    timeout_ms, on_timeout, expiry_s = call.handle.waiting
     now = time.time()
     lifetime = ask.expires_in_s if ask.expires_in_s is not None else expiry_s
     if timeout_ms is not None and on_timeout == "expired":
@@ -121,7 +121,7 @@ async def awaited(call: Call, store: TicketStore, ticket: ApprovalTicket) -> App
     """``ticket`` once answered, when it is pending and the registry waits for answers
     (``approval_timeout_ms``): as it is after the wait, or the call ends expired when
     the registry says so; otherwise ``ticket`` as it is."""
-    timeout_ms, on_timeout, _ = call.registry.approval_waiting
+    timeout_ms, on_timeout, _ = call.handle.waiting
     if timeout_ms is None or ticket.state is not TicketState.PENDING:
         return ticket
     if call.plan.traced:
@@ -234,7 +234,7 @@ def _origin(origin: Origin) -> dict[str, Any]:
 def _card(call: Call) -> FrozenDict | None:
     """The call's pending card as JSON, for whoever answers; ``None`` if it cannot be."""
     try:
-        view = call.registry.present_call(call.input)
+        view = call.handle.present_call(call.input)
         card = snapshot(unstructure_view(view))
     except BaseException as error:  # a card is a courtesy: the ticket holds the arguments
         call.caught(error)
@@ -297,10 +297,6 @@ def _refused(ticket: ApprovalTicket, problem: str) -> ToolExecutionFailure:
     return failure_result(
         f"approval ticket {ticket.id} {problem}; nothing ran", ErrorCode.POLICY_ERROR
     )
-
-
-Waiting = tuple["float | None", str, float]
-"""How a registry waits for a person: ``(approval_timeout_ms, on_timeout, expiry_s)``."""
 
 
 def waiting(timeout_ms: object, on_timeout: object, expiry_s: object) -> Waiting:

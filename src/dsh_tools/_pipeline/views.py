@@ -1,40 +1,74 @@
-"""What every view of a registry does: the registry itself and each of its scopes.
+"""The views of a registry: what the registry itself and each of its scopes do alike,
+and :class:`ToolScope`, an agent's view.
 
-:class:`~dsh_tools.registry.ToolRegistry` (the global layer) and
-:class:`~dsh_tools.registry.ToolScope` (an agent's layer) share these operations: register
-and look up tools, guards and plugins through the view, and run, resume or explain a call
-routed to the view's agent. The registry holds the state they act on.
+:class:`~dsh_tools.registry.ToolRegistry` (the global layer) and :class:`ToolScope` (an
+agent's layer) share these operations: register and look up tools, guards and plugins
+through the view, and run, resume or explain a call routed to the view's agent. The
+registry holds the state they act on; a view reaches it through :class:`_State`, so this
+module never imports the registry's (``dsh_tools.registry`` re-exports ``ToolScope``,
+``Disposer`` and ``Guard`` from here).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import RegistrationError
-from ..models import ToolDefinition, ToolExecutionInput, ToolExecutionResult, ToolSchema
+from ..models import ToolDefinition, ToolExecution, ToolExecutionInput, ToolExecutionResult
 from . import drivers, explain
 from .loops import drive, refuse_inside_a_loop, run_on_own_loop
-from .plan import Plan
 from .tickets import resumed_call
 
 if TYPE_CHECKING:
-    from ..approvals import ApprovalTicket
+    from ..approvals import ApprovalStore, ApprovalTicket
     from ..cancel import CancelSignal
-    from ..models import PresentableResult
+    from ..models import PresentableResult, ToolSchema
     from ..presentation import ToolCallView, ToolResultView
     from ..progress import ProgressListener
     from ..records import Explanation
-    from ..registry import Disposer, Guard, ToolRegistry, ToolScope
+    from .call import Handle
+    from .plan import Plan
 
 SEPARATOR = "/"
 """Joins scope keys into an agent id (``"parent/child"``)."""
+
+Disposer = Callable[[], None]
+"""Undoes one registration; calling it again does nothing."""
+
+Guard = Callable[[ToolExecution], "str | None"]
+"""A final pre-dispatch check: return a reason string to deny, ``None`` to abstain."""
+
+
+class _State(Protocol):
+    """What a view acts on: the registry's layers, plugins and plans
+    (:class:`~dsh_tools.registry.ToolRegistry` is the one implementation)."""
+
+    _plans: dict[tuple[str, ...], Plan]
+    _handle: Handle
+
+    @property
+    def approval_store(self) -> ApprovalStore: ...
+
+    def _plan(self, path: tuple[str, ...]) -> Plan: ...
+
+    def _register(self, path: tuple[str, ...], definition: ToolDefinition[Any]) -> Disposer: ...
+
+    def _add_guard(self, path: tuple[str, ...], fn: Guard) -> Disposer: ...
+
+    def _add_plugin(self, path: tuple[str, ...], plugin: object, name: str | None) -> Disposer: ...
+
+    def _execution_mode(self, call: ToolExecutionInput) -> str: ...
+
+    def _restrict(self, path: tuple[str, ...], allow: object, deny: object) -> Disposer: ...
+
+    def _close(self, path: tuple[str, ...]) -> None: ...
 
 
 class _ViewBase:
     """Operations shared by the registry (global layer) and its scopes."""
 
-    _registry: ToolRegistry
+    _registry: _State
     _path: tuple[str, ...]
 
     @property
@@ -92,17 +126,13 @@ class _ViewBase:
             raise RegistrationError(
                 f"scope key must be a non-empty string without {SEPARATOR!r}, got {key!r}"
             )
-        from ..registry import ToolScope  # the registry module imports this one
-
         return ToolScope(self._registry, (*self._path, key))
 
     def present_call(self, call: ToolExecutionInput) -> ToolCallView:
         """The pending card for ``call`` as this view's agent sees the tool; never raises
         (a missing, failing or outdated presenter gives the generic fallback card)."""
         from ..presenting import present_call
-        from ..registry import ToolRegistry, ToolScope
 
-        assert isinstance(self, (ToolRegistry, ToolScope))
         return present_call(self, call)
 
     def present_result(
@@ -110,9 +140,7 @@ class _ViewBase:
     ) -> ToolResultView | None:
         """The completed card for ``call``, or ``None`` to show the raw content; never raises."""
         from ..presenting import present_result
-        from ..registry import ToolRegistry, ToolScope
 
-        assert isinstance(self, (ToolRegistry, ToolScope))
         return present_result(self, call, result)
 
     def execution_mode(self, call: ToolExecutionInput) -> str:
@@ -131,9 +159,10 @@ class _ViewBase:
         registry = self._registry
         # The usual call, the registry's own with no agent, skips _planned's frame.
         if not self._path and type(call) is ToolExecutionInput and call.agent is None:
-            return drivers.start(registry._plans.get(()) or registry._plan(()), registry, call)
+            plan = registry._plans.get(()) or registry._plan(())
+            return drivers.start(plan, registry._handle, call)
         plan, routed = self._planned(call)
-        return drivers.start(plan, registry, routed)
+        return drivers.start(plan, registry._handle, routed)
 
     def execute_sync(self, call: ToolExecutionInput) -> ToolExecutionResult:
         """:meth:`execute` for synchronous hosts.
@@ -150,9 +179,9 @@ class _ViewBase:
         # The usual call, the registry's own with no agent, skips _planned's frame.
         if not self._path and type(call) is ToolExecutionInput and call.agent is None:
             plan = registry._plans.get(()) or registry._plan(())
-            return drivers.execute_sync(plan, registry, call)
+            return drivers.execute_sync(plan, registry._handle, call)
         plan, routed = self._planned(call)
-        return drivers.execute_sync(plan, registry, routed)
+        return drivers.execute_sync(plan, registry._handle, routed)
 
     def resume(
         self,
@@ -177,7 +206,7 @@ class _ViewBase:
         call, ticket_id = resumed_call(self._registry.approval_store, ticket, self.agent)
         call = _with_caller(call, signal, on_progress)
         plan, routed = self._planned(call)
-        return drivers.start(plan, self._registry, routed, ticket_id)
+        return drivers.start(plan, self._registry._handle, routed, ticket_id)
 
     def resume_sync(
         self,
@@ -191,7 +220,7 @@ class _ViewBase:
         call, ticket_id = resumed_call(self._registry.approval_store, ticket, self.agent)
         call = _with_caller(call, signal, on_progress)
         plan, routed = self._planned(call)
-        return drivers.execute_sync(plan, self._registry, routed, ticket_id)
+        return drivers.execute_sync(plan, self._registry._handle, routed, ticket_id)
 
     def explain(self, call: ToolExecutionInput) -> Explanation:
         """What would happen to ``call``, without running it: a policy dry run.
@@ -209,13 +238,13 @@ class _ViewBase:
         """
         refuse_inside_a_loop()
         plan, routed = self._planned(call)
-        run = explain.explain(plan, self._registry, routed)
+        run = explain.explain(plan, self._registry._handle, routed)
         return run_on_own_loop(run) if plan.needs_loop else drive(run)
 
     async def explain_async(self, call: ToolExecutionInput) -> Explanation:
         """:meth:`explain` for asynchronous hosts."""
         plan, routed = self._planned(call)
-        return await explain.explain(plan, self._registry, routed)
+        return await explain.explain(plan, self._registry._handle, routed)
 
     def _planned(self, call: ToolExecutionInput) -> tuple[Plan, ToolExecutionInput]:
         """The plan that runs ``call``, and the call routed to this view's agent."""
@@ -237,6 +266,35 @@ class _ViewBase:
                 f"scope {self.agent!r}; execute it through the registry or that agent's scope"
             )
         return call
+
+
+class ToolScope(_ViewBase):
+    """One agent's view of a registry: its own tools, guards, plugins and restrictions.
+
+    Calls executed through a scope carry its agent id (``"parent/child"`` for nested
+    scopes). Scoped tools shadow inherited ones of the same name.
+    """
+
+    def __init__(self, registry: _State, path: tuple[str, ...]) -> None:
+        self._registry = registry
+        self._path = path
+
+    def restrict(self, allow: object = None, deny: object = None) -> Disposer:
+        """Hide inherited tools from this scope and its descendants.
+
+        ``allow`` keeps only the listed inherited tools (later inherited tools stay hidden);
+        ``deny`` hides the listed ones (later unlisted tools stay visible). Restrictions
+        intersect; the scope's own tools are never filtered. Every name must be a tool this
+        scope currently inherits.
+        """
+        return self._registry._restrict(self._path, allow, deny)
+
+    def close(self) -> None:
+        """Remove this scope's tools, guards, restrictions and plugins, and its children's."""
+        self._registry._close(self._path)
+
+    def __repr__(self) -> str:
+        return f"<ToolScope {self.agent!r}>"
 
 
 def _is_prefix(prefix: tuple[str, ...], path: tuple[str, ...]) -> bool:

@@ -23,8 +23,8 @@ from .body import run_body
 from .call import Call, StageFailed, expire
 from .loops import is_missing_loop, on_event_loop
 from .plan import Impl
+from .render import rerender
 from .results import message
-from .stages import rerender
 
 
 def chain(wrappers: Sequence[Impl], execution: Any, tool: Any, innermost: object) -> Any:

@@ -14,8 +14,8 @@ from typing import Any, Protocol, cast
 
 import attrs
 
+from .._decisions import ApprovalOutcome
 from ..json import canonical
-from ..models import ApprovalOutcome
 
 __all__ = [
     "ANSWERS",

@@ -14,9 +14,9 @@ from typing import Any, Protocol
 
 import attrs
 
+from .._decisions import ApprovalOutcome
 from ..errors import DshToolsError, ErrorCode
 from ..json import FrozenDict
-from ..models import ApprovalOutcome
 from ._answers import (
     ANSWERS,
     ApprovalAnswer,

@@ -173,7 +173,8 @@ def _install_approvals(
 ) -> McpApprovals:
     """Route the registry's asks of MCP calls to their clients (the service it had still
     answers every other call)."""
-    registry = view if isinstance(view, ToolRegistry) else view._registry
+    registry = view._registry  # the registry's own state, through itself or a scope
+    assert isinstance(registry, ToolRegistry)
     approvals = McpApprovals(registry.approval, mode, one_client=one_client, client=client)
     registry.approval = approvals
     return approvals

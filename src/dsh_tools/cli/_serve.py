@@ -16,7 +16,7 @@ from ._exits import EXIT_OK, UsageError
 from ._store import ChosenStore, chosen_store, store_location, ticket_store, workspace_root
 
 if TYPE_CHECKING:
-    from .._pipeline.tickets import Waiting
+    from .._pipeline.call import Waiting
     from ..registry import ToolRegistry
 
 __all__ = ["cmd_serve_mcp"]
