@@ -29,7 +29,7 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping
 from types import CodeType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
@@ -99,13 +99,17 @@ def _output_validator(definition: ToolDefinition[Any]) -> Validator | None:
 
 @attrs.frozen
 class Impl:
-    """One implementation of a stage, called positionally with the first ``arity``
-    arguments its hook passes: all of them, or all but the trailing ``tool`` (what most
-    implementations take). One that takes another subset gets an adapter that drops what
-    it does not take, as pluggy would."""
+    """One implementation of a stage, bound at plan time to the parameters it declared
+    (pluggy's ``HookImpl.argnames``). Every stage, the wrapper chain and the progress step
+    call :attr:`call` with all of the hook's arguments, in the hookspec's order; it passes
+    on those the implementation declared, in its own order, as pluggy does."""
 
     function: Callable[..., Any]
-    arity: int
+    argnames: tuple[str, ...]
+    """The hook's arguments the implementation declared, in its order."""
+    call: Callable[..., Any]
+    """``function`` itself when it declared all of its hook's arguments in order, else an
+    adapter (:func:`bind`)."""
     label: str
     is_async: bool
     codes: frozenset[CodeType] = frozenset()
@@ -113,8 +117,34 @@ class Impl:
     wrapper's dispatch is traced back to the wrapper)."""
     origin: Origin | None = None
     """Who the implementation is, for trace events and decision records."""
-    takes_record: bool = False
-    """A result observer naming ``record``: the scope's calls collect decision records."""
+
+    @property
+    def takes_record(self) -> bool:
+        """A result observer naming ``record``: the scope's calls collect decision records."""
+        return _RECORD in self.argnames
+
+
+def bind(
+    function: Callable[..., Any], argnames: tuple[str, ...], passed: tuple[str, ...]
+) -> Callable[..., Any]:
+    """``function`` as called with all of its hook's arguments ``passed``: itself when it
+    declared them all, in order; else an adapter that passes on the ones it declared
+    (any subset, in any order), made by a maker compiled once per shape."""
+    if argnames == passed:
+        return function
+    return _adapter(passed, argnames)(function)
+
+
+@functools.cache
+def _adapter(
+    passed: tuple[str, ...], argnames: tuple[str, ...]
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """What makes the adapters of one shape: ``lambda execution, tool: implementation(
+    execution)``, a plain call where a generic one (``f(*picked)``) costs a frame more.
+    The names are the hookspec's, which pluggy checked the implementation's against."""
+    taken, given = ", ".join(passed), ", ".join(argnames)
+    source = f"lambda implementation: lambda {taken}: implementation({given})"
+    return cast("Callable[[Callable[..., Any]], Callable[..., Any]]", eval(source))
 
 
 class Plan:
@@ -223,28 +253,28 @@ def build_plan(
     return Plan(path, tools, stages, approval, default_timeout_ms, tracer, approval_store)
 
 
-_BY_KEYWORD = "record"
-"""A result observer's ``record`` is passed by keyword to the observers that name it, so
-that ``(execution, result, record)`` is called as it is, without an adapter."""
+_RECORD = "record"
+"""The result observers' argument that makes a scope's calls keep decision records."""
 
 
 def stage_impls(manager: PluginManager, hook: str, path: tuple[str, ...]) -> tuple[Impl, ...]:
-    """The implementations of ``hook`` that apply to ``path``, bound for positional calls
-    (plus ``record`` by keyword, for the result observers that name it)."""
-    passed = tuple(name for name in manager.argnames(hook) if name != _BY_KEYWORD)
+    """The implementations of ``hook`` that apply to ``path``, in pluggy's order, each
+    bound to the arguments it declared."""
+    passed = manager.argnames(hook)
     impls = []
     for impl in manager.impls(hook, path):
         named = impl.plugin_name
         name = _name(impl.plugin) if named.isdigit() else named
-        takes = tuple(name for name in impl.argnames if name != _BY_KEYWORD)
+        argnames = tuple(impl.argnames)
         impls.append(
             Impl(
-                *bind(impl.function, takes, passed),
+                impl.function,
+                argnames,
+                bind(impl.function, argnames, passed),
                 "plugin " + repr(name),
                 inspect.iscoroutinefunction(impl.function),
                 _codes(impl.function),
                 Origin(name, manager.distribution(named)),
-                _BY_KEYWORD in impl.argnames,
             )
         )
     return tuple(impls)
@@ -253,24 +283,25 @@ def stage_impls(manager: PluginManager, hook: str, path: tuple[str, ...]) -> tup
 def guard_impl(function: Callable[..., Any], name: str, origin: Origin | None = None) -> Impl:
     """A guard added with ``registry.guard(fn)``: it takes the execution only; ``origin``
     defaults to its qualified name."""
-    return Impl(function, 1, name, False, origin=origin or Origin(_name(function)))
+    origin = origin or Origin(_name(function))
+    call = bind(function, ("execution",), _arguments("dsh_tools_guard"))
+    return Impl(function, ("execution",), call, name, False, origin=origin)
 
 
-def bind(
-    function: Callable[..., Any],
-    argnames: tuple[str, ...],
-    passed: tuple[str, ...],
-) -> tuple[Callable[..., Any], int]:
-    """A hookimpl taking any subset of its hook's arguments ``passed`` (in order), and how
-    many of them to pass positionally: all, or all but the trailing ``tool`` (used as it
-    is), else an adapter taking all of them that passes on the ones it takes (and any
-    keyword arguments)."""
-    if len(argnames) >= len(passed) - 1 and argnames == passed[: len(argnames)]:
-        return function, len(argnames)
-    picks = tuple(passed.index(name) for name in argnames)
-    return (lambda *values, **named: function(*[values[index] for index in picks], **named)), len(
-        passed
-    )
+def listener_impl(function: Callable[..., Any]) -> Impl:
+    """A call's own ``on_progress`` listener, as one more ``dsh_tools_progress``
+    implementation: it takes the execution and the event."""
+    argnames = ("execution", "event")
+    call = bind(function, argnames, _arguments("dsh_tools_progress"))
+    return Impl(function, argnames, call, "on_progress listener", False)
+
+
+@functools.cache
+def _arguments(hook: str) -> tuple[str, ...]:
+    """The arguments of ``hook``, in the hookspec's order."""
+    from .. import hookspecs
+
+    return tuple(inspect.signature(getattr(hookspecs, hook)).parameters)
 
 
 def label(thing: object, name: str | None = None) -> str:

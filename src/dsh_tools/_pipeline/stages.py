@@ -65,10 +65,7 @@ async def first_decision(call: Call) -> Allow | Deny | Ask:
     execution, tool = call.execution, call.tool
     for impl in call.plan.pre:
         try:
-            if impl.arity == 2:
-                decision = impl.function(execution, tool)
-            else:
-                decision = impl.function(execution)
+            decision = impl.call(execution, tool)
             if decision is not None and is_awaitable(decision):
                 decision = await call.settle(decision)
         except Interrupted:
@@ -104,10 +101,7 @@ def guard(call: Call) -> str | None:
     execution, tool = call.execution, call.tool
     for impl in call.plan.guards:
         try:
-            if impl.arity == 2:
-                verdict = impl.function(execution, tool)
-            else:
-                verdict = impl.function(execution)
+            verdict = impl.call(execution, tool)
         except BaseException as error:
             prefix = f"guard {impl.label} failed: "
             failure = call.contained(
@@ -135,10 +129,7 @@ async def post_execute(call: Call, result: ToolExecutionResult) -> ToolExecution
     execution, tool = call.execution, call.tool
     for impl in call.plan.post:
         try:
-            if impl.arity == 3:
-                decision = impl.function(execution, result, tool)
-            else:
-                decision = impl.function(execution, result)
+            decision = impl.call(execution, result, tool)
             if decision is not None and is_awaitable(decision):
                 decision = await call.settle(decision)
             if call.plan.traced:
@@ -254,13 +245,7 @@ async def _observers(call: Call, result: ToolExecutionResult, limit: float) -> N
     record = call.decision_record() if call.plan.recording else None
     for impl in call.plan.result:
         try:
-            if impl.takes_record:
-                arguments = (execution, result, tool)[: impl.arity]
-                observed = impl.function(*arguments, record=record)
-            elif impl.arity == 3:
-                observed = impl.function(execution, result, tool)
-            else:
-                observed = impl.function(execution, result)
+            observed = impl.call(execution, result, tool, record)
             if observed is not None and is_awaitable(observed):
                 await call.settle(observed, limit, by_signal=False)
         except Interrupted:

@@ -36,12 +36,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..progress import DROP, Output, Progress, ProgressListener, StreamSummary
 from .loops import stops_the_caller
+from .plan import Impl, listener_impl
 from .results import message
 
 if TYPE_CHECKING:
     from ..cancel import CancelSignal
     from ..models import ToolDefinition, ToolExecution
-    from .plan import Impl, Plan
+    from .plan import Plan
 
 logger = logging.getLogger("dsh_tools")
 
@@ -75,11 +76,11 @@ class Stream:
         "_last",
         "_last_flush",
         "_listened",
+        "_listeners",
         "_lock",
         "_muted",
         "_open",
         "_output",
-        "_own",
         "_pending_chars",
         "_progress",
         "_scheduled",
@@ -90,8 +91,10 @@ class Stream:
 
     def __init__(self, call: _Call, own: ProgressListener | None) -> None:
         self._call = call
-        self._own = own
-        self._listened = bool(call.plan.listeners) or own is not None
+        listeners = call.plan.listeners
+        self._listeners = listeners if own is None else (*listeners, listener_impl(own))
+        """The plan's ``dsh_tools_progress`` implementations, then the call's own listener."""
+        self._listened = bool(self._listeners)
         """Someone listens; otherwise the stream only counts for the decision record, and
         the last progress passes the filters when the body is done."""
         self._lock = threading.Lock()
@@ -222,10 +225,8 @@ class Stream:
             counts[3] += 1
             if type(kept) is Progress:
                 self._last = kept
-            for impl in plan.listeners:
-                _tell(impl.function, impl.label, (execution, kept, tool)[: impl.arity])
-            if self._own is not None:
-                _tell(self._own, "on_progress listener", (execution, kept))
+            for impl in self._listeners:
+                _tell(impl, execution, kept, tool)
 
 
 class _Flusher:
@@ -292,7 +293,7 @@ def filtered(
     (logged; the caller fails closed)."""
     for impl in filters:
         try:
-            answer = impl.function(*(execution, event, tool)[: impl.arity])
+            answer = impl.call(execution, event, tool)
         except BaseException as error:
             if stops_the_caller(error):
                 raise
@@ -320,13 +321,13 @@ def filtered(
     return event
 
 
-def _tell(listener: Any, label: str, arguments: tuple[Any, ...]) -> None:
+def _tell(listener: Impl, execution: ToolExecution, event: Event, tool: Any) -> None:
     """Call one listener; a failure is logged and contained (the call goes on)."""
     try:
-        listener(*arguments)
+        listener.call(execution, event, tool)
     except BaseException as error:
         if stops_the_caller(error):
             raise
         logger.warning(
-            "progress listener %s failed on %r: %s", label, arguments[0].name, message(error)
+            "progress listener %s failed on %r: %s", listener.label, execution.name, message(error)
         )

@@ -34,10 +34,7 @@ def chain(wrappers: Sequence[Impl], execution: Any, tool: Any, innermost: object
     error: BaseException | None = None
     for wrapper in wrappers:
         try:
-            if wrapper.arity == 2:
-                generator = wrapper.function(execution, tool)
-            else:
-                generator = wrapper.function(execution)
+            generator = wrapper.call(execution, tool)
             next(generator)
         except StopIteration:
             error = RuntimeError(f"execute wrapper {wrapper.label} did not yield")
