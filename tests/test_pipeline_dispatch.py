@@ -328,6 +328,28 @@ def test_wrapper_authored_failure_is_kept_and_goes_through_post() -> None:
     assert log == ["post", "result"]
 
 
+@pytest.mark.parametrize(
+    ("code", "concludes"),
+    [("RATE_LIMIT", False), ("TOOL_ERROR", False), ("APPROVAL_PENDING", True)],
+)
+def test_an_authored_failure_ends_the_turn_only_while_it_waits_for_a_person(
+    code: str, concludes: bool
+) -> None:
+    # B090: a failure ends the model's turn only with APPROVAL_PENDING, whoever made it.
+    async def around(dispatch: Any, signal: Any) -> Any:
+        failed = failure_result("not now", code)
+        return attrs.evolve(failed, concludes_turn=True)
+
+    registry = ToolRegistry()
+    registry.register(tool())
+    registry.add_plugin(wrapper(around))
+    observed = Observed([])
+    registry.add_plugin(observed)
+    result = failure(registry.execute_sync(call()))
+    assert (result.code, result.concludes_turn) == (code, concludes)
+    assert observed.results == [result]
+
+
 def test_result_cached_from_another_dispatch_is_revalidated() -> None:
     # B091, B093: a string value reused for an object-output tool is invalid output,
     # the body never runs and post-execute is skipped.

@@ -200,9 +200,10 @@ def shown_as(
 
 
 def finalize(call: Call, result: ToolExecutionResult) -> ToolExecutionResult:
-    """The end of every path, before the observers: a conclusion only the body may ask
-    for, then the tool's ``finalize_content`` (once, when the tool was visible at entry)."""
-    if isinstance(result, ToolExecutionSuccess) and result.concludes_turn and not call.concluded:
+    """The end of every path, before the observers: the turn ends only where it may
+    (:func:`_concludes`), then the tool's ``finalize_content`` (once, when the tool was
+    visible at entry)."""
+    if result.concludes_turn and not _concludes(call, result):
         result = attrs.evolve(result, concludes_turn=False)
     finalize_content = call.entry.definition.finalize_content if call.entry is not None else None
     if finalize_content is not None:
@@ -212,6 +213,15 @@ def finalize(call: Call, result: ToolExecutionResult) -> ToolExecutionResult:
     if call.plan.traced:
         call.trace("result", None, code(result), result)
     return result
+
+
+def _concludes(call: Call, result: ToolExecutionResult) -> bool:
+    """Whether ``result`` may end the model's turn: a success only when the body asked
+    for it, a failure only while it waits for a person (``APPROVAL_PENDING``). A wrapper
+    or post-execute that sets it otherwise does not end the turn."""
+    if isinstance(result, ToolExecutionSuccess):
+        return call.concluded
+    return result.code == ErrorCode.APPROVAL_PENDING
 
 
 def observe(
