@@ -2,8 +2,10 @@
 
 :class:`ResultCache` is a ``dsh_tools_execute`` wrapper. It caches only the successes of
 tools whose definition says ``metadata={"read_only": True}`` or ``{"idempotent": True}``,
-keyed on the agent id, the tool name and the canonical JSON of the arguments
-(:func:`dsh_tools.json.canonical`, what remembered approvals hash). An entry lives
+per agent id, tool name and arguments: an entry answers a call whose arguments have the
+same canonical JSON (:func:`dsh_tools.json.canonical`, what remembered approvals hash).
+It is found by their hash, so a miss never encodes them; a hit compares them exactly
+(``1``, ``1.0`` and ``true`` are equal Python values, not the same JSON). An entry lives
 ``ttl_s`` seconds; past ``max_entries`` the least recently used one goes.
 
 A hit runs no body, but it is still a result of the wrapper stage: post-execute and the
@@ -29,7 +31,7 @@ import attrs
 from dsh_tools.cancel import CancelSignal
 from dsh_tools.errors import DefinitionError
 from dsh_tools.hookspecs import WrapperGenerator, hookimpl
-from dsh_tools.json import canonical
+from dsh_tools.json import FrozenDict, canonical
 from dsh_tools.models import (
     ToolDefinition,
     ToolExecution,
@@ -40,7 +42,11 @@ from dsh_tools.tracing import note
 
 __all__ = ["ResultCache"]
 
-_Key = tuple[str | None, str, str]
+_Key = tuple[str | None, str, int]
+"""Where a call's entry is: its agent, its tool and the hash of its arguments."""
+
+_Entry = tuple[float, ToolExecutionSuccess, FrozenDict | None]
+"""When an entry expires, its result, and the arguments it answers."""
 
 
 def _related(one: str | None, other: str | None) -> bool:
@@ -74,7 +80,7 @@ class ResultCache:
             )
         self.ttl_s = float(ttl_s)
         self.max_entries = max_entries
-        self._entries: OrderedDict[_Key, tuple[float, ToolExecutionSuccess]] = OrderedDict()
+        self._entries: OrderedDict[_Key, _Entry] = OrderedDict()
         self._generation = 0
         self._lock = threading.Lock()
 
@@ -90,32 +96,34 @@ class ResultCache:
                 if everything or _related(key[0], agent):
                     del self._entries[key]
 
-    def _lookup(self, key: _Key) -> ToolExecutionSuccess | None:
+    def _lookup(self, key: _Key, arguments: FrozenDict | None) -> ToolExecutionSuccess | None:
         with self._lock:
             found = self._entries.get(key)
-            if found is None:
-                return None
+            if found is None or canonical(found[2]) != canonical(arguments):
+                return None  # another call's arguments, of the same hash
             if found[0] <= time.monotonic():
                 del self._entries[key]
                 return None
             self._entries.move_to_end(key)
             return found[1]
 
-    def _store(self, key: _Key, result: ToolExecutionSuccess, generation: int) -> None:
-        entry = (time.monotonic() + self.ttl_s, result)
+    def _store(
+        self, key: _Key, arguments: FrozenDict | None, result: ToolExecutionSuccess, generation: int
+    ) -> None:
         entries = self._entries
         with self._lock:
             if generation != self._generation:
                 return  # something wrote meanwhile: this result may be stale
-            entries[key] = entry
-            entries.move_to_end(key)
+            if key in entries:
+                entries.move_to_end(key)  # a new key goes in last: the most recent
+            entries[key] = (time.monotonic() + self.ttl_s, result, arguments)
             while len(entries) > self.max_entries:
-                entries.popitem(last=False)
+                entries.popitem(False)
 
-    def _hit(self, key: _Key | None) -> ToolExecutionSuccess | None:
+    def _hit(self, key: _Key | None, arguments: FrozenDict | None) -> ToolExecutionSuccess | None:
         if key is None or key not in self._entries:  # a miss changes nothing: no lock
             return None
-        hit = self._lookup(key)
+        hit = self._lookup(key, arguments)
         if hit is None:
             return None
         note("ResultCache", "hit")
@@ -129,14 +137,30 @@ class ResultCache:
         if tool is None:
             return dispatch
         metadata = tool.metadata
+        arguments = execution.arguments
         if metadata.get("read_only") is True:
-            key = _key(execution)
-            return dispatch if key is None else self._caching(key, dispatch)
+            if arguments is None:
+                return dispatch
+            read = (execution.agent, execution.name, hash(arguments))
+
+            async def caching(signal: CancelSignal | None = None) -> ToolExecutionResult:
+                # A miss runs this function, the body and _store, nothing more.
+                if read in self._entries:
+                    hit = self._hit(read, arguments)
+                    if hit is not None:
+                        return hit
+                generation = self._generation
+                result: ToolExecutionResult = await dispatch(signal)
+                if isinstance(result, ToolExecutionSuccess):
+                    self._store(read, arguments, result, generation)
+                return result
+
+            return caching
         key = _key(execution) if metadata.get("idempotent") is True else None
         agent = execution.agent
 
         async def invalidating(signal: CancelSignal | None = None) -> ToolExecutionResult:
-            hit = self._hit(key)  # an idempotent call nothing has undone since
+            hit = self._hit(key, arguments)  # an idempotent call nothing has undone since
             if hit is not None:
                 return hit
             self.clear(agent)
@@ -145,30 +169,17 @@ class ResultCache:
             finally:
                 self.clear(agent)
             if key is not None and isinstance(result, ToolExecutionSuccess):
-                self._store(key, result, self._generation)
+                self._store(key, arguments, result, self._generation)
             return result
 
         return invalidating
 
-    def _caching(self, key: _Key, dispatch: Any) -> Any:
-        async def caching(signal: CancelSignal | None = None) -> ToolExecutionResult:
-            hit = self._hit(key)
-            if hit is not None:
-                return hit
-            generation = self._generation
-            result: ToolExecutionResult = await dispatch(signal)
-            if isinstance(result, ToolExecutionSuccess):
-                self._store(key, result, generation)
-            return result
-
-        return caching
-
 
 def _key(execution: ToolExecution) -> _Key | None:
-    """The entry of a call: agent, tool and the canonical JSON of its arguments."""
+    """Where a call's entry is: its agent, its tool and the hash of its arguments."""
     if execution.arguments is None:
         return None
-    return (execution.agent, execution.name, canonical(execution.arguments))
+    return (execution.agent, execution.name, hash(execution.arguments))
 
 
 def configured_cache() -> ResultCache | None:

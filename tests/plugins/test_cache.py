@@ -110,6 +110,37 @@ def test_entries_are_per_agent_and_arguments_and_bounded() -> None:
     assert files.reads == 4
 
 
+def test_only_arguments_with_the_same_json_share_an_entry() -> None:
+    answers: list[str] = []
+
+    def shown(args: Any, ctx: Any) -> str:
+        answers.append(repr(args["value"]))
+        return answers[-1]
+
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            name="show",
+            description="s",
+            parameters={"value": {"type": "json", "required": True}},
+            execute=shown,
+            metadata={"read_only": True},
+        )
+    )
+    registry.add_plugin(ResultCache())
+
+    def call(value: object) -> str:
+        arguments = {"value": value}
+        return registry.execute_sync(ToolExecutionInput("c", "show", arguments)).text
+
+    # Equal Python values (1 == 1.0 == True, {"a": 1, "b": 2} == {"b": 2, "a": 1}) of
+    # another JSON text each run; the same JSON in another key order is answered again.
+    seen = [call(1), call(1.0), call(True), call({"a": 1, "b": 2}), call({"b": 2, "a": 1})]
+
+    assert answers == ["1", "1.0", "True", "FrozenDict({'a': 1, 'b': 2})"]
+    assert seen == [*answers, answers[-1]]
+
+
 def test_a_cached_result_still_passes_post_execute() -> None:
     registry, files, _ = setup(ResultCache())
 
@@ -150,7 +181,7 @@ def test_an_entry_past_its_lifetime_is_read_again() -> None:
     cache = ResultCache(ttl_s=60)
     registry, files, _ = setup(cache)
     read(registry, "r1")
-    for key, (expires, result) in list(cache._entries.items()):
-        cache._entries[key] = (expires - 60, result)  # a minute later
+    for key, (expires, result, arguments) in list(cache._entries.items()):
+        cache._entries[key] = (expires - 60, result, arguments)  # a minute later
     read(registry, "r2")
     assert files.reads == 2
