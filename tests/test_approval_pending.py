@@ -357,6 +357,24 @@ def test_bad_waiting_options_are_refused() -> None:
         Ask("x", expires_in_s=float("inf"))
 
 
+def test_waiting_options_replaced_apply_to_the_next_call_and_are_checked() -> None:
+    from dsh_tools import DefinitionError
+
+    store = MemoryApprovalStore()
+    registry, _, _ = make_registry(store)
+    assert code(registry.execute_sync(call("a.txt"))) == "APPROVAL_PENDING"
+
+    registry.approval_waiting = (1, "expired", 60.0)
+
+    assert registry.approval_waiting == (1, "expired", 60.0)
+    assert code(registry.execute_sync(call("b.txt"))) == "APPROVAL_EXPIRED"
+    with pytest.raises(DefinitionError, match="approval_timeout must be"):
+        registry.approval_waiting = (1, "later", 60.0)
+    with pytest.raises(DefinitionError, match=r"approval_waiting must be \(approval_timeout_ms"):
+        registry.approval_waiting = 1  # type: ignore[assignment]
+    assert registry.approval_waiting == (1, "expired", 60.0)
+
+
 def test_records_and_the_audit_log_show_pending_answered_and_resumed(tmp_path: Path) -> None:
     from dsh_tools_plugins.audit import AuditLog, replay
 
