@@ -5,7 +5,8 @@ input, its frozen arguments, the plan and tool entry it entered with) and what i
 left behind (parsed arguments, deferred contexts, the turn conclusion, whether it
 started). The stages read and write nothing else, so a new per-call concept (a span, a
 decision record, a remembered approval) is one attribute here, set by the stage that
-knows it, plus :meth:`Call.trace` for anything that should be seen step by step.
+knows it, plus :meth:`Call.trace` for anything that should be seen step by step. What a
+call may ask of the registry that runs it is its :class:`Handle`, never the registry.
 """
 
 from __future__ import annotations
