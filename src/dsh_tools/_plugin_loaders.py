@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Literal
 
 from .errors import PluginConfigError
 from .models import ToolDefinition
@@ -20,10 +20,12 @@ from .records import Origin
 if TYPE_CHECKING:
     from importlib_metadata import EntryPoint
 
-    from .plugins import PluginKind
     from .registry import ToolRegistry
 
 _UNKNOWN = "unknown"
+
+PluginKind = Literal["tools", "guards", "plugins"]
+"""The kinds of entry point, each with its loader; :mod:`dsh_tools.plugins` re-exports it."""
 
 Disposer = Callable[[], None]
 

@@ -18,7 +18,6 @@ from typing import Final
 import attrs
 
 from .errors import PluginConfigError
-from .hostfiles import WORKSPACE_ENV
 
 __all__ = [
     "NETWORK_ENV",
@@ -30,6 +29,8 @@ __all__ = [
     "plugin_settings",
 ]
 
+WORKSPACE_ENV: Final = "DSH_TOOLS_WORKSPACE"
+"""Environment variable naming the workspace root of the ``workspace`` entry point."""
 RULES_ENV: Final = "DSH_TOOLS_RULES"
 """The environment variable naming the permission rules file (TOML)."""
 SANDBOX_ENV: Final = "DSH_TOOLS_SANDBOX"

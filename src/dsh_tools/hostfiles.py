@@ -34,6 +34,7 @@ import os
 import stat
 from collections.abc import Iterable
 
+from ._plugin_settings import WORKSPACE_ENV, plugin_settings
 from .errors import DshToolsError, ErrorCode
 
 __all__ = [
@@ -45,9 +46,6 @@ __all__ = [
     "open_unlinked",
     "writable_trees",
 ]
-
-WORKSPACE_ENV = "DSH_TOOLS_WORKSPACE"
-"""Environment variable naming the workspace root of the ``workspace`` entry point."""
 
 KEEP_OUTSIDE = "keep it outside the workspace, for example under ~/.config/dsh-tools/"
 """The advice a refusal gives unless its caller has a better one."""
@@ -96,8 +94,6 @@ def writable_trees(*extra: str | os.PathLike[str]) -> tuple[str, ...]:
     workspace of the entry points and the CLI) and every workspace root this process has
     given tools; the current directory when there is neither (the entry points'
     default workspace); then ``extra``."""
-    from ._plugin_settings import plugin_settings
-
     named = plugin_settings().workspace  # while plugins load, the one they were given
     trees = ([named] if named else []) + sorted(_handed)
     return (*(trees or [os.getcwd()]), *(os.fspath(tree) for tree in extra))

@@ -37,11 +37,18 @@ import os
 import re
 import weakref
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from ._plugin_loaders import LOADERS, Disposer, LoadFailure, dispose_all, shipped_by
+from ._plugin_loaders import (
+    LOADERS,
+    Disposer,
+    LoadFailure,
+    PluginKind,
+    dispose_all,
+    shipped_by,
+)
 from ._plugin_settings import PluginSettings, given_settings, plugin_settings
 from .errors import PluginConfigError, PluginError
 
@@ -78,8 +85,6 @@ PLUGINS_GROUP: Final = "dsh_tools.plugins"
 
 BLOCK_ENV_VAR: Final = "DSH_TOOLS_BLOCK_PLUGINS"
 """Comma-separated entry point names (or ``dist:<distribution>``) never to import."""
-
-PluginKind = Literal["tools", "guards", "plugins"]
 
 GROUPS: Final[Mapping[PluginKind, str]] = {
     "tools": TOOLS_GROUP,

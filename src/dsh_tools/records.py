@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -39,20 +39,9 @@ from .models import (
     ToolExecutionSuccess,
 )
 from .progress import StreamSummary
-
-if TYPE_CHECKING:
-    from .tracing import TraceEvent
+from .tracing import Origin, TraceEvent
 
 __all__ = ["DecisionRecord", "DecisionStep", "Explanation", "Origin", "detail_object"]
-
-
-@attrs.frozen
-class Origin:
-    """Who acted in a step: a plugin's registered name (or a guard's or service's name)
-    and, when it came from an entry point, the distribution that shipped it."""
-
-    name: str
-    distribution: str | None = None
 
 
 @attrs.frozen

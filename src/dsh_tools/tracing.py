@@ -15,7 +15,6 @@ import attrs
 
 if TYPE_CHECKING:
     from .models import ToolExecution
-    from .records import Origin
 
 __all__ = ["Stage", "TraceEvent", "Tracer", "note"]
 
@@ -32,6 +31,15 @@ Stage = Literal[
     "result",
 ]
 """The steps a call can go through, in pipeline order."""
+
+
+@attrs.frozen
+class Origin:
+    """Who acted in a step: a plugin's registered name (or a guard's or service's name)
+    and, when it came from an entry point, the distribution that shipped it."""
+
+    name: str
+    distribution: str | None = None
 
 
 @attrs.frozen

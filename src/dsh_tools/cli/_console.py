@@ -17,6 +17,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import io
+import json
 import logging
 import os
 import sys
@@ -26,7 +27,13 @@ from typing import Final, TextIO
 from ..json import unicode_text
 from ..safetext import safe_text
 
-__all__ = ["EXIT_OUTPUT_CLOSED", "library_log", "output_closed", "show_unicode_safely"]
+__all__ = [
+    "EXIT_OUTPUT_CLOSED",
+    "json_text",
+    "library_log",
+    "output_closed",
+    "show_unicode_safely",
+]
 
 EXIT_OUTPUT_CLOSED: Final = 141
 """128 + SIGPIPE: the status a shell reports for a program stopped by a closed pipe."""
@@ -98,3 +105,15 @@ def library_log(err: TextIO, debug: bool) -> Iterator[None]:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(previous)
+
+
+def json_text(data: object, indent: int | None = 2) -> str:
+    """``data`` as JSON text and a newline (indented, or on one line with ``indent=None``),
+    non-ASCII characters as they are; when a string in it holds a character that would
+    act on a terminal (which JSON does not escape: DEL, C1 controls, bidi controls), every
+    non-ASCII character is written as a ``\\u`` escape instead. Either way the JSON holds
+    the same data."""
+    text = json.dumps(data, indent=indent, ensure_ascii=False) + "\n"
+    if safe_text(text, multiline=True) == text:
+        return text
+    return json.dumps(data, indent=indent) + "\n"

@@ -22,6 +22,7 @@ import attrs
 from .._pipeline.relay import Relay
 from ..progress import Output, Progress
 from ..safetext import safe_text
+from ._console import json_text
 
 if TYPE_CHECKING:
     from ..models import ToolExecutionInput, ToolExecutionResult
@@ -73,10 +74,8 @@ class JsonLines:
         return None
 
     async def send(self, events: list[Progress | Output]) -> None:
-        from ._run import _json_text
-
         for event in events:
-            self.out.write(_json_text(event.to_json(), indent=None))
+            self.out.write(json_text(event.to_json(), indent=None))
         self.out.flush()
 
     def stop(self) -> None:

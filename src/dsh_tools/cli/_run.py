@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..safetext import safe_text
+from ._console import json_text
 from ._exits import EXIT_CALL_FAILED, EXIT_OK, EXIT_WOULD_ASK, UsageError
 
 if TYPE_CHECKING:
@@ -81,9 +82,9 @@ def cmd_call(
         if options.explain:
             data["decisionRecord"] = records.last.to_json()
         if options.events:  # the last JSON line of the stream
-            out.write(_json_text({"type": "result", "result": data}, indent=None))
+            out.write(json_text({"type": "result", "result": data}, indent=None))
         else:
-            out.write(_json_text(data))
+            out.write(json_text(data))
     else:
         emit_card(render_result(present_result(registry, call, result), result), out)
         if options.explain:
@@ -96,18 +97,6 @@ def cmd_call(
             """'{"path": "notes.txt"}', or - to read it from standard input\n"""
         )
     return EXIT_CALL_FAILED if result.is_error else EXIT_OK
-
-
-def _json_text(data: object, indent: int | None = 2) -> str:
-    """``data`` as JSON text and a newline (indented, or on one line with ``indent=None``),
-    non-ASCII characters as they are; when a string in it holds a character that would
-    act on a terminal (which JSON does not escape: DEL, C1 controls, bidi controls), every
-    non-ASCII character is written as a ``\\u`` escape instead. Either way the JSON holds
-    the same data."""
-    text = json.dumps(data, indent=indent, ensure_ascii=False) + "\n"
-    if safe_text(text, multiline=True) == text:
-        return text
-    return json.dumps(data, indent=indent) + "\n"
 
 
 def _write_lines(lines: list[str], out: TextIO) -> None:
@@ -155,7 +144,7 @@ def cmd_explain(
         data = explained.to_json()
         if unmatched is not None:
             data["unmatchedRules"] = unmatched
-        out.write(_json_text(data))
+        out.write(json_text(data))
     else:
         lines = explained.lines()
         if unmatched is not None:
