@@ -66,10 +66,9 @@ KNOWN_CIRCLES = (
     ),
     # Each of these pairs is one job split for speed or size, and names the other only
     # for types or on first use: the cards' JSON form (cattrs, loaded on first use), a
-    # policy's answer and a person's (`ApprovalReply`), a call's listener and its
-    # execution (`ProgressListener`), the file tools and their output's presenters.
+    # call's listener and its execution (`ProgressListener`), the file tools and their
+    # output's presenters.
     frozenset({"dsh_tools._card_json", "dsh_tools.presentation"}),
-    frozenset({"dsh_tools._decisions", "dsh_tools.approvals._answers"}),
     frozenset({"dsh_tools.models", "dsh_tools.progress"}),
     frozenset({"dsh_tools_plugins._file_output", "dsh_tools_plugins.files"}),
     # The SQLite store opens a PostgreSQL URL, and the PostgreSQL store shares its errors.

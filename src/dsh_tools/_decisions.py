@@ -1,28 +1,26 @@
 """What policies decide about a call, and the approval an ``Ask`` asks a person for.
 
 The pre-execute decisions (``Allow``, ``Deny``, ``Ask``), the post-execute ones
-(``Accept``, ``Block``), and the approval channel's types: the request it gets, the
-outcomes it answers with, and the protocol it implements. Users import them from
+(``Accept``, ``Block``), and the approval channel's types: the request it gets, what it
+may answer, and the protocol it implements. The outcomes themselves
+(``ApprovalOutcome``) belong to :mod:`dsh_tools.approvals`' answers, which import nothing
+of this module. Users import them from
 :mod:`dsh_tools.models` (``detail_object`` from :mod:`dsh_tools.records`).
 """
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol, Union
+from typing import Any, Protocol
 
 import attrs
 
+from .approvals._answers import ApprovalAnswer, ApprovalOutcome
 from .cancel import CancelSignal
 from .content import ContextMessage, content_blocks, context_messages
 from .errors import JsonValueError
 from .json import FrozenDict, FrozenList, JsonValue, snapshot
-
-if TYPE_CHECKING:
-    from .approvals._answers import ApprovalAnswer
-
 
 # --------------------------------------------------------------------------- decisions
 
@@ -154,22 +152,6 @@ PostExecuteDecision = Accept | Block
 # --------------------------------------------------------------------------- approval
 
 
-class ApprovalOutcome(str, enum.Enum):
-    """How an approval request ended; only the two ``ALLOWED_*`` outcomes let the call run.
-    The ``*_ALWAYS`` ones are also remembered for the agent's later calls (see
-    :mod:`dsh_tools.approvals`)."""
-
-    ALLOWED_ONCE = "allowed-once"
-    ALLOWED_ALWAYS = "allowed-always"
-    REJECTED = "rejected"
-    REJECTED_ALWAYS = "rejected-always"
-    CANCELLED = "cancelled"
-    UNAVAILABLE = "unavailable"
-    PENDING = "pending"
-    """Nobody can answer now: the call ends ``APPROVAL_PENDING`` with an open approval
-    ticket a person answers later (see :mod:`dsh_tools.approvals`)."""
-
-
 @attrs.frozen
 class ApprovalRequest:
     """What an approval service is asked: which agent wants to run which call, and why."""
@@ -182,7 +164,7 @@ class ApprovalRequest:
     signal: CancelSignal | None
 
 
-ApprovalReply = Union[ApprovalOutcome, str, "ApprovalAnswer"]
+ApprovalReply = ApprovalOutcome | str | ApprovalAnswer
 """What an approval service may answer."""
 
 

@@ -20,7 +20,6 @@ from ._decisions import (
     Accept,
     Allow,
     ApprovalChannel,
-    ApprovalOutcome,
     ApprovalRequest,
     ApprovalService,
     Ask,
@@ -29,6 +28,7 @@ from ._decisions import (
     PostExecuteDecision,
     PreExecuteDecision,
 )
+from .approvals._answers import ApprovalOutcome
 from .cancel import CancelSignal
 from .content import ContentLike, ContextMessage, content_blocks, content_text, context_messages
 from .errors import DefinitionError, ErrorCode, JsonValueError, within

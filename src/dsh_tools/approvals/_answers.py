@@ -1,12 +1,14 @@
-"""Remembered answers: the outcomes a person gives, an approval service's answer with its
-reach (:class:`ApprovalAnswer`), what an answer is remembered under (:class:`ApprovalKey`),
-and the protocols of the stores that keep them.
+"""Remembered answers: how an approval ends (:class:`ApprovalOutcome`), the outcomes a
+person gives, an approval service's answer with its reach (:class:`ApprovalAnswer`), what
+an answer is remembered under (:class:`ApprovalKey`), and the protocols of the stores that
+keep them.
 
 :mod:`dsh_tools.approvals` is the public import path.
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import math
 from collections.abc import Callable, Mapping
@@ -14,7 +16,6 @@ from typing import Any, Protocol, cast
 
 import attrs
 
-from .._decisions import ApprovalOutcome
 from ..json import canonical
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "REMEMBERED_OUTCOMES",
     "ApprovalAnswer",
     "ApprovalKey",
+    "ApprovalOutcome",
     "ApprovalStore",
     "LimitedGrantStore",
     "call_digest",
@@ -32,6 +34,23 @@ __all__ = [
     "remembered_outcome",
     "use_count",
 ]
+
+
+class ApprovalOutcome(str, enum.Enum):
+    """How an approval request ended; only the two ``ALLOWED_*`` outcomes let the call run.
+    The ``*_ALWAYS`` ones are also remembered for the agent's later calls (see
+    :mod:`dsh_tools.approvals`)."""
+
+    ALLOWED_ONCE = "allowed-once"
+    ALLOWED_ALWAYS = "allowed-always"
+    REJECTED = "rejected"
+    REJECTED_ALWAYS = "rejected-always"
+    CANCELLED = "cancelled"
+    UNAVAILABLE = "unavailable"
+    PENDING = "pending"
+    """Nobody can answer now: the call ends ``APPROVAL_PENDING`` with an open approval
+    ticket a person answers later (see :mod:`dsh_tools.approvals`)."""
+
 
 ANSWERS = frozenset(
     {

@@ -12,8 +12,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from .._decisions import ApprovalOutcome
-from ._answers import ApprovalKey, grant_limits, remembered_outcome
+from ._answers import ApprovalKey, ApprovalOutcome, grant_limits, remembered_outcome
 from ._tickets import (
     ApprovalTicket,
     TicketAnswer,

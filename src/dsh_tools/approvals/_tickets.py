@@ -14,13 +14,13 @@ from typing import Any, Protocol
 
 import attrs
 
-from .._decisions import ApprovalOutcome
 from ..errors import DshToolsError, ErrorCode
 from ..json import FrozenDict
 from ._answers import (
     ANSWERS,
     ApprovalAnswer,
     ApprovalKey,
+    ApprovalOutcome,
     exact_outcome,
     lifetime,
     optional_text,
