@@ -389,24 +389,74 @@ def test_execute_sync_asks_an_older_trio_whether_it_runs(
 
 
 @pytest.mark.anyio
-async def test_sync_body_runs_inline_and_blocking_body_in_a_worker_thread() -> None:
+async def test_await_runs_a_def_body_in_a_worker_thread_unless_it_never_blocks() -> None:
     threads: dict[str, int] = {}
 
-    def inline(args: Any, ctx: ToolRunContext) -> str:
-        threads["inline"] = threading.get_ident()
-        return "inline"
-
-    def blocking(args: Any, ctx: ToolRunContext) -> str:
-        threads["blocking"] = threading.get_ident()
-        return "blocking"
+    def body(args: Any, ctx: ToolRunContext) -> str:
+        threads[ctx.execution.name] = threading.get_ident()
+        return ctx.execution.name
 
     registry = ToolRegistry()
-    registry.register(tool(inline, name="inline"))
-    registry.register(tool(blocking, name="blocking", blocking=True))
-    assert (await registry.execute(call("inline"))).value == "inline"
-    assert (await registry.execute(call("blocking"))).value == "blocking"
-    assert threads["inline"] == threading.get_ident()
+    registry.register(tool(body, name="default"))
+    registry.register(tool(body, name="blocking", blocking=True))
+    registry.register(tool(body, name="never-blocks", blocking=False))
+    for name in ("default", "blocking", "never-blocks"):
+        assert (await registry.execute(call(name))).value == name
+    assert threads["never-blocks"] == threading.get_ident()
+    assert threads["default"] != threading.get_ident()
     assert threads["blocking"] != threading.get_ident()
+
+
+@pytest.mark.parametrize("needs_loop", [False, True])
+def test_execute_sync_runs_a_def_body_on_the_calling_thread(needs_loop: bool) -> None:
+    threads: list[int] = []
+
+    class AsyncObserver:
+        @hookimpl
+        async def dsh_tools_result(self) -> None:
+            await anyio.sleep(0)
+
+    def body(args: Any, ctx: ToolRunContext) -> str:
+        threads.append(threading.get_ident())
+        return "ran"
+
+    registry = ToolRegistry()
+    registry.register(tool(body, blocking=True))
+    if needs_loop:  # the call runs on an event loop of its own; the body still inline
+        registry.add_plugin(AsyncObserver())
+    assert registry.execute_sync(call()).value == "ran"
+    assert threads == [threading.get_ident()]
+
+
+@pytest.mark.parametrize("timeout_ms", [None, 5000])
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_def_body_sees_the_caller_s_context_variables_wherever_it_runs(
+    driver: str, timeout_ms: float | None
+) -> None:
+    import contextvars
+
+    request: contextvars.ContextVar[str] = contextvars.ContextVar("request", default="none")
+    seen: list[tuple[str, bool]] = []
+
+    def body(args: Any, ctx: ToolRunContext) -> str:
+        seen.append((request.get(), threading.current_thread() is threading.main_thread()))
+        return "ok"
+
+    registry = ToolRegistry()
+    registry.register(tool(body, timeout_ms=timeout_ms))
+
+    async def on_loop() -> None:
+        request.set("async")
+        assert (await registry.execute(call())).value == "ok"
+
+    if driver == "sync":
+        request.set("sync")
+        assert registry.execute_sync(call()).value == "ok"
+        request.set("none")
+    else:
+        anyio.run(on_loop)
+    inline = driver == "sync" and timeout_ms is None
+    assert seen == [(driver, inline)]
 
 
 @pytest.mark.anyio

@@ -155,6 +155,57 @@ def test_stage_timings_add_up_and_the_record_survives_json() -> None:
         record.call_id = "another"  # type: ignore[misc]
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_the_body_step_takes_the_body_run_s_own_time(driver: str) -> None:
+    import time
+
+    import anyio
+
+    from dsh_tools import cancel
+
+    def slow(arguments: Any, context: Any) -> str:
+        context.report_progress(1, 2)
+        time.sleep(0.2)
+        return "done"
+
+    class Waits:
+        """A wrapper that waits 0.3 s before the body (a permit, a backoff)."""
+
+        @hookimpl(wrapper=True)
+        def dsh_tools_execute(self) -> Any:
+            dispatch = yield
+
+            async def waited(signal: Any = None) -> Any:
+                await cancel.sleep(0.3)
+                return await dispatch(signal)
+
+            return waited
+
+    recorder = CallRecorder()
+    registry = ToolRegistry(tracer=recorder)
+    registry.register(define_tool(name="slow", description="S.", parameters={}, execute=slow))
+    keeper = Keeper()
+    registry.add_plugin(keeper, name="keeper")
+    registry.add_plugin(Waits(), name="waits")
+    slow_call = ToolExecutionInput("c-1", "slow", {})
+
+    if driver == "sync":
+        registry.execute_sync(slow_call)
+    else:
+        anyio.run(registry.execute, slow_call)
+
+    [record] = keeper.records
+    [body] = record.of("body")
+    [progress] = record.of("progress")
+    assert body.ms >= 200  # the body's sleep, not the step before's
+    assert record.elapsed_ms - body.ms >= 300  # the wrapper's wait is not the body's
+    assert progress.ms < body.ms  # the stream closed after the body, on its own time
+    assert [step.stage for step in record.steps].index("body") < [
+        step.stage for step in record.steps
+    ].index("progress")
+    assert recorder.last.record == record
+
+
 def test_call_recorder_gives_the_same_record_as_an_observer() -> None:
     recorder = CallRecorder()
     registry = ToolRegistry(tracer=recorder)

@@ -61,7 +61,7 @@ def define_tool(
     present_call: Callable[[A], ToolCallView | None] | None = None,
     present_result: Callable[[A, PresentableResult], ToolResultView | None] | None = None,
     finalize_content: Finalizer | None = None,
-    blocking: bool = False,
+    blocking: bool = True,
     metadata: Mapping[str, Any] | None = None,
     paths: ToolPaths | None = None,
 ) -> ToolDefinition[A]: ...
@@ -80,7 +80,7 @@ def define_tool(
     present_call: Callable[[FrozenDict], ToolCallView | None] | None = None,
     present_result: Callable[[FrozenDict, PresentableResult], ToolResultView | None] | None = None,
     finalize_content: Finalizer | None = None,
-    blocking: bool = False,
+    blocking: bool = True,
     metadata: Mapping[str, Any] | None = None,
     paths: ToolPaths | None = None,
 ) -> ToolDefinition[FrozenDict]: ...
@@ -98,7 +98,7 @@ def define_tool(
     present_call: Callable[[Any], ToolCallView | None] | None = None,
     present_result: Callable[[Any, PresentableResult], ToolResultView | None] | None = None,
     finalize_content: Finalizer | None = None,
-    blocking: bool = False,
+    blocking: bool = True,
     metadata: Mapping[str, Any] | None = None,
     paths: ToolPaths | None = None,
 ) -> ToolDefinition[Any]:
@@ -107,6 +107,8 @@ def define_tool(
     Invalid arguments never reach the body: the call fails with ``INVALID_ARGS`` listing
     every violation, so the model can correct itself. ``paths`` declares the arguments
     that name places in the file system, for path rules (:class:`~dsh_tools.ToolPaths`).
+    ``blocking=False``: a plain ``def`` body never blocks, so ``await execute`` runs it
+    inline on the loop, not in a worker thread (see :class:`~dsh_tools.ToolDefinition`).
     Raises :class:`DefinitionError` or
     :class:`~dsh_tools.errors.JsonSchemaError` for a malformed definition; the message
     starts with ``define_tool(<name>)``. For a tool made of one typed function,

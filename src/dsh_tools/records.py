@@ -54,7 +54,9 @@ class DecisionStep:
     result, or what the pipeline noted (``entered``). ``reason`` is a denial's, ask's or
     block's text, or a raised error's message; ``detail`` the decision's structured detail
     (the permission rule that decided, for example). ``at_ms`` is the time since the call
-    entered, ``ms`` the time since the step before (the step's own duration).
+    entered, ``ms`` the step's own duration: the time since the step before, except for
+    a body step, whose time is the body run's alone (a wrapper's wait for a permit or a
+    retry's backoff before it is not the body's).
     """
 
     stage: str
@@ -156,7 +158,7 @@ class DecisionRecord:
         kept = tuple(events)
         if not kept:
             raise ValueError("a decision record needs the trace events of a call")
-        steps = [(e.stage, e.source, e.outcome, e.detail, e.origin, e.at) for e in kept]
+        steps = [(e.stage, e.source, e.outcome, e.detail, e.origin, e.at, e.since) for e in kept]
         return cls.of_call(kept[0].execution, steps)
 
     @classmethod
@@ -355,6 +357,9 @@ class TracedStep(NamedTuple):
     detail: object
     origin: Origin | None
     at: float
+    since: float | None
+    """When the step began, for a step that knows (the body step); else ``None``: it
+    began when the step before it ended."""
 
 
 class _Read(NamedTuple):
@@ -413,7 +418,7 @@ def _step(event: TracedStep, entered: float, previous: float) -> DecisionStep:
         detail,
         origin.distribution if origin is not None else None,
         _ms(event.at - entered),
-        _ms(event.at - previous),
+        _ms(event.at - (previous if event.since is None else event.since)),
     )
 
 

@@ -51,7 +51,9 @@ class TraceEvent:
     ``"Deny('no')"``, ``"allowed-once"``, a result code); ``detail`` is the object itself
     (the decision, the result) for assertions. ``origin`` says who ``source`` is (a
     plugin's registered name and distribution), ``at`` when the step ended
-    (``time.perf_counter()``); :class:`~dsh_tools.records.DecisionRecord` reads both.
+    (``time.perf_counter()``), ``since`` when it began, for a step that knows (the body
+    step: its time is the body run's own); :class:`~dsh_tools.records.DecisionRecord`
+    reads them.
     """
 
     stage: Stage
@@ -61,6 +63,7 @@ class TraceEvent:
     detail: object = None
     origin: Origin | None = None
     at: float = 0.0
+    since: float | None = None
 
 
 Tracer = Callable[[TraceEvent], None]

@@ -153,7 +153,12 @@ EXPECTED: dict[tuple[str, str], Expect] = {
     ("guard", "non_json"): Expect("DENIED", TO_GUARD, 0),
     ("guard", "hang_signal"): Expect("ABORTED_BEFORE_DISPATCH", FULL, 0),
     ("guard", "hang_native"): Expect(
-        None, FULL, 1, note="sync guard cannot be interrupted; the cancel lands after return"
+        "ABORTED",
+        TO_GUARD,
+        1,
+        native=True,
+        note="a sync guard cannot be interrupted; the def body starts in its worker "
+        "thread, and the cancel lands when it returns",
     ),
     ("guard", "slow"): OK,
     # wrapper before calling dispatch: fails closed on the final path, body never runs.

@@ -236,20 +236,23 @@ class Call:
         outcome: str,
         detail: object = None,
         origin: Origin | None = None,
+        since: float | None = None,
     ) -> None:
         """Report one step: keep it for the decision record, if one is wanted, and tell
-        the registry's tracer; a failing tracer is only logged."""
+        the registry's tracer; a failing tracer is only logged. ``since`` is when the
+        step began (``time.perf_counter()``), for a step whose time is its own work
+        rather than the time since the step before (the body's)."""
         plan = self.plan
         if not plan.traced:
             return
         at = time.perf_counter()
         if self.events is not None:
-            self.events.append((stage, source, outcome, detail, origin, at))  # a TracedStep
+            self.events.append((stage, source, outcome, detail, origin, at, since))  # a TracedStep
         tracer = plan.tracer
         if tracer is None:
             return
         try:
-            tracer(TraceEvent(stage, self.execution, source, outcome, detail, origin, at))
+            tracer(TraceEvent(stage, self.execution, source, outcome, detail, origin, at, since))
         except BaseException as error:
             if stops_the_caller(error):
                 raise

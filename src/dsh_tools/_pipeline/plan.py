@@ -10,8 +10,9 @@ The plan also picks each tool's runner, so nothing about it is re-decided per ca
 
 * the **direct** runner (the body step alone) for a tool in :attr:`Plan.direct`: the scope
   has nothing to decide, observe or trace (no pre-execute, guard, wrapper, post-execute or
-  result implementation, no tracer, no default timeout) and the tool nothing to time, move
-  to a thread or finalize (no ``timeout_ms``, not ``blocking``, no ``finalize_content``);
+  result implementation, no tracer, no default timeout) and the tool nothing to time or
+  finalize (no ``timeout_ms``, no ``finalize_content``); where its body runs (a worker
+  thread or the loop) is the body step's to say, for both runners;
 * the **staged** runner for every other name, unknown ones included; it skips each stage
   that is empty for the scope.
 
@@ -59,7 +60,7 @@ class ToolEntry:
     is_async: bool = attrs.field(init=False)
     """An ``async def`` body: ``execute_sync`` runs its calls on an event loop."""
     bare: bool = attrs.field(init=False)
-    """Nothing to time, move to a thread or finalize: may take the direct runner."""
+    """Nothing to time or finalize: may take the direct runner."""
 
     def __attrs_post_init__(self) -> None:
         definition = self.definition
@@ -72,9 +73,7 @@ class ToolEntry:
             "output_validator": _output_validator(definition),
             "admit": definition.arguments.admit,
             "is_async": is_async_callable(definition.execute),
-            "bare": definition.timeout_ms is None
-            and not definition.blocking
-            and definition.finalize_content is None,
+            "bare": definition.timeout_ms is None and definition.finalize_content is None,
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
