@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -82,3 +83,26 @@ async def test_progress_lines_are_shown_safely_on_a_text_card() -> None:
     [running] = [update for update in client.updates if update["status"] == "in_progress"]
     assert _streamed(running) == "1 of 2: step \\x1b]0;owned\\x07 one"
     assert len(own) == 1  # the host's own listener still hears the call
+
+
+async def test_a_def_body_s_progress_is_sent_while_it_runs() -> None:
+    heard = threading.Event()
+
+    class Client(_Client):
+        async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+            await super().session_update(session_id, update, **kwargs)
+            if update.get("status") == "in_progress":
+                heard.set()
+
+    def waits(args: Any, ctx: ToolRunContext) -> str:
+        ctx.report_progress(1, 2, "half way")
+        return "heard" if heard.wait(5) else "nobody heard while it ran"
+
+    registry = ToolRegistry()
+    registry.register(define_tool(name="waits", description="W.", parameters={}, execute=waits))
+    client = Client()
+    with anyio.fail_after(20):
+        result = await execute_with_acp(registry, ToolExecutionInput("r3", "waits"), client, "s1")
+    assert result.text == "heard"
+    [running] = [update for update in client.updates if update["status"] == "in_progress"]
+    assert _streamed(running) == "1 of 2: half way"

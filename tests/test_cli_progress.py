@@ -112,3 +112,28 @@ def test_events_without_json_is_a_usage_error(workspace: Path) -> None:
     )
     assert code == EXIT_USAGE
     assert "--events streams JSON lines: use it with --json" in err.getvalue()
+
+
+def test_a_def_body_s_progress_shows_while_it_runs() -> None:
+    import anyio
+
+    from dsh_tools import ToolExecutionInput, ToolRegistry, ToolRunContext, define_tool
+    from dsh_tools.cli._progress import progress_view, run_showing_progress
+
+    out, err = io.StringIO(), io.StringIO()
+
+    def waits(args: object, ctx: ToolRunContext) -> str:
+        ctx.report_progress(1, 2, "half way")
+        ctx.emit_output("working\n")
+        for _ in range(100):  # up to 5 s
+            if "half way" in err.getvalue() and "working" in out.getvalue():
+                return "shown"
+            time.sleep(0.05)
+        return "nothing shown while it ran"
+
+    registry = ToolRegistry()
+    registry.register(define_tool(name="waits", description="W.", parameters={}, execute=waits))
+    view = progress_view("waits", False, False, out, err)
+    result = anyio.run(run_showing_progress, registry, ToolExecutionInput("c1", "waits"), view)
+    assert result.text == "shown"
+    assert err.getvalue() == "… 1 of 2: half way\n"

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ pytest.importorskip("mcp")
 
 from mcp import Client
 
-from dsh_tools import ToolRegistry, ToolRunContext, define_tool
+from dsh_tools import ToolDefinition, ToolRegistry, ToolRunContext, define_tool
 from dsh_tools.bridges.mcp import build_mcp_server
 from dsh_tools.progress import Progress
 from dsh_tools_plugins.command import run_command_tool
@@ -147,3 +149,60 @@ async def test_a_request_without_a_progress_token_gives_the_call_no_stream() -> 
     assert (unheard.is_error, unheard.content[0].text) == (False, "ran")  # type: ignore[union-attr]
     assert heard.is_error
     assert "report_progress() done must be a finite number" in heard.content[0].text  # type: ignore[union-attr]
+
+
+def _heard_tool(heard: threading.Event) -> ToolDefinition[Any]:
+    """A plain ``def`` tool that reports, then waits for its report to be heard: it can
+    return "heard" only if its progress reached the client while it ran."""
+
+    def waits(args: Any, ctx: ToolRunContext) -> str:
+        ctx.report_progress(1, 2, "half way")
+        return "heard" if heard.wait(5) else "nobody heard while it ran"
+
+    return define_tool(name="waits", description="Wait.", parameters={}, execute=waits)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_def_body_s_progress_reaches_the_client_while_it_runs(mode: str) -> None:
+    heard = threading.Event()
+    registry = ToolRegistry()
+    registry.register(_heard_tool(heard))
+    received: list[tuple[float, float | None, str | None]] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        received.append((value, total, message))
+        heard.set()
+
+    with anyio.fail_after(20):
+        async with Client(build_mcp_server(registry), mode=mode) as client:
+            result = await client.call_tool("waits", {}, progress_callback=progress)
+    assert result.content[0].text == "heard"  # type: ignore[union-attr]
+    assert received[0] == (1, 2, "half way")
+
+
+async def test_concurrent_calls_of_a_def_tool_run_at_once() -> None:
+    spans: list[tuple[float, float]] = []
+
+    def nap(args: Any, ctx: ToolRunContext) -> str:
+        started = time.monotonic()
+        time.sleep(0.5)
+        spans.append((started, time.monotonic()))
+        return "rested"
+
+    registry = ToolRegistry()
+    registry.register(define_tool(name="nap", description="Nap.", parameters={}, execute=nap))
+    texts: list[str] = []
+    with anyio.fail_after(20):
+        async with Client(build_mcp_server(registry)) as client:
+
+            async def one() -> None:
+                result = await client.call_tool("nap", {})
+                texts.append(result.content[0].text)  # type: ignore[union-attr]
+
+            async with anyio.create_task_group() as group:
+                for _ in range(4):
+                    group.start_soon(one)
+    assert texts == ["rested"] * 4
+    # Every nap began before any ended: the four bodies ran at the same time, none of
+    # them on the server's event loop.
+    assert max(start for start, _ in spans) < min(end for _, end in spans)
