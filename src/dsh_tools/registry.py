@@ -275,8 +275,22 @@ class ToolRegistry(_ViewBase):
     def _plan(self, path: tuple[str, ...]) -> Plan:
         plan = self._plans.get(path)
         if plan is None:
-            plan = self._plans[path] = self._build_plan(path)
+            owner = self._owner(path)
+            plan = self._plans.get(owner)
+            if plan is None:
+                plan = self._plans[owner] = self._build_plan(owner)
         return plan
+
+    def _owner(self, path: tuple[str, ...]) -> tuple[str, ...]:
+        """The scope whose plan the calls of agent ``path`` run: ``path`` or its nearest
+        ancestor that has registrations of its own (tools, guards, restrictions or
+        plugins). Agents without any share their ancestor's plan, so an agent per MCP
+        client, or per request, adds no plan: plans grow with registrations only."""
+        for depth in range(len(path), 0, -1):
+            prefix = path[:depth]
+            if prefix in self._layers or self._pm.has_scope(prefix):
+                return prefix
+        return ()
 
     def _build_plan(self, path: tuple[str, ...]) -> Plan:
         tools, guards = visible(self._chain(path))

@@ -181,7 +181,8 @@ class Call:
         entered; then whatever the call's agent sees now (possibly nothing)."""
         plan = self.plan
         if plan.stale:
-            plan = self.handle.plan(plan.agent_path)
+            agent = self.input.agent  # routed: a well-formed agent id, or None
+            plan = self.handle.plan(() if agent is None else tuple(agent.split("/")))
         return plan.tools.get(self.name)
 
     def parse(self, entry: ToolEntry) -> Any:

@@ -110,6 +110,10 @@ class PluginManager(pluggy.PluginManager):
                     return str(dist.project_name)
         return found
 
+    def has_scope(self, path: tuple[str, ...]) -> bool:
+        """Whether a plugin was added to the scope ``path`` itself."""
+        return path in self._scopes.values()
+
     def names_within(self, path: tuple[str, ...]) -> list[str]:
         """The plugins added to the scope ``path`` or to a scope inside it."""
         return [name for name, scope in self._scopes.items() if _within(path, scope)]

@@ -1,6 +1,7 @@
 """A scope's plan: what its calls can see and which implementations they run, decided once.
 
-The registry builds one :class:`Plan` per agent path on first use and keeps it until
+The registry builds one :class:`Plan` per scope with registrations of its own (an agent
+path without any shares its nearest ancestor's) on first use, and keeps it until
 anything changes (a registration, a plugin manager change, a setting); then it marks every
 plan :attr:`~Plan.stale` and drops them. A call keeps the plan it started with: the
 stages it runs are the ones registered when it entered, while the tool its body runs is
@@ -182,6 +183,8 @@ class Plan:
         approval_store: ApprovalStore,
     ) -> None:
         self.agent_path = agent_path
+        """The scope the plan was built for; its descendants without registrations of
+        their own share it (see ``ToolRegistry._owner``)."""
         self.tools = tools
         self.pre = stages["pre"]
         self.guards = stages["guards"]
