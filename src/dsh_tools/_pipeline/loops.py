@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import inspect
 import sys
-from collections.abc import Awaitable, Coroutine
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar
 from types import CoroutineType
 from typing import Any, TypeVar
@@ -183,3 +184,24 @@ def run_on_own_loop(awaitable: Awaitable[T]) -> T:
     import anyio
 
     return anyio.run(_awaited, awaitable)
+
+
+def soon(callback: Callable[[], None]) -> Callable[[], None]:
+    """A function that runs ``callback`` on the running loop, called from any thread:
+    at once on the loop's own thread, else through the loop's thread-safe scheduling
+    (asyncio's ``call_soon_threadsafe``, trio's token). Make it on the loop."""
+    home = threading.get_ident()
+    if _running_library() == "asyncio":
+        import asyncio
+
+        schedule = asyncio.get_running_loop().call_soon_threadsafe
+    else:
+        schedule = sys.modules["trio"].lowlevel.current_trio_token().run_sync_soon
+
+    def run() -> None:
+        if threading.get_ident() == home:
+            callback()
+        else:
+            schedule(callback)
+
+    return run

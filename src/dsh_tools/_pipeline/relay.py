@@ -8,16 +8,23 @@ joined per stream in order, bounded) and one task on the caller's loop hands eac
 to the bridge's ``send`` every :data:`TICK_S`, then a last batch once the call is done,
 before its result is returned. So a bridge never sends more than a few messages a
 second, and never anything after the result.
+
+The task (:class:`_Pump`) starts with the call's first event: most calls report
+nothing, and a task group per call would cost an MCP request more than the rest of the
+call. It is a task of the loop itself (asyncio's ``create_task``, trio's system task),
+which :meth:`Relay.run` ends and waits for before the last batch.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..progress import Output, Progress
+from .loops import _running_library, soon
 from .results import message
 
 if TYPE_CHECKING:
@@ -45,25 +52,34 @@ class Relay:
         self._lock = threading.Lock()
         self._events: list[Event] = []
         self._chars = 0
+        self._pump: _Pump | None = None
+        """The pump of the call :meth:`run` awaits, until its first event starts it."""
 
     def __call__(self, execution: ToolExecution, event: Event) -> None:
         """Keep ``event`` for the next batch (called from any thread)."""
         with self._lock:
-            events = self._events
-            if type(event) is Progress:  # the latest progress wins, in its place
-                if any(type(waiting) is Progress for waiting in events):
-                    events = self._events = [e for e in events if type(e) is not Progress]
-                events.append(event)
-                return
-            assert type(event) is Output
-            last = events[-1] if events else None
-            if type(last) is Output and last.stream == event.stream:
-                events[-1] = Output(last.text + event.text, event.stream)
-            else:
-                events.append(event)
-            self._chars += len(event.text)
-            if self._chars > MAX_WAITING_CHARS:
-                self._cut()
+            self._keep(event)
+            pump, self._pump = self._pump, None
+        if pump is not None:
+            pump.start()
+
+    def _keep(self, event: Event) -> None:
+        """Add ``event`` to the waiting batch (under the lock)."""
+        events = self._events
+        if type(event) is Progress:  # the latest progress wins, in its place
+            if any(type(waiting) is Progress for waiting in events):
+                events = self._events = [e for e in events if type(e) is not Progress]
+            events.append(event)
+            return
+        assert type(event) is Output
+        last = events[-1] if events else None
+        if type(last) is Output and last.stream == event.stream:
+            events[-1] = Output(last.text + event.text, event.stream)
+        else:
+            events.append(event)
+        self._chars += len(event.text)
+        if self._chars > MAX_WAITING_CHARS:
+            self._cut()
 
     def _cut(self) -> None:
         """Drop the oldest waiting output beyond the bound (the newest is what a person
@@ -97,22 +113,69 @@ class Relay:
 
     async def run(self, work: Awaitable[T]) -> T:
         """Await ``work`` (the call) while sending batches; send the last batch after it."""
-        import anyio
-
-        done = anyio.Event()
-
-        async def pump() -> None:
-            while not done.is_set():
-                with anyio.move_on_after(TICK_S):
-                    await done.wait()
-                if not done.is_set():
-                    await self._flush()
-
-        async with anyio.create_task_group() as group:
-            group.start_soon(pump)
-            try:
-                result = await work
-            finally:
-                done.set()
+        pump = self._pump = _Pump(self._flush)
+        try:
+            result = await work
+        except BaseException:
+            self._pump = None
+            pump.stop()  # the caller's own: nothing more is sent
+            raise
+        self._pump = None
+        await pump.finish()
         await self._flush()
         return result
+
+
+class _Pump:
+    """The task that hands a relay's batches to its bridge every :data:`TICK_S`, started
+    by the call's first event (from any thread) on the loop :meth:`Relay.run` runs on."""
+
+    def __init__(self, flush: Callable[[], Awaitable[None]]) -> None:
+        self._flush = flush
+        self._start = soon(self._spawn)
+        self._library = _running_library()
+        self._task: Any = None
+        self._stopping = False
+        self._wake: Any = None
+        self._ended: Any = None
+
+    def start(self) -> None:
+        """Start the task on its loop (called once, from any thread)."""
+        self._start()
+
+    def _spawn(self) -> None:
+        if self._stopping:
+            return  # the call ended before its loop got to start the task
+        import anyio
+
+        self._wake, self._ended = anyio.Event(), anyio.Event()
+        if self._library == "asyncio":
+            import asyncio
+
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        else:
+            sys.modules["trio"].lowlevel.spawn_system_task(self._run)
+
+    async def _run(self) -> None:
+        import anyio
+
+        try:
+            while not self._stopping:
+                with anyio.move_on_after(TICK_S):
+                    await self._wake.wait()
+                if not self._stopping:
+                    await self._flush()
+        finally:
+            self._ended.set()
+
+    def stop(self) -> None:
+        """End the task at its next wake, without waiting for it."""
+        self._stopping = True
+        if self._wake is not None:
+            self._wake.set()
+
+    async def finish(self) -> None:
+        """End the task and wait until it has (a batch it is sending is sent first)."""
+        self.stop()
+        if self._ended is not None:
+            await self._ended.wait()

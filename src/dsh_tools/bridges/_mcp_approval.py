@@ -183,7 +183,7 @@ class McpApprovals:
     ) -> Iterator[_Caller]:
         """While the call runs, an ask about it goes to the client of ``ctx``; the
         caller's ``question`` is set when the answer must come in a retried request."""
-        caller = _Caller(ctx, view, _carried_answer(params, _state(call)))
+        caller = _Caller(ctx, view, _carried_answer(params, call))
         self._calls[call.call_id] = caller
         try:
             yield caller
@@ -258,13 +258,12 @@ def _state(call: ToolExecutionInput) -> str:
 
 
 def _carried_answer(
-    params: mcp_types.CallToolRequestParams, state: str
+    params: mcp_types.CallToolRequestParams, call: ToolExecutionInput
 ) -> mcp_types.ElicitResult | None:
     """The answer a retried request carries for this very call (same tool, same
     arguments), or ``None``."""
-    responses = params.input_responses or {}
-    answer = responses.get(_ANSWER_KEY)
-    if params.request_state != state or not isinstance(answer, mcp_types.ElicitResult):
+    answer = (params.input_responses or {}).get(_ANSWER_KEY)
+    if not isinstance(answer, mcp_types.ElicitResult) or params.request_state != _state(call):
         return None
     return answer
 

@@ -89,6 +89,10 @@ _CONTENT_BLOCK: TypeAdapter[mcp_types.ContentBlock] = TypeAdapter(mcp_types.Cont
 
 def _content_block(block: object) -> mcp_types.ContentBlock:
     """An MCP content block; a block MCP has no type for is sent as its text."""
+    if type(block) is dict and len(block) == 2 and block.get("type") == "text":
+        text = block["text"]
+        if type(text) is str:  # most blocks: made at once, not through the union
+            return mcp_types.TextContent(text=text)
     try:
         return _CONTENT_BLOCK.validate_python(block)
     except ValidationError:
@@ -197,6 +201,7 @@ async def _call_tool(
         call_id=f"mcp-{uuid.uuid4().hex}",
         name=params.name,
         arguments={} if params.arguments is None else params.arguments,
+        agent=client_view.agent,
         on_progress=relay,
     )
     with asking.calling(call, ctx, params, client_view) as caller:
