@@ -209,3 +209,28 @@ class StoreContract:
         thread.join()
         assert seen.state is TicketState.ANSWERED
         assert store.wait_for_answer("t-unknown", 0.0) is None
+
+    def test_a_watcher_is_told_of_an_answer(self, store: Any) -> None:
+        made = store.open_ticket(ticket())
+        told = threading.Event()
+        stop = store.watch_ticket(made.id, told.set)
+        try:
+            store.answer_ticket(made.id, answer())
+            assert told.wait(30)
+        finally:
+            stop()
+        assert store.get_ticket(made.id).state is TicketState.ANSWERED
+
+    def test_many_waiters_share_the_store_s_one_watcher(self, store: Any) -> None:
+        made = [store.open_ticket(ticket(f"{n}.txt")) for n in range(50)]
+        told = {each.id: threading.Event() for each in made}
+        before = threading.active_count()
+        stops = [store.watch_ticket(each.id, told[each.id].set) for each in made]
+        try:
+            assert threading.active_count() - before <= 2  # a looking thread, a listener
+            for each in made[::2]:
+                store.answer_ticket(each.id, answer())
+            assert all(told[each.id].wait(30) for each in made[::2])
+        finally:
+            for stop in stops:
+                stop()

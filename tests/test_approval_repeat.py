@@ -5,12 +5,12 @@ repeat, at whichever process sharing the store, runs as soon as a person answers
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import anyio
 
 from approval_helpers import code
 from dsh_tools import MemoryApprovalStore, TicketAnswer
-from dsh_tools.approvals import ApprovalTicket
 from test_approval_pending import call, make_registry, ticket_of
 
 
@@ -21,9 +21,10 @@ class WatchedStore(MemoryApprovalStore):
         super().__init__()
         self.waiting = threading.Event()
 
-    def wait_for_answer(self, ticket_id: str, timeout_s: float) -> ApprovalTicket | None:
+    def watch_ticket(self, ticket_id: str, changed: Callable[[], None]) -> Callable[[], None]:
+        stop = super().watch_ticket(ticket_id, changed)
         self.waiting.set()
-        return super().wait_for_answer(ticket_id, timeout_s)
+        return stop
 
 
 def answer_once_waiting(store: WatchedStore, ticket_id: str, outcome: str) -> threading.Thread:

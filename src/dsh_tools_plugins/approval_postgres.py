@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from dsh_tools.approvals import (
     REMEMBERED_OUTCOMES,
     ApprovalKey,
+    TicketWatchers,
     exact_outcome,
     grant_limits,
     remembered_outcome,
@@ -39,7 +40,7 @@ from dsh_tools.models import ApprovalOutcome
 
 from ._stores.postgres import Connections
 from ._stores.postgres_listen import Listener
-from ._stores.postgres_tickets import CHANNEL, PostgresTickets
+from ._stores.postgres_tickets import CHANNEL, RECHECK_S, PostgresTickets
 from .approval_store import ApprovalStoreError
 
 if TYPE_CHECKING:
@@ -80,7 +81,8 @@ class PostgresApprovalStore(PostgresTickets):
                 "postgres extra (in a clone: pip install '.[postgres]')"
             ) from None
         self._connections = Connections(url, timeout_s)
-        self._listener = Listener(self._connections, CHANNEL)
+        self._watchers = TicketWatchers(self.settled, RECHECK_S)
+        self._listener = Listener(self._connections, CHANNEL, self._watchers)
         with self._connections.errors():
             from psycopg.conninfo import conninfo_to_dict
 

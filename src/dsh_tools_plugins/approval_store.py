@@ -43,9 +43,11 @@ from dsh_tools.approvals import (
     TicketAnswer,
     TicketError,
     TicketState,
+    TicketWatchers,
     exact_outcome,
     grant_limits,
     remembered_outcome,
+    wait_watched,
 )
 from dsh_tools.hostfiles import HostFileError, check_host_file, writable_trees
 from dsh_tools.models import ApprovalOutcome
@@ -99,7 +101,9 @@ class SqliteApprovalStore:
         fails (closed).
     :param clock: the time (seconds since the epoch) tickets are answered, resumed and
         expire by, and grants that end expire by.
-    :param poll_s: how often :meth:`wait_for_answer` looks at the file.
+    :param poll_s: how often, while calls of this process wait for answers, one thread
+        looks at their tickets in the file (answers made by this store object wake them
+        at once).
     """
 
     def __init__(
@@ -118,6 +122,7 @@ class SqliteApprovalStore:
         self._ready = False
         self._ready_lock = threading.Lock()
         self._tickets = TicketRows(self._transaction, clock)
+        self._watchers = TicketWatchers(self._tickets.settled, poll_s)
 
     def __repr__(self) -> str:
         return f"SqliteApprovalStore({str(self.path)!r})"
@@ -205,20 +210,19 @@ class SqliteApprovalStore:
         return self._tickets.list_tickets(agent=agent, state=state)
 
     def answer_ticket(self, ticket_id: str, answer: TicketAnswer) -> ApprovalTicket:
-        return self._tickets.answer_ticket(ticket_id, answer)
+        answered = self._tickets.answer_ticket(ticket_id, answer)
+        self._watchers.announce((ticket_id,))
+        return answered
 
     def consume_ticket(self, ticket_id: str) -> ApprovalTicket | None:
         return self._tickets.consume_ticket(ticket_id)
 
     def wait_for_answer(self, ticket_id: str, timeout_s: float) -> ApprovalTicket | None:
-        """Look at the ticket every ``poll_s`` seconds until it is no longer pending."""
-        deadline = time.monotonic() + max(timeout_s, 0.0)
-        while True:
-            ticket = self.get_ticket(ticket_id)
-            left = deadline - time.monotonic()
-            if ticket is None or ticket.state is not TicketState.PENDING or left <= 0:
-                return ticket
-            time.sleep(min(self.poll_s, left))
+        return wait_watched(self.watch_ticket, self.get_ticket, ticket_id, timeout_s)
+
+    def watch_ticket(self, ticket_id: str, changed: Callable[[], None]) -> Callable[[], None]:
+        """One thread per store looks at the waited tickets every ``poll_s`` seconds."""
+        return self._watchers.watch(ticket_id, changed)
 
     # ------------------------------------------------------------------ file
 

@@ -227,6 +227,7 @@ def test_a_waiter_is_woken_by_the_notification_not_by_looking_again(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from dsh_tools.approvals import TicketAnswer, TicketState
+    from dsh_tools_plugins import approval_postgres
     from dsh_tools_plugins._stores import postgres_tickets as _postgres_tickets
     from store_contract import ticket
 
@@ -238,7 +239,7 @@ def test_a_waiter_is_woken_by_the_notification_not_by_looking_again(
         looked.set()  # the waiter listens, and saw the ticket pending
         return found
 
-    monkeypatch.setattr(_postgres_tickets, "_RECHECK_S", 3600.0)
+    monkeypatch.setattr(approval_postgres, "RECHECK_S", 3600.0)  # no look but the listener's
     waiting, answering = PostgresApprovalStore(postgres_url), PostgresApprovalStore(postgres_url)
     made = waiting.open_ticket(ticket())
     monkeypatch.setattr(_postgres_tickets, "_get", get_and_tell)

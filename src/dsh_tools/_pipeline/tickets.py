@@ -13,38 +13,32 @@ and :mod:`dsh_tools._pipeline.approval` turns it into a decision.
 
 from __future__ import annotations
 
-import functools
 import math
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
 
-from ..approvals import ApprovalAnswer, ApprovalKey, ApprovalTicket, TicketState, TicketStore
+from ..approvals import (
+    ApprovalAnswer,
+    ApprovalKey,
+    ApprovalTicket,
+    TicketState,
+    TicketStore,
+    TicketWatchers,
+)
 from ..errors import ErrorCode
 from ..json import FrozenDict, snapshot
 from ..models import Ask, ToolExecutionFailure, ToolExecutionInput, failure_result
 from ..presentation import unstructure_view
 from ..records import Origin
 from .call import Call, Interrupted, StageFailed, Waiting
-from .loops import on_event_loop
+from .loops import on_event_loop, soon
 from .results import message
-
-if TYPE_CHECKING:
-    from anyio import CapacityLimiter
-    from anyio.lowlevel import RunVar
 
 T = TypeVar("T")
 TICKETS = Origin("approval tickets")
-_WAIT_SLICE_S = 0.5
-"""How long one wait on the store lasts before the caller's signal is looked at again."""
-_QUIET_SLICE_S = 5.0
-"""How long one wait on the store lasts for a call without a signal: only a cancelled
-caller's ``stop`` is looked at between waits (each wait costs the store a look at the
-ticket, so hundreds of waiting calls look less often)."""
-_WAITERS = 512
-"""The most calls of one event loop that wait for an answer at once; more wait their turn
-(anyio's shared pool of 40 threads would make the 41st wait, answered or not)."""
 
 
 def ticket_store(call: Call) -> TicketStore | None:
@@ -135,71 +129,97 @@ async def awaited(call: Call, store: TicketStore, ticket: ApprovalTicket) -> App
 async def _waited(
     call: Call, store: TicketStore, ticket: ApprovalTicket, timeout_s: float
 ) -> ApprovalTicket:
-    """The ticket once it is no longer pending or ``timeout_s`` passed, woken by the
-    store. On an event loop the whole wait runs in one worker thread of a pool of its own
-    (:data:`_WAITERS`), so waiting calls never hold up the loop's other work in threads;
-    a cancelled caller leaves it, and the thread ends at its next slice."""
+    """The ticket once it is no longer pending or ``timeout_s`` passed. The call holds no
+    thread while it waits: the store's watcher (``watch_ticket``) wakes it, as the
+    caller's signal does; it looks at its ticket then, and when the ticket would expire.
+    On an event loop it sleeps on the loop; without one (``execute_sync``), in the
+    calling thread."""
     deadline = time.monotonic() + timeout_s
-    stop = threading.Event()
-    if not on_event_loop():
-        seen = _sliced(call, store, ticket.id, deadline, stop)
-    else:
-        import anyio.to_thread
-
-        try:
-            seen = await anyio.to_thread.run_sync(
-                _sliced, call, store, ticket.id, deadline, stop,
-                abandon_on_cancel=True, limiter=_waiters(),
-            )  # fmt: skip
-        finally:
-            stop.set()
+    waiter = _LoopWaiter() if on_event_loop() else _ThreadWaiter()
+    watch = _watch(store)
+    stop = stored(call, "wait for an answer", lambda: watch(ticket.id, waiter.wake))
+    unhook = None if call.signal is None else call.signal.add_callback(waiter.wake)
+    try:
+        while True:
+            seen = stored(call, "wait for an answer", lambda: store.get_ticket(ticket.id))
+            left = deadline - time.monotonic()
+            if seen is None or seen.state is not TicketState.PENDING or left <= 0:
+                break
+            if call.cancelled():
+                raise Interrupted
+            expires_in = max(seen.expires_at - time.time(), _MIN_WAIT_S)
+            await waiter.wait(min(left, expires_in))
+    finally:
+        stop()
+        if unhook is not None:
+            unhook()
     if seen is None:
         raise StageFailed(_refused(ticket, "is gone from the approval store"))
-    if seen.state is TicketState.PENDING and call.cancelled():
-        raise Interrupted
     return seen
 
 
-def _sliced(
-    call: Call, store: TicketStore, ticket_id: str, deadline: float, stop: threading.Event
-) -> ApprovalTicket | None:
-    """Wait in slices until the ticket is no longer pending, the deadline passed, or the
-    call was cancelled (its signal, or ``stop``): of :data:`_WAIT_SLICE_S` when the call
-    has a signal to look at, else of :data:`_QUIET_SLICE_S`."""
-    length = _WAIT_SLICE_S if call.signal is not None else _QUIET_SLICE_S
-    while True:
-        left = deadline - time.monotonic()
-        slice_s = max(0.0, min(left, length))
-        seen = _wait(call, store, ticket_id, slice_s)
-        if seen is None or seen.state is not TicketState.PENDING or left <= slice_s:
-            return seen
-        if stop.is_set() or call.cancelled():
-            return seen
+_MIN_WAIT_S = 0.05
+"""The shortest wait for a ticket's expiry (the store's clock may be a little behind)."""
 
 
-def _waiters() -> CapacityLimiter:
-    """The event loop's pool of threads that wait for answers."""
-    from anyio import CapacityLimiter
+class _LoopWaiter:
+    """Sleeps on the event loop until woken from any thread (or the time is up)."""
 
-    threads = _waiting_threads()
+    def __init__(self) -> None:
+        import anyio
+
+        self._woken = anyio.Event()
+        self.wake = soon(self._set)
+
+    def _set(self) -> None:
+        self._woken.set()
+
+    async def wait(self, seconds: float) -> None:
+        import anyio
+
+        with anyio.move_on_after(seconds):
+            await self._woken.wait()
+        self._woken = anyio.Event()
+
+
+class _ThreadWaiter:
+    """Blocks the calling thread until woken (or the time is up): no loop runs."""
+
+    def __init__(self) -> None:
+        self._woken = threading.Event()
+        self.wake = self._woken.set
+
+    async def wait(self, seconds: float) -> None:
+        self._woken.wait(seconds)
+        self._woken.clear()
+
+
+_polled: weakref.WeakKeyDictionary[object, TicketWatchers] = weakref.WeakKeyDictionary()
+"""The watchers of stores without ``watch_ticket``, one per store."""
+
+
+def _watch(store: TicketStore) -> Callable[[str, Callable[[], None]], Callable[[], None]]:
+    """How to watch ``store``'s tickets: its own ``watch_ticket``, else one thread per
+    store that looks at every waited ticket with ``get_ticket`` every
+    :data:`_POLL_S` seconds."""
+    own = getattr(store, "watch_ticket", None)
+    if callable(own):
+        return cast("Callable[[str, Callable[[], None]], Callable[[], None]]", own)
     try:
-        return threads.get()
-    except LookupError:
-        limiter = CapacityLimiter(_WAITERS)
-        threads.set(limiter)
-        return limiter
+        watchers = _polled[store]
+    except KeyError:
+
+        def settled(ticket_ids: Sequence[str]) -> list[str]:
+            seen = [(ticket_id, store.get_ticket(ticket_id)) for ticket_id in ticket_ids]
+            return [id for id, ticket in seen if ticket is None or ticket.state is not _PENDING]
+
+        watchers = _polled[store] = TicketWatchers(settled, _POLL_S)
+    return watchers.watch
 
 
-@functools.cache
-def _waiting_threads() -> RunVar[CapacityLimiter]:
-    """Where each event loop keeps its :func:`_waiters` (anyio is imported on first use)."""
-    from anyio.lowlevel import RunVar
-
-    return RunVar("dsh_tools_approval_waiters")
-
-
-def _wait(call: Call, store: TicketStore, ticket_id: str, slice_s: float) -> ApprovalTicket | None:
-    return stored(call, "wait for an answer", lambda: store.wait_for_answer(ticket_id, slice_s))
+_PENDING = TicketState.PENDING
+_POLL_S = 0.5
+"""How often a store without ``watch_ticket`` is looked at while calls wait on it."""
 
 
 def _new_ticket(

@@ -24,7 +24,8 @@ fails the call with ``POLICY_ERROR``.
 A question a person answers later is an :class:`ApprovalTicket`: bound to one call (the
 agent, the tool, the frozen arguments and their hash), answered once
 (:class:`TicketAnswer`, compare-and-set) and resumed once. Tickets live in a
-:class:`TicketStore`; both first-party stores are one.
+:class:`TicketStore`; both first-party stores are one. A call that waits for an answer
+holds no thread: the store's :class:`TicketWatchers` wake it.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from ._tickets import (
     TicketStore,
     stamped,
 )
+from ._watch import TicketWatchers, wait_watched
 
 __all__ = [
     "ANSWERS",
@@ -70,9 +72,11 @@ __all__ = [
     "TicketNotFoundError",
     "TicketState",
     "TicketStore",
+    "TicketWatchers",
     "call_digest",
     "exact_outcome",
     "grant_limits",
     "remembered_outcome",
     "stamped",
+    "wait_watched",
 ]

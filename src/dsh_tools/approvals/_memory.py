@@ -22,6 +22,7 @@ from ._tickets import (
     TicketState,
     stamped,
 )
+from ._watch import TicketWatchers, wait_watched
 
 __all__ = ["MemoryApprovalStore"]
 
@@ -47,7 +48,8 @@ class MemoryApprovalStore:
         self._answers: dict[ApprovalKey, _Grant] = {}
         self._lock = threading.Lock()
         self._tickets: dict[str, ApprovalTicket] = {}
-        self._changed = threading.Condition()
+        self._ticket_lock = threading.RLock()
+        self._watchers = TicketWatchers()
         self._clock = clock
 
     def recall(self, key: ApprovalKey) -> ApprovalOutcome | None:
@@ -92,7 +94,7 @@ class MemoryApprovalStore:
     # ------------------------------------------------------------------ tickets
 
     def open_ticket(self, ticket: ApprovalTicket) -> ApprovalTicket:
-        with self._changed:
+        with self._ticket_lock:
             found = self._open(ticket.key)
             if found is not None:
                 return found
@@ -100,18 +102,18 @@ class MemoryApprovalStore:
             return kept
 
     def get_ticket(self, ticket_id: str) -> ApprovalTicket | None:
-        with self._changed:
+        with self._ticket_lock:
             ticket = self._tickets.get(ticket_id)
             return None if ticket is None else self._now_seen(ticket)
 
     def find_ticket(self, key: ApprovalKey) -> ApprovalTicket | None:
-        with self._changed:
+        with self._ticket_lock:
             return self._open(key)
 
     def list_tickets(
         self, *, agent: str | None = None, state: TicketState | None = None
     ) -> Sequence[ApprovalTicket]:
-        with self._changed:
+        with self._ticket_lock:
             seen = [self._now_seen(ticket) for ticket in self._tickets.values()]
         return [
             ticket
@@ -120,8 +122,8 @@ class MemoryApprovalStore:
         ]
 
     def answer_ticket(self, ticket_id: str, answer: TicketAnswer) -> ApprovalTicket:
-        with self._changed:
-            ticket = self.get_ticket(ticket_id)  # the condition's lock is reentrant
+        with self._ticket_lock:
+            ticket = self.get_ticket(ticket_id)  # the lock is reentrant
             if ticket is None:
                 raise TicketNotFoundError(ticket_id)
             if ticket.state is TicketState.EXPIRED:
@@ -132,11 +134,11 @@ class MemoryApprovalStore:
                 ticket, state=TicketState.ANSWERED, answer=answer, answered_at=self._clock()
             )
             self._tickets[ticket_id] = answered
-            self._changed.notify_all()
-            return answered
+        self._watchers.announce((ticket_id,))
+        return answered
 
     def consume_ticket(self, ticket_id: str) -> ApprovalTicket | None:
-        with self._changed:
+        with self._ticket_lock:
             ticket = self.get_ticket(ticket_id)
             if ticket is None or ticket.state is not TicketState.ANSWERED:
                 return None
@@ -145,13 +147,11 @@ class MemoryApprovalStore:
             return resumed
 
     def wait_for_answer(self, ticket_id: str, timeout_s: float) -> ApprovalTicket | None:
-        def settled() -> bool:
-            ticket = self.get_ticket(ticket_id)
-            return ticket is None or ticket.state is not TicketState.PENDING
+        return wait_watched(self.watch_ticket, self.get_ticket, ticket_id, timeout_s)
 
-        with self._changed:
-            self._changed.wait_for(settled, timeout=max(timeout_s, 0.0))
-            return self.get_ticket(ticket_id)
+    def watch_ticket(self, ticket_id: str, changed: Callable[[], None]) -> Callable[[], None]:
+        """Its answers are this store's own: each tells the ticket's watchers."""
+        return self._watchers.watch(ticket_id, changed)
 
     def _open(self, key: ApprovalKey) -> ApprovalTicket | None:
         for ticket in self._tickets.values():

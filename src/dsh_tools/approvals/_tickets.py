@@ -9,7 +9,7 @@ tickets (:class:`TicketStore`).
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -312,6 +312,15 @@ class TicketStore(Protocol):
     def wait_for_answer(self, ticket_id: str, timeout_s: float) -> ApprovalTicket | None:
         """Block the calling thread until the ticket is no longer pending or ``timeout_s``
         passed, then return it as it is (``None`` when unknown). Returns at once for a
-        ticket that is not pending. Needs no event loop; the pipeline calls it from a
-        worker thread when one runs."""
+        ticket that is not pending. Needs no event loop."""
+        ...
+
+    def watch_ticket(self, ticket_id: str, changed: Callable[[], None]) -> Callable[[], None]:
+        """Call ``changed`` whenever the ticket may have stopped being pending, from any
+        thread (it must not block), until the function returned is called. One watcher
+        per store serves every ticket waited on in the process
+        (:class:`~dsh_tools.approvals.TicketWatchers`), so the calls waiting for answers
+        hold no thread each. ``changed`` may come when nothing changed: the waiter looks
+        at the ticket. A store without this method still works: the pipeline then looks
+        at its waited tickets with :meth:`get_ticket`, from one thread per store."""
         ...

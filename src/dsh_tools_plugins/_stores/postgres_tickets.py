@@ -11,8 +11,7 @@ it (``LISTEN``, one connection per store and process) at once.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dsh_tools.approvals import (
@@ -23,6 +22,8 @@ from dsh_tools.approvals import (
     TicketExpiredError,
     TicketNotFoundError,
     TicketState,
+    TicketWatchers,
+    wait_watched,
 )
 
 from .postgres_listen import Listener
@@ -39,8 +40,9 @@ __all__ = ["CHANNEL", "TICKETS_SCHEMA", "PostgresTickets"]
 
 CHANNEL = "dsh_tools_tickets"
 """The channel an answer is announced on; the payload is the ticket's id."""
-_RECHECK_S = 1.0
-"""A waiter looks at its ticket at least this often, notification or not."""
+RECHECK_S = 1.0
+"""How often the waited tickets are looked at, notification or not (one statement for
+all of them)."""
 
 TICKETS_SCHEMA = (
     "CREATE TABLE dsh_tools_approval_tickets (seq bigserial NOT NULL, id text PRIMARY KEY, "
@@ -69,6 +71,7 @@ class PostgresTickets:
 
     _connections: Connections
     _listener: Listener
+    _watchers: TicketWatchers
 
     def open_ticket(self, ticket: ApprovalTicket) -> ApprovalTicket:
         def run(connection: Connection) -> ApprovalTicket:
@@ -139,19 +142,28 @@ class PostgresTickets:
         return self._connections.run(run)
 
     def wait_for_answer(self, ticket_id: str, timeout_s: float) -> ApprovalTicket | None:
-        """Watch for the ticket's announcement (one listening connection per store: see
-        :class:`~dsh_tools_plugins._stores.postgres_listen.Listener`), then look at the ticket;
-        while it is pending, sleep until it is announced (or :data:`_RECHECK_S` passed)
-        and look again."""
-        deadline = time.monotonic() + max(timeout_s, 0.0)
-        with self._listener.watch(ticket_id) as announced:
-            while True:
-                announced.clear()
-                ticket = self.get_ticket(ticket_id)
-                left = deadline - time.monotonic()
-                if ticket is None or ticket.state is not TicketState.PENDING or left <= 0:
-                    return ticket
-                announced.wait(min(left, _RECHECK_S))
+        return wait_watched(self.watch_ticket, self.get_ticket, ticket_id, timeout_s)
+
+    def watch_ticket(self, ticket_id: str, changed: Callable[[], None]) -> Callable[[], None]:
+        """Woken by the ticket's announcement (one listening connection per store: see
+        :class:`~dsh_tools_plugins._stores.postgres_listen.Listener`), and at least every
+        :data:`RECHECK_S` by one look at all waited tickets."""
+        stop = self._watchers.watch(ticket_id, changed)
+        self._listener.ensure()
+        return stop
+
+    def settled(self, ticket_ids: Sequence[str]) -> list[str]:
+        """Those of ``ticket_ids`` no longer pending: answered, resumed or gone."""
+
+        def run(connection: Connection) -> list[str]:
+            rows = connection.execute(
+                f"SELECT id FROM {_TABLE} WHERE state = 'pending' AND id = ANY(%s)",
+                (list(ticket_ids),),
+            ).fetchall()
+            pending = {row[0] for row in rows}
+            return [ticket_id for ticket_id in ticket_ids if ticket_id not in pending]
+
+        return self._connections.run(run)
 
 
 def _get(connection: Connection, ticket_id: str) -> ApprovalTicket | None:

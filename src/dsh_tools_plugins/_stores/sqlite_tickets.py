@@ -47,6 +47,8 @@ _COLUMNS = (
 )
 _FIELDS = tuple(field.name for field in attrs.fields(ApprovalTicket))
 _OPEN = "state IN ('pending', 'answered') AND expires_at > ?"
+_CHUNK = 500
+"""The most ticket ids one statement asks about (SQLite's bound on parameters)."""
 
 
 class TicketRows:
@@ -120,6 +122,24 @@ class TicketRows:
             return self._get(connection, ticket_id) if changed == 1 else None
 
         return self._transaction(run, True)  # type: ignore[no-any-return]
+
+    def settled(self, ticket_ids: Sequence[str]) -> list[str]:
+        """Those of ``ticket_ids`` no longer pending: answered, resumed or gone (one
+        statement per :data:`_CHUNK` ids; expiry is the waiter's to see by the time)."""
+
+        def run(connection: sqlite3.Connection) -> list[str]:
+            pending: set[str] = set()
+            for start in range(0, len(ticket_ids), _CHUNK):
+                chunk = ticket_ids[start : start + _CHUNK]
+                rows = connection.execute(
+                    "SELECT id FROM tickets WHERE state = 'pending' AND id IN "
+                    f"({', '.join('?' * len(chunk))})",
+                    tuple(chunk),
+                ).fetchall()
+                pending.update(row[0] for row in rows)
+            return [ticket_id for ticket_id in ticket_ids if ticket_id not in pending]
+
+        return self._transaction(run, False)  # type: ignore[no-any-return]
 
     def _get(self, connection: sqlite3.Connection, ticket_id: str) -> ApprovalTicket | None:
         row = connection.execute(
