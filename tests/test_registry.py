@@ -1528,3 +1528,74 @@ def test_a_classifier_that_raises_a_base_exception_is_exclusive(registry: ToolRe
 
     registry.register(classified("exits", exits))
     assert registry.execution_mode(call("exits")) == "exclusive"
+
+
+# --------------------------------------------------------------------------- plans
+
+
+def test_agents_without_registrations_of_their_own_keep_nothing_per_agent() -> None:
+    import gc
+    import tracemalloc
+
+    registry = ToolRegistry()
+    registry.register(tool("echo"))
+    team = registry.scope("team")
+    team.guard(lambda execution: "no" if execution.agent == "team/blocked" else None)
+
+    def through(key: str) -> ToolExecutionResult:
+        return team.scope(key).execute_sync(call("echo"))
+
+    for n in range(50):
+        assert through(f"warm-{n}").text == "echo"
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    for n in range(300):  # an agent per request, as an MCP client without a token is
+        assert through(f"client-{n}").text == "echo"
+    gc.collect()
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    kept = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    assert kept < 300 * 100, f"{kept / 300:.0f} bytes kept per agent"
+    assert through("blocked").code == "DENIED"  # the team's guard reaches every agent
+
+
+def test_a_scope_that_registers_later_gets_its_own_view() -> None:
+    registry = ToolRegistry()
+    registry.register(tool("echo", "global"))
+    first, second = registry.scope("a").scope("one"), registry.scope("a").scope("two")
+    assert first.execute_sync(call("echo")).text == "global"
+    first.register(tool("echo", "one's own"))
+    assert first.execute_sync(call("echo")).text == "one's own"
+    assert second.execute_sync(call("echo")).text == "global"
+    assert registry.scope("a").scope("one").get("echo") is not None
+    assert first.names() == ["echo"]
+
+
+@pytest.mark.anyio
+async def test_a_call_in_flight_finds_a_tool_its_own_scope_registered_meanwhile() -> None:
+    import anyio
+
+    entered, go = anyio.Event(), anyio.Event()
+
+    class Waits:
+        @hookimpl
+        async def dsh_tools_pre_execute(self) -> None:
+            entered.set()
+            await go.wait()
+
+    registry = ToolRegistry()
+    registry.register(tool("echo", "global"))
+    registry.add_plugin(Waits())
+    scope = registry.scope("client-7")  # no registrations: it runs the registry's plan
+    results: list[ToolExecutionResult] = []
+
+    async def run() -> None:
+        results.append(await scope.execute(call("echo")))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        await entered.wait()
+        scope.register(tool("echo", "client-7's own"))
+        go.set()
+    assert results[0].text == "client-7's own"  # resolved late, through its own scope
