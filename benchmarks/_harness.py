@@ -109,6 +109,14 @@ def compare_async(
     candidates: Mapping[str, Callable[[], Awaitable[object]]], number: int, repeat: int
 ) -> dict[str, Timing]:
     """Like :func:`compare_sync` for coroutine functions, all in one event loop."""
+    return asyncio.run(compare_on_loop(candidates, number, repeat))
+
+
+async def compare_on_loop(
+    candidates: Mapping[str, Callable[[], Awaitable[object]]], number: int, repeat: int
+) -> dict[str, Timing]:
+    """:func:`compare_async` on the running loop (for candidates that need it set up:
+    clients connected, servers started)."""
 
     async def batch(fn: Callable[[], Awaitable[object]], count: int) -> float:
         start = time.perf_counter()
@@ -116,25 +124,22 @@ def compare_async(
             await fn()
         return time.perf_counter() - start
 
-    async def main() -> dict[str, Timing]:
-        samples: dict[str, list[float]] = {name: [] for name in candidates}
-        warm = min(number, 200)
-        for fn in candidates.values():
-            await batch(fn, warm)
-        per_call = {name: await batch(fn, warm) / warm for name, fn in candidates.items()}
-        counts = _matched_counts(per_call, number)
-        for _ in range(repeat):
-            for name, fn in candidates.items():
-                gc.collect()
-                gc.disable()
-                try:
-                    elapsed = await batch(fn, counts[name])
-                finally:
-                    gc.enable()
-                samples[name].append(elapsed / counts[name])
-        return {name: _summary(values) for name, values in samples.items()}
-
-    return asyncio.run(main())
+    samples: dict[str, list[float]] = {name: [] for name in candidates}
+    warm = min(number, 200)
+    for fn in candidates.values():
+        await batch(fn, warm)
+    per_call = {name: await batch(fn, warm) / warm for name, fn in candidates.items()}
+    counts = _matched_counts(per_call, number)
+    for _ in range(repeat):
+        for name, fn in candidates.items():
+            gc.collect()
+            gc.disable()
+            try:
+                elapsed = await batch(fn, counts[name])
+            finally:
+                gc.enable()
+            samples[name].append(elapsed / counts[name])
+    return {name: _summary(values) for name, values in samples.items()}
 
 
 def ratio_row(

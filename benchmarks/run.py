@@ -37,6 +37,8 @@ CASES: dict[str, tuple[str, str]] = {
     "11": ("approvals on one PostgreSQL server", "case_approvals:run"),
     "12": ("ConcurrencyLimit and ResultCache overhead", "case_limits:run"),
     "13": ("tool calls on Temporal and DBOS", "case_engines:run"),
+    "14": ("an MCP server against the official one", "case_mcp:run"),
+    "15": ("a thousand calls waiting for a person in one worker", "case_waiting:run"),
 }
 
 

@@ -1,10 +1,10 @@
-"""The body step: the innermost dispatch, and the one place a tool body is called.
+"""The body step: the innermost dispatch, around the one place a tool body is called.
 
 :func:`run_body` checks that the call may still run, resolves the tool (late: it may
 have changed since the call entered), and hands one run to :func:`_ran`, which parses
-the arguments, makes the :class:`~dsh_tools.ToolRunContext`, runs the body (where and
-under what deadline is :mod:`dsh_tools._pipeline.running`'s job) and renders what it
-returned by the output contract. Both runners use it: the direct runner is this step
+the arguments, makes the :class:`~dsh_tools.ToolRunContext`, runs the body (where, and
+under what deadline, is :func:`dsh_tools._pipeline.running.run`'s to say) and renders
+what it returned by the output contract. Both runners use it: the direct runner is this step
 alone, the staged one reaches it through the execute wrappers.
 
 When the plan traces, the step is one ``body`` step whose time is the body run's own

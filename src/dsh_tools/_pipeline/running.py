@@ -1,4 +1,5 @@
-"""Where a tool body runs, and how its signal and deadline hold it there.
+"""Where a tool body runs, and how its signal and deadline hold it there: the one place
+a tool body is called.
 
 The body step (:mod:`dsh_tools._pipeline.body`) calls :func:`run` once per body run,
 with the body's :class:`Bounds`: the signal the body sees and the :class:`Timer` of its
