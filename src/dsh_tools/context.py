@@ -21,8 +21,8 @@ __all__ = ["ToolRunContext"]
 
 
 class _Stream(Protocol):
-    """Where a body's reports go (the call path's progress step): opened when the body
-    starts, closed by the body step when it is done."""
+    """Where a body's reports go (the call path's progress step): opened by the body's
+    first report, closed by the body step when it is done."""
 
     def open(self, signal: CancelSignal) -> None: ...
 
@@ -38,12 +38,12 @@ class _Call(Protocol):
 
     def record(self) -> ToolExecution: ...
 
-    def counting_stream(self) -> _Stream: ...
+    def stream_on_demand(self) -> _Stream: ...
 
 
-_COUNTING = threading.Lock()
-"""Held while a records-only body's stream is opened on its first report, and while the
-body step takes it back: a report after the body's end never opens one."""
+_OPENING = threading.Lock()
+"""Held while a body's stream is opened on its first report, and while the body step
+takes it back: a report after the body's end never opens one."""
 
 
 class ToolRunContext:
@@ -55,22 +55,22 @@ class ToolRunContext:
     when the body's time is up. The pipeline makes the context; bodies only use it.
     """
 
-    __slots__ = ("_call", "_concluded", "_contexts", "_counted", "_stream", "signal")
+    __slots__ = ("_call", "_concluded", "_contexts", "_on_demand", "_stream", "signal")
 
     def __init__(
         self,
         call: _Call,
         signal: CancelSignal,
         stream: _Stream | None = None,
-        counted: bool = False,
+        on_demand: bool = False,
     ) -> None:
         self._call = call
         self.signal = signal
         self._contexts: tuple[ContextMessage, ...] = ()
         self._concluded = False
         self._stream = stream
-        self._counted = counted and stream is None
-        """Nobody listens but the call keeps a decision record: the first report opens
+        self._on_demand = on_demand and stream is None
+        """Someone listens, or the call keeps a decision record: the first report opens
         the call's stream (a body that reports nothing costs none)."""
         if stream is not None:
             stream.open(signal)  # the body's reports are taken from now on
@@ -90,8 +90,8 @@ class ToolRunContext:
         After the body returned, or once its signal fired, reports are dropped.
         """
         stream = self._stream
-        if stream is None and self._counted:
-            stream = self._counting()
+        if stream is None and self._on_demand:
+            stream = self._opened()
         if stream is not None:
             stream.put(Progress(done, total, message))
 
@@ -105,17 +105,17 @@ class ToolRunContext:
         :meth:`report_progress`.
         """
         sink = self._stream
-        if sink is None and self._counted:
-            sink = self._counting()
+        if sink is None and self._on_demand:
+            sink = self._opened()
         if sink is not None:
             sink.put(Output(text, stream))
 
-    def _counting(self) -> _Stream | None:
-        """The call's stream, opened for this body on its first report (records only);
-        ``None`` once the body step took the stream back."""
-        with _COUNTING:
-            if self._stream is None and self._counted:
-                stream = self._call.counting_stream()
+    def _opened(self) -> _Stream | None:
+        """The call's stream, opened for this body on its first report; ``None`` once
+        the body step took the stream back."""
+        with _OPENING:
+            if self._stream is None and self._on_demand:
+                stream = self._call.stream_on_demand()
                 stream.open(self.signal)
                 self._stream = stream
             return self._stream
@@ -123,9 +123,9 @@ class ToolRunContext:
     def _detach(self) -> _Stream | None:
         """The body is done (the body step calls this): the stream its reports went to,
         if any; nothing more is taken through this context."""
-        if self._counted:
-            with _COUNTING:
-                stream, self._stream, self._counted = self._stream, None, False
+        if self._on_demand:
+            with _OPENING:
+                stream, self._stream, self._on_demand = self._stream, None, False
             return stream
         stream, self._stream = self._stream, None
         return stream

@@ -54,7 +54,9 @@ async def _ran(
     body step (then its progress), its stream closed whatever happens."""
     timeout_ms = entry.definition.timeout_ms or call.plan.default_timeout_ms
     bounds = UNBOUND if timeout_ms is None and not parents else Bounds(parents, timeout_ms)
-    context = ToolRunContext(call, bounds.signal, call.stream, call.plan.recording)
+    plan = call.plan
+    streams = plan.recording or plan.listeners or call.input.on_progress is not None
+    context = ToolRunContext(call, bounds.signal, call.stream, bool(streams))
     try:
         result = await _outcome(call, entry, context, bounds.timer)
     except BaseException:  # the caller's own (the rest is contained): the stream ends too
@@ -120,7 +122,7 @@ def _ended(call: Call, context: ToolRunContext, bounds: Bounds) -> None:
     was streamed."""
     if bounds.unlink is not None:
         bounds.unlink()
-    if context._stream is None and not context._counted:
+    if context._stream is None and not context._on_demand:
         return
     stream = context._detach()
     if stream is None:

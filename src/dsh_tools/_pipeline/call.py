@@ -135,11 +135,10 @@ class Call:
         self.started = False
         self.events: list[tuple[Any, ...]] | None = [] if plan.recording else None
         """The call's steps, kept when its decision record is wanted."""
-        listener = call.on_progress
-        listened = plan.listeners or listener is not None
-        self.stream = Stream(self, listener) if listened else None
-        """Where the body's progress and output go; ``None``: nobody listens (with a
-        decision record kept, :meth:`counting_stream` makes one on the first report)."""
+        self.stream: Stream | None = None
+        """Where the body's progress and output go: made by the body's first report
+        (:meth:`stream_on_demand`) when anyone listens or the decision record is kept; a
+        body that reports nothing costs none."""
         self.resumes = resumes
         """The approval ticket this call resumes (``registry.resume``), or ``None``."""
         self.asker: Origin | None = None
@@ -164,11 +163,11 @@ class Call:
             )
             return self.execution
 
-    def counting_stream(self) -> Stream:
-        """The call's stream, made on first request: a body of a records-only call
-        reported (see :class:`~dsh_tools.ToolRunContext`)."""
+    def stream_on_demand(self) -> Stream:
+        """The call's stream, made on first request: its body reported (see
+        :class:`~dsh_tools.ToolRunContext`)."""
         if self.stream is None:
-            self.stream = Stream(self, None)
+            self.stream = Stream(self, self.input.on_progress)
         return self.stream
 
     @property

@@ -186,22 +186,38 @@ def run_on_own_loop(awaitable: Awaitable[T]) -> T:
     return anyio.run(_awaited, awaitable)
 
 
-def soon(callback: Callable[[], None]) -> Callable[[], None]:
-    """A function that runs ``callback`` on the running loop, called from any thread:
-    at once on the loop's own thread, else through the loop's thread-safe scheduling
-    (asyncio's ``call_soon_threadsafe``, trio's token). Make it on the loop."""
-    home = threading.get_ident()
-    if _running_library() == "asyncio":
-        import asyncio
+class Home:
+    """The event loop running in this thread (made on it), to run callbacks on from any
+    thread: at once on the loop's own thread, else through the loop's thread-safe
+    scheduling (asyncio's ``call_soon_threadsafe``, trio's token)."""
 
-        schedule = asyncio.get_running_loop().call_soon_threadsafe
-    else:
-        schedule = sys.modules["trio"].lowlevel.current_trio_token().run_sync_soon
+    __slots__ = ("_loop", "_thread", "_token")
 
-    def run() -> None:
-        if threading.get_ident() == home:
+    def __init__(self) -> None:
+        self._thread = threading.get_ident()
+        asyncio = _modules.get("asyncio")
+        running = getattr(asyncio, "_get_running_loop", None)
+        self._loop = None if running is None else running()
+        self._token: Any = None
+        if self._loop is None:
+            self._token = _modules["trio"].lowlevel.current_trio_token()
+
+    @property
+    def library(self) -> str:
+        return "asyncio" if self._loop is not None else "trio"
+
+    def call(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` on the loop (called from any thread)."""
+        if threading.get_ident() == self._thread:
             callback()
+        elif self._loop is not None:
+            self._loop.call_soon_threadsafe(callback)
         else:
-            schedule(callback)
+            self._token.run_sync_soon(callback)
 
-    return run
+
+def soon(callback: Callable[[], None]) -> Callable[[], None]:
+    """A function that runs ``callback`` on the running loop, called from any thread
+    (see :class:`Home`). Make it on the loop."""
+    home = Home()
+    return lambda: home.call(callback)

@@ -18,13 +18,12 @@ which :meth:`Relay.run` ends and waits for before the last batch.
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..progress import Output, Progress
-from .loops import _running_library, soon
+from .loops import Home
 from .results import message
 
 if TYPE_CHECKING:
@@ -52,14 +51,18 @@ class Relay:
         self._lock = threading.Lock()
         self._events: list[Event] = []
         self._chars = 0
+        self._home: Home | None = None
+        """The loop of the call :meth:`run` awaits, while it does."""
         self._pump: _Pump | None = None
-        """The pump of the call :meth:`run` awaits, until its first event starts it."""
+        """The task sending the batches, once the call's first event started it."""
 
     def __call__(self, execution: ToolExecution, event: Event) -> None:
         """Keep ``event`` for the next batch (called from any thread)."""
         with self._lock:
             self._keep(event)
-            pump, self._pump = self._pump, None
+            pump = None
+            if self._pump is None and self._home is not None:
+                pump = self._pump = _Pump(self._flush, self._home)
         if pump is not None:
             pump.start()
 
@@ -113,27 +116,35 @@ class Relay:
 
     async def run(self, work: Awaitable[T]) -> T:
         """Await ``work`` (the call) while sending batches; send the last batch after it."""
-        pump = self._pump = _Pump(self._flush)
+        self._home = Home()
         try:
             result = await work
         except BaseException:
-            self._pump = None
-            pump.stop()  # the caller's own: nothing more is sent
+            pump = self._ended()
+            if pump is not None:
+                pump.stop()  # the caller's own: nothing more is sent
             raise
-        self._pump = None
-        await pump.finish()
-        await self._flush()
+        pump = self._ended()
+        if pump is not None:
+            await pump.finish()
+        if self._events:
+            await self._flush()
         return result
+
+    def _ended(self) -> _Pump | None:
+        """The call is done: no event starts a task any more; the one started, if any."""
+        with self._lock:
+            self._home = None
+            return self._pump
 
 
 class _Pump:
     """The task that hands a relay's batches to its bridge every :data:`TICK_S`, started
     by the call's first event (from any thread) on the loop :meth:`Relay.run` runs on."""
 
-    def __init__(self, flush: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, flush: Callable[[], Awaitable[None]], home: Home) -> None:
         self._flush = flush
-        self._start = soon(self._spawn)
-        self._library = _running_library()
+        self._home = home
         self._task: Any = None
         self._stopping = False
         self._wake: Any = None
@@ -141,7 +152,7 @@ class _Pump:
 
     def start(self) -> None:
         """Start the task on its loop (called once, from any thread)."""
-        self._start()
+        self._home.call(self._spawn)
 
     def _spawn(self) -> None:
         if self._stopping:
@@ -149,12 +160,14 @@ class _Pump:
         import anyio
 
         self._wake, self._ended = anyio.Event(), anyio.Event()
-        if self._library == "asyncio":
+        if self._home.library == "asyncio":
             import asyncio
 
             self._task = asyncio.get_running_loop().create_task(self._run())
         else:
-            sys.modules["trio"].lowlevel.spawn_system_task(self._run)
+            import trio
+
+            trio.lowlevel.spawn_system_task(self._run)
 
     async def _run(self) -> None:
         import anyio

@@ -2,12 +2,12 @@
 
 A :class:`Stream` exists only for a call that has a listener (a ``dsh_tools_progress``
 implementation in its plan, or the call's own ``on_progress``) or whose plan keeps
-decision records (then, with no listener, it is made on the body's first report, only
-counts, and the last progress passes the filters when the body is done); otherwise the
-body's context holds ``None`` and a report costs one attribute check. The body step
-opens the stream when a body starts (or, records only, its first report does) and
-closes it before its result exists, so nothing is delivered after the result, nor after
-the body's signal fired.
+decision records (with no listener it only counts, and the last progress passes the
+filters when the body is done), and only once its body reported: the body's first
+report makes and opens it, so a body that reports nothing costs nothing; without
+listener or record the body's context holds ``None`` and a report costs one attribute
+check. The body step closes the stream before its result exists, so nothing is
+delivered after the result, nor after the body's signal fired.
 
 Coalescing, so a body reporting a million times a second cannot flood a client or slow
 itself: a report is delivered at once when the previous delivery is at least

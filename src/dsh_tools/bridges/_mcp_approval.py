@@ -15,9 +15,8 @@ did not come over MCP go to the approval service the registry had before.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -36,6 +35,7 @@ from ..models import (
     ToolExecutionInput,
     ToolExecutionResult,
 )
+from ..registry import ToolScope
 from ..safetext import safe_text
 from ..terminal import render_call_view
 from ._mcp_clients import ClientScopes
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from mcp.server.session import ServerSession
 
     from ..models import ApprovalChannel
-    from ..registry import ToolRegistry, ToolScope
+    from ..registry import ToolRegistry
 
 __all__ = [
     "ANSWER_SCHEMA",
@@ -107,6 +107,23 @@ class _Caller:
         written = (answer.content or {}).get("feedback") if answer.action == "accept" else None
         feedback = written.strip() if isinstance(written, str) and written.strip() else None
         return ApprovalAnswer(_outcome(answer), feedback=feedback, channel=CHANNEL)
+
+
+class _Calling:
+    """The block a call runs in: its caller is known by its call id meanwhile (a plain
+    context manager: one per MCP request)."""
+
+    __slots__ = ("_call_id", "_caller", "_calls")
+
+    def __init__(self, calls: dict[str, _Caller], call_id: str, caller: _Caller) -> None:
+        self._calls, self._call_id, self._caller = calls, call_id, caller
+
+    def __enter__(self) -> _Caller:
+        self._calls[self._call_id] = self._caller
+        return self._caller
+
+    def __exit__(self, *exc_info: object) -> None:
+        del self._calls[self._call_id]
 
 
 def _elicits(session: ServerSession) -> bool:
@@ -171,24 +188,21 @@ class McpApprovals:
         :mod:`dsh_tools.bridges._mcp_clients` for how a client is known). Raises
         :class:`~dsh_tools.bridges._mcp_clients.ClientIdentityError` for a request whose
         token cannot name its client."""
-        return view.scope(self.clients.key(ctx))
+        # Made directly, not through view.scope(): the key is a valid scope key.
+        return ToolScope(view._registry, (*view._path, self.clients.key(ctx)))
 
-    @contextlib.contextmanager
     def calling(
         self,
         call: ToolExecutionInput,
         ctx: ServerRequestContext[Any],
         params: mcp_types.CallToolRequestParams,
         view: ToolRegistry | ToolScope,
-    ) -> Iterator[_Caller]:
-        """While the call runs, an ask about it goes to the client of ``ctx``; the
-        caller's ``question`` is set when the answer must come in a retried request."""
-        caller = _Caller(ctx, view, _carried_answer(params, call))
-        self._calls[call.call_id] = caller
-        try:
-            yield caller
-        finally:
-            del self._calls[call.call_id]
+    ) -> _Calling:
+        """While the call runs (``with``), an ask about it goes to the client of ``ctx``;
+        the caller's ``question`` is set when the answer must come in a retried request."""
+        return _Calling(
+            self._calls, call.call_id, _Caller(ctx, view, _carried_answer(params, call))
+        )
 
     def answers_now(self, request: ApprovalRequest) -> bool:
         """Whether the call's client can answer now (its request carries an answer, or it

@@ -6,8 +6,9 @@ what an in-process host gets. :mod:`dsh_tools.bridges.mcp` is the public import 
 
 from __future__ import annotations
 
-import uuid
-from typing import Any, TypeAlias
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeAlias, cast
 
 from mcp import types as mcp_types
 from mcp.server.context import ServerRequestContext
@@ -86,20 +87,28 @@ def mcp_tools(view: View) -> list[mcp_types.Tool]:
 
 _CONTENT_BLOCK: TypeAdapter[mcp_types.ContentBlock] = TypeAdapter(mcp_types.ContentBlock)
 
+CallResult = dict[str, Any]
+"""A ``CallToolResult`` in its wire form: the SDK's runner takes a handler's result as a
+model or as this dict (``HandlerResult``) and validates it once either way, so the
+common answer is not made into models first."""
 
-def _content_block(block: object) -> mcp_types.ContentBlock:
-    """An MCP content block; a block MCP has no type for is sent as its text."""
-    if type(block) is dict and len(block) == 2 and block.get("type") == "text":
-        text = block["text"]
-        if type(text) is str:  # most blocks: made at once, not through the union
-            return mcp_types.TextContent(text=text)
+_RESULT_TYPE = mcp_types.CallToolResult.model_fields["result_type"].default
+"""The ``resultType`` of a finished call (the per-request protocol requires it; the
+handshake protocol's result drops it)."""
+
+
+def _content_block(block: Any) -> Any:
+    """An MCP content block (as JSON); a block MCP has no type for is sent as its text."""
+    if len(block) == 2 and block.get("type") == "text" and type(block.get("text")) is str:
+        return block  # most blocks: already MCP's (a frozen mapping is one too)
     try:
-        return _CONTENT_BLOCK.validate_python(block)
+        model = _CONTENT_BLOCK.validate_python(thaw(block))
     except ValidationError:
-        return mcp_types.TextContent(text=content_text([block]))
+        return {"type": "text", "text": content_text([block])}
+    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
-def _call_tool_result(result: ToolExecutionResult, structured: bool) -> mcp_types.CallToolResult:
+def _call_tool_result(result: ToolExecutionResult, structured: bool) -> CallResult:
     """The MCP answer; ``structured``: the tool advertises an ``outputSchema``.
 
     Such a tool's success must carry ``structuredContent`` matching it (clients reject one
@@ -107,14 +116,18 @@ def _call_tool_result(result: ToolExecutionResult, structured: bool) -> mcp_type
     value is withheld and nothing else may stand in for it, so the answer is sent as an
     error showing the replaced content: never the value the policy kept from the model.
     """
-    data = to_mcp_call_result(result)
-    structured_content = data.get("structuredContent") if structured else None
-    withheld = structured and not data["isError"] and structured_content is None
-    return mcp_types.CallToolResult(
-        content=[_content_block(block) for block in data["content"]],
-        structured_content=structured_content,
-        is_error=data["isError"] or withheld,
-    )
+    data: CallResult = {
+        "content": [_content_block(block) for block in result.content],
+        "isError": result.is_error,
+        "resultType": _RESULT_TYPE,
+    }
+    if structured:
+        value = to_mcp_call_result(result).get("structuredContent")
+        if value is not None:
+            data["structuredContent"] = value
+        else:
+            data["isError"] = True  # withheld (or a failure, which is one already)
+    return data
 
 
 MAX_MESSAGE_CHARS = 1000
@@ -189,7 +202,7 @@ async def _call_tool(
     asking: McpApprovals,
     ctx: ServerRequestContext[Any],
     params: mcp_types.CallToolRequestParams,
-) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
+) -> CallResult | mcp_types.InputRequiredResult:
     """One ``tools/call``: run through the pipeline of the scope of the request's client
     under ``target``; a request whose client cannot be told apart runs nothing."""
     try:
@@ -198,7 +211,7 @@ async def _call_tool(
         return _call_tool_result(failure_result(str(error), ErrorCode.POLICY_ERROR), False)
     relay = Relay(_ProgressNotifier(ctx.session).send) if _may_want_progress(ctx) else None
     call = ToolExecutionInput(
-        call_id=f"mcp-{uuid.uuid4().hex}",
+        call_id=f"mcp-{secrets.token_hex(16)}",
         name=params.name,
         arguments={} if params.arguments is None else params.arguments,
         agent=client_view.agent,
@@ -263,11 +276,14 @@ def build_mcp_server(
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
-    ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
+    ) -> CallResult | mcp_types.InputRequiredResult:
         return await _call_tool(target, asking, ctx, params)
 
+    # The runner takes a handler's result as a dict too (HandlerResult); the parameter's
+    # type names the models only.
+    handler = cast("Callable[..., Awaitable[mcp_types.CallToolResult]]", call_tool)
     return Server(
-        name, version=__version__, on_list_tools=list_tools, on_call_tool=call_tool, **_NOTHING
+        name, version=__version__, on_list_tools=list_tools, on_call_tool=handler, **_NOTHING
     )
 
 
