@@ -128,6 +128,9 @@ class ClientScopes:
             return named
         if self.one_client:
             return self.client
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            # A client of its own, anonymous: nothing kept for it, one account for limits.
+            return f"{ANONYMOUS_PREFIX}{secrets.token_hex(16)}"
         session = ctx.session
         connection = getattr(session, "_connection", session)
         key = self._keys.get(connection)
