@@ -395,18 +395,34 @@ async def test_async_functions_are_awaited() -> None:
     assert result.value == {"waited": 0.0, "cancelled": False}
 
 
+@pytest.mark.anyio
+async def test_a_plain_function_may_block_unless_it_says_it_never_does() -> None:
+    import threading
+
+    def where() -> str:
+        """Where the body runs."""
+        return "loop" if threading.current_thread() is threading.main_thread() else "worker"
+
+    registry = ToolRegistry()
+    registry.register(tool(where))
+    registry.register(tool(where, name="inline", blocking=False))
+    assert tool(where).blocking is True  # as define_tool's default
+    assert (await registry.execute(ToolExecutionInput("1", "where"))).text == "worker"
+    assert (await registry.execute(ToolExecutionInput("2", "inline"))).text == "loop"
+
+
 def test_define_tool_options_pass_through() -> None:
     output = ToolOutput(
         {"type": "object", "properties": {"sum": {"type": "integer"}}, "required": ["sum"]},
         render=lambda args, value: f"{args['a']} + {args['b']} = {value['sum']}",  # type: ignore[index,call-overload]
     )
 
-    @tool(blocking=True, timeout_ms=5000, metadata={"read_only": True}, output=output)
+    @tool(blocking=False, timeout_ms=5000, metadata={"read_only": True}, output=output)
     def add(a: int, b: int) -> dict[str, int]:
         """Add two integers."""
         return {"sum": a + b}
 
-    assert (add.blocking, add.timeout_ms, add.metadata) == (True, 5000, {"read_only": True})
+    assert (add.blocking, add.timeout_ms, add.metadata) == (False, 5000, {"read_only": True})
     result = run(add, {"a": 2, "b": 40})
     assert (result.text, result.value) == ("2 + 40 = 42", {"sum": 42})
 

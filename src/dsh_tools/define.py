@@ -144,7 +144,7 @@ def _definition(
     output: ToolOutput | None = None,
     timeout_ms: float | None = None,
     metadata: Mapping[str, Any] | None = None,
-    blocking: bool = False,
+    blocking: bool = True,
     paths: ToolPaths | None = None,
     **callbacks: Any,
 ) -> ToolDefinition[Any]:
@@ -224,7 +224,7 @@ def tool(
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Decorator: the tool that :func:`tool_from_function` makes of the function below.
 
-    ``@tool`` alone, or ``@tool(name=..., blocking=True, metadata=...)`` with the same
+    ``@tool`` alone, or ``@tool(name=..., blocking=False, metadata=...)`` with the same
     options. The decorated name is then the :class:`~dsh_tools.ToolDefinition`, ready for
     ``registry.register``; to keep the function callable too, call
     :func:`tool_from_function` instead.
