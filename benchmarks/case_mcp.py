@@ -1,4 +1,4 @@
-"""Case 13: an MCP server, against the official one (the MCP SDK's ``MCPServer``).
+"""Case 14: an MCP server, against the official one (the MCP SDK's ``MCPServer``).
 
 * Round trip: the official client (``mcp.Client``, in-process, on the per-request
   protocol and, for information, on the handshake one) calls ``add(a, b)`` on each
@@ -108,10 +108,10 @@ def _round_trip_rows(settings: Settings) -> list[Row]:
         judged = label == "per-request"
         for kind in TOOLS:
             official = timings[f"official {kind}"]
-            rows.append(Row("13", f"official MCPServer, {kind} tool, {label}", *us(official)))
+            rows.append(Row("14", f"official MCPServer, {kind} tool, {label}", *us(official)))
             rows.append(
                 ratio_row(
-                    "13",
+                    "14",
                     f"dsh-tools serve, {kind} tool, {label}",
                     timings[f"dsh-tools {kind}"],
                     "official MCPServer, same run",
@@ -207,7 +207,7 @@ def _memory_rows(settings: Settings) -> list[Row]:
         mine = name == "dsh-tools"
         rows.append(
             Row(
-                "13",
+                "14",
                 f"{name} server over HTTP, kept per request",
                 per_request,
                 unit="B",
@@ -223,5 +223,5 @@ def run(settings: Settings) -> list[Row]:
     try:
         import mcp  # noqa: F401
     except ImportError:
-        return [Row("13", "MCP server", unit="", note="skipped: needs the mcp extra")]
+        return [Row("14", "MCP server", unit="", note="skipped: needs the mcp extra")]
     return _round_trip_rows(settings) + _memory_rows(settings)

@@ -1,4 +1,4 @@
-"""Case 14: a thousand calls waiting for a person in one worker.
+"""Case 15: a thousand calls waiting for a person in one worker.
 
 One registry, one event loop: ``WAITING`` calls of a tool that asks, each waiting for an
 answer (``approval_timeout_ms``). Once all wait, tracemalloc says what each waiting call
@@ -141,7 +141,7 @@ def _rows(kind: str, seen: dict[str, Any], count: int) -> list[Row]:
     p99 = latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000
     return [
         Row(
-            "14",
+            "15",
             f"{kind}: waiting calls that ran once",
             seen["ran"],
             unit="calls",
@@ -149,7 +149,7 @@ def _rows(kind: str, seen: dict[str, Any], count: int) -> list[Row]:
             met=seen["ran"] == count == len(latencies),
         ),
         Row(
-            "14",
+            "15",
             f"{kind}: memory per waiting call",
             seen["bytes"] / 1024,
             unit="KB",
@@ -157,9 +157,9 @@ def _rows(kind: str, seen: dict[str, Any], count: int) -> list[Row]:
             met=seen["bytes"] <= 20 * 1024,
             note=f"{seen['threads']} more threads while {count} calls waited",
         ),
-        Row("14", f"{kind}: answer to body start, p50", p50, unit="ms"),
+        Row("15", f"{kind}: answer to body start, p50", p50, unit="ms"),
         Row(
-            "14",
+            "15",
             f"{kind}: answer to body start, p99",
             p99,
             unit="ms",
@@ -182,7 +182,7 @@ def run(settings: Settings) -> list[Row]:
         with TemporaryDirectory(dir=memory) as folder:
             stores = _stores(kind, Path(folder))
             if stores is None:
-                rows.append(Row("14", kind, unit="", note="skipped: no PostgreSQL server"))
+                rows.append(Row("15", kind, unit="", note="skipped: no PostgreSQL server"))
                 continue
             seen = anyio.run(_wait_and_answer, kind, stores, count, backend="asyncio")
             rows += _rows(kind, seen, count)
