@@ -15,14 +15,13 @@ that still reaches it gets :class:`Retired` and asks its owner for the current p
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ._pipeline.loops import _running_library
+from ._pipeline.loops import _running_library, soon
 from .cancel import CancelSignal, Deadline
 from .errors import DshToolsError
 
@@ -226,18 +225,4 @@ def waker(event: Any) -> Callable[[], None]:
     thread: directly on the loop's thread, else through the loop's thread-safe scheduling
     (asyncio's ``call_soon_threadsafe``, trio's token). Call it on the loop's thread; a
     thread of your own that hands results to tasks wakes them with it."""
-    home = threading.get_ident()
-    if _running_library() == "asyncio":
-        import asyncio
-
-        schedule = asyncio.get_running_loop().call_soon_threadsafe
-    else:
-        schedule = sys.modules["trio"].lowlevel.current_trio_token().run_sync_soon
-
-    def wake() -> None:
-        if threading.get_ident() == home:
-            event.set()
-        else:
-            schedule(event.set)
-
-    return wake
+    return soon(event.set)
