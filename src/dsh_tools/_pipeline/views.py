@@ -249,7 +249,8 @@ class _ViewBase:
     def _planned(self, call: ToolExecutionInput) -> tuple[Plan, ToolExecutionInput]:
         """The plan that runs ``call``, and the call routed to this view's agent."""
         routed = self._route(call)
-        return self._registry._plan(path_of(routed.agent)), routed
+        path = self._path or path_of(routed.agent)  # a scope's calls are routed to it
+        return self._registry._plan(path), routed
 
     def _route(self, call: ToolExecutionInput) -> ToolExecutionInput:
         if not isinstance(call, ToolExecutionInput):

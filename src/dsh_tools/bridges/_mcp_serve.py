@@ -219,12 +219,15 @@ async def _call_tool(
     )
     with asking.calling(call, ctx, params, client_view) as caller:
         run = client_view.execute(call)
-        outcome = await (run if relay is None else relay.run(run))
-        result = with_approval_hint(outcome)
-    if not asking.clients.lasting(ctx):
-        result = with_identity_hint(result)
+        result = await (run if relay is None else relay.run(run))
+    if (asked := input_required(call, caller)) is not None:
+        return asked
+    if result.is_error:  # a pending ticket's hints; a success needs no look at them
+        result = with_approval_hint(result)
+        if not asking.clients.lasting(ctx):
+            result = with_identity_hint(result)
     structured = _object_output_schema(target.get(params.name)) is not None
-    return input_required(call, caller) or _call_tool_result(result, structured)
+    return _call_tool_result(result, structured)
 
 
 def build_mcp_server(
