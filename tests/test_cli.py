@@ -94,6 +94,7 @@ def test_call_reads_arguments_from_stdin_and_prints_json(workspace: Path) -> Non
 
 
 def test_a_failed_call_exits_1_and_ask_without_a_terminal_denies(workspace: Path) -> None:
+    give_away(workspace)  # a command that could run: only then is anyone asked
     run = dsh("--workspace", str(workspace), "call", "run_command", '{"command": "echo hi"}')
     assert run.code == EXIT_CALL_FAILED
     assert "✗ failed (DENIED)" in run.out
@@ -179,6 +180,7 @@ def test_rules_file_is_enforced(workspace: Path, tmp_path: Path) -> None:
 
 
 def test_plugins_and_check(workspace: Path) -> None:
+    give_away(workspace)  # a root host's commands need a workspace root does not own
     plugins = dsh("--workspace", str(workspace), "plugins")
     assert plugins.code == 0
     assert "workspace" in plugins.out
@@ -191,6 +193,7 @@ def test_plugins_and_check(workspace: Path) -> None:
 def test_check_says_what_the_permission_rules_do_with_a_tool_they_do_not_name(
     workspace: Path, tmp_path: Path
 ) -> None:
+    give_away(workspace)
     lines = dsh("--workspace", str(workspace), "check").out.splitlines()
     assert lines[:3] == [
         "permission rules: the built-in default_rules() (no rules file: --rules FILE names one)",

@@ -10,6 +10,7 @@ import pytest
 
 from dsh_tools.cli import EXIT_CALL_FAILED, EXIT_OK, EXIT_PLUGINS, EXIT_USAGE, EXIT_WOULD_ASK
 from fake_dists import Site, run_dsh
+from sandbox_owner import give_away
 
 RULES = """\
 default = "allow"
@@ -89,6 +90,7 @@ def test_explain_honours_the_sandbox_flags_as_call_does(tmp_path: Path) -> None:
     in the sandbox, offline (``--sandbox required``); otherwise they ask."""
     command = ("explain", "run_command", '{"argv": ["echo", "hi"]}')
     env = {"DSH_TOOLS_SANDBOX": "", "DSH_TOOLS_NETWORK": ""}
+    give_away(tmp_path)  # else a root host refuses every sandboxed command (see below)
 
     confined = run_dsh("--workspace", str(tmp_path), "--sandbox", "required", *command, env=env)
     loose = run_dsh("--workspace", str(tmp_path), "--sandbox", "auto", *command, env=env)

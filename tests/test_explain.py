@@ -129,16 +129,36 @@ def test_ask_says_what_the_guards_would_do_after_an_approval() -> None:
     registry = ToolRegistry(approval=ScriptedApproval())
     registry.register(echo([]))
     registry.add_plugin(Everything(Ask("a person decides")))
-    registry.guard(lambda execution: "not on Fridays")
+    registry.guard(lambda execution: None)
 
     explained = registry.scope("agent").explain(call())
 
     assert explained.outcome == "ask"
     after = explained.if_approved
     assert after is not None
-    assert (after.outcome, after.reason, after.code) == ("deny", "not on Fridays", "DENIED")
-    assert after.decided_by is not None
-    assert after.decided_by.stage == "guard"
+    assert after.outcome == "run"
+    assert [step.stage for step in after.steps][-1] == "guard"
+    assert explained.lines()[-1] == "if approved: would run"
+
+
+def test_an_ask_a_guard_would_deny_is_denied_without_asking() -> None:
+    registry = ToolRegistry(approval=ScriptedApproval())
+    registry.register(echo([]))
+    registry.add_plugin(Everything(Ask("a person decides")))
+    registry.guard(lambda execution: "not on Fridays")
+
+    explained = registry.scope("agent").explain(call())
+    result = registry.scope("agent").execute_sync(call())
+
+    assert (explained.outcome, explained.reason, explained.code) == (
+        "deny",
+        "not on Fridays",
+        "DENIED",
+    )
+    assert explained.if_approved is None
+    assert explained.decided_by is not None
+    assert explained.decided_by.stage == "guard"
+    assert assert_failure(result, "DENIED").error.message == "not on Fridays"
 
 
 def test_an_ask_nobody_can_answer_is_a_denial_as_in_a_real_call() -> None:

@@ -412,11 +412,12 @@ def test_ask_allowed_once_runs_guards_then_the_body() -> None:
     service = Service("allowed-once")
     log: list[str] = []
     registry = echo_registry(log, approval=service)
-    registry.guard(lambda execution: log.append("guard"))  # type: ignore[func-returns-value]
+    registry.guard(lambda execution: log.append(f"guard dry_run={execution.dry_run}"))  # type: ignore[func-returns-value]
     registry.add_plugin(AskPolicy("why"))
     result = registry.execute_sync(call(agent="a"))
     assert not result.is_error
-    assert log == ["guard", "body"]
+    # A dry look before the person is asked (never waste a yes), then the real one.
+    assert log == ["guard dry_run=True", "guard dry_run=False", "body"]
     [request] = service.requests
     assert (request.agent, request.tool_name, request.call_id, request.reason) == (
         "a",
@@ -434,6 +435,16 @@ def test_ask_allowed_once_still_loses_to_a_guard() -> None:
     registry.guard(lambda execution: "guarded")
     registry.add_plugin(AskPolicy())
     assert failure(registry.execute_sync(call(agent="a"))).error.message == "guarded"
+
+
+def test_a_guard_that_would_deny_is_heard_before_anyone_is_asked() -> None:
+    service = Service("allowed-once")
+    registry = echo_registry([], approval=service)
+    registry.guard(lambda execution: "guarded")
+    registry.add_plugin(AskPolicy())
+    denied = failure(registry.execute_sync(call(agent="a")))
+    assert (denied.code, denied.error.message) == ("DENIED", "guarded")
+    assert service.requests == []
 
 
 @pytest.mark.parametrize(

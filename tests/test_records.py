@@ -120,16 +120,20 @@ def test_approval_answers_guards_retries_and_post_execute_are_recorded() -> None
     ]
     assert allowed.outcome == "BLOCKED"
     assert [s.decision for s in rejected.of("approval")] == ["rejected"]
-    assert rejected.of("guard") == ()
+    # The guards look at a call before anyone is asked about it (a dry run), not after a no.
+    assert [s.decision for s in rejected.of("guard")] == ["abstained"]
+    assert rejected.steps.index(rejected.of("guard")[0]) < rejected.steps.index(
+        rejected.of("approval")[0]
+    )
     assert rejected.dispatches == 0
     assert rejected.decided_by is not None
     assert (rejected.decided_by.stage, rejected.decided_by.decision) == ("approval", "rejected")
 
-    approval.answer("allowed-once")
     agent.execute_sync(call(call_id="c-3"))
     guarded = keeper.records[-1]
     [guard] = guarded.of("guard")
     assert (guard.decision, guard.reason) == ("deny", "guarded")
+    assert guarded.of("approval") == ()  # denied before anyone was asked
     assert guarded.decided_by == guard
     assert "lambda" in str(guard.source)
 

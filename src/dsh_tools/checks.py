@@ -2,7 +2,9 @@
 
 Each tool's parameters must be in the enforced schema subset, and its presenters must be
 pure on a sample input: called twice, they return equal, well-formed cards and never raise.
-Each tool must also be declarable in the providers' formats: ``define_tool`` accepts any
+A tool whose preflight refuses every call (a sandbox that cannot start commands here) is
+reported too, so nobody learns it only after approving a call. Each tool must also be
+declarable in the providers' formats: ``define_tool`` accepts any
 name (MCP servers use dots, and bridged tools keep their remote names), so the formats
 whose providers refuse a name or an empty description are checked here instead.
 """
@@ -10,11 +12,12 @@ whose providers refuse a name or an empty description are checked here instead.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, cast
 
 import attrs
 
+from ._pipeline.loops import is_awaitable, run_on_own_loop
 from .errors import DshToolsError
 from .jsonschema import assert_supported_json_schema
 from .models import PresentableResult, ToolDefinition, ToolSchema
@@ -66,9 +69,23 @@ def _twice(label: str, call: Callable[[], object]) -> str | None:
     return None
 
 
+def _refused(definition: ToolDefinition[Any]) -> list[str]:
+    """What the tool's preflight says would refuse every call of it (asked with ``None``)."""
+    preflight = definition.preflight
+    if preflight is None:
+        return []
+    try:
+        checked = preflight(None)
+        if is_awaitable(checked):
+            run_on_own_loop(cast("Awaitable[object]", checked))
+    except Exception as error:
+        return [f'tool "{definition.name}": every call would be refused: {error}']
+    return []
+
+
 def _check_tool(definition: ToolDefinition[Any]) -> list[str]:
     name = definition.name
-    problems = []
+    problems = _refused(definition)
     try:
         assert_supported_json_schema(definition.parameters)
     except DshToolsError as error:

@@ -64,6 +64,7 @@ def define_tool(
     blocking: bool = True,
     metadata: Mapping[str, Any] | None = None,
     paths: ToolPaths | None = None,
+    preflight: Callable[[A | None], object] | None = None,
 ) -> ToolDefinition[A]: ...
 
 
@@ -83,6 +84,7 @@ def define_tool(
     blocking: bool = True,
     metadata: Mapping[str, Any] | None = None,
     paths: ToolPaths | None = None,
+    preflight: Callable[[FrozenDict | None], object] | None = None,
 ) -> ToolDefinition[FrozenDict]: ...
 
 
@@ -101,6 +103,7 @@ def define_tool(
     blocking: bool = True,
     metadata: Mapping[str, Any] | None = None,
     paths: ToolPaths | None = None,
+    preflight: Callable[[Any], object] | None = None,
 ) -> ToolDefinition[Any]:
     """Define a tool whose arguments are validated against ``parameters`` before ``execute``.
 
@@ -109,6 +112,8 @@ def define_tool(
     that name places in the file system, for path rules (:class:`~dsh_tools.ToolPaths`).
     ``blocking=False``: a plain ``def`` body never blocks, so ``await execute`` runs it
     inline on the loop, not in a worker thread (see :class:`~dsh_tools.ToolDefinition`).
+    ``preflight`` raises what would refuse a call whatever a person answered, so nobody
+    is asked about it (see :class:`~dsh_tools.ToolDefinition`).
     Raises :class:`DefinitionError` or
     :class:`~dsh_tools.errors.JsonSchemaError` for a malformed definition; the message
     starts with ``define_tool(<name>)``. For a tool made of one typed function,
@@ -131,6 +136,7 @@ def define_tool(
         finalize_content=finalize_content,
         blocking=blocking,
         paths=paths,
+        preflight=preflight,
     )
 
 

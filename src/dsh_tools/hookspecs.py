@@ -124,7 +124,10 @@ def dsh_tools_pre_execute(
 def dsh_tools_guard(execution: ToolExecution, tool: ToolDefinition[Any] | None) -> str | None:
     """Final, monotonic check before dispatch: return a reason string to deny, else ``None``.
 
-    Guards run only when pre-execute (and any approval) allowed the call. Any returned
+    Guards run only when pre-execute (and any approval) allowed the call; for a call
+    pre-execute would put to a person they also run once before the person is asked, as
+    a dry run (``execution.dry_run``), so a call a guard would deny is denied without
+    spending anyone's approval. Any returned
     string denies, the empty string included; no implementation can re-allow a call a
     guard denied, whatever the order. A raising guard denies too (fails closed). Guards
     are plain synchronous functions: they must be quick and cannot await.

@@ -397,6 +397,12 @@ class ToolDefinition(Generic[A]):
     promises that it never blocks, and it runs inline on the loop's thread, saving the
     thread hop (about 100 us). ``execute_sync`` runs a plain body inline either way, and
     an ``async def`` body always runs on the loop.
+
+    ``preflight(args)`` raises what would refuse the call whatever a person answered (a
+    program that is not installed, a sandbox that cannot start it): the approval step
+    runs it before anyone is asked, and ``explain`` reports its refusal. It is the body's
+    own checks, called early, not a copy. Called with ``None`` (by ``dsh-tools check``),
+    it raises what would refuse every call. May be ``async def``.
     """
 
     name: str = attrs.field(validator=attrs.validators.instance_of(str))
@@ -417,6 +423,7 @@ class ToolDefinition(Generic[A]):
         default=attrs.Factory(_raw_arguments, takes_self=True), repr=False
     )
     paths: ToolPaths | None = attrs.field(default=None, kw_only=True, validator=_declared_paths)
+    preflight: Callable[[A | None], object] | None = attrs.field(default=None, kw_only=True)
 
     def schema(self) -> ToolSchema:
         """The model-facing projection (an explicit allowlist of three fields)."""

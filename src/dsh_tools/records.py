@@ -305,7 +305,9 @@ class Explanation:
     it: ``code`` is ``DENIED`` or ``POLICY_ERROR``); ``ask`` (a person would be asked:
     ``if_approved`` says what their approval would lead to, guards included); or
     ``invalid`` (the arguments are not JSON, the tool is unknown, or its arguments fail
-    validation: ``code`` says which). ``decided_by`` is the step that decided (its
+    validation: ``code`` says which); or ``refused`` (the tool's own checks refuse it
+    whatever a person would answer, such as a program that is not installed: nobody
+    would be asked; ``code`` is the tool's). ``decided_by`` is the step that decided (its
     ``detail`` holds the permission rule, for the rules' decisions); ``steps`` every step
     the dry run took.
     """
@@ -328,7 +330,7 @@ class Explanation:
 
     def lines(self) -> list[str]:
         """The explanation as text (what ``dsh-tools explain`` prints)."""
-        text = f"would {self.outcome}" if self.outcome != "invalid" else "invalid"
+        text = _HEADS.get(self.outcome, f"would {self.outcome}")
         if self.code and self.outcome != "ask":
             text += f" ({self.code})"
         lines = [text + (f": {self.reason}" if self.reason else "")]
@@ -345,6 +347,10 @@ class Explanation:
                 for index, line in enumerate(self.if_approved.lines())
             )
         return lines
+
+
+_HEADS = {"invalid": "invalid", "refused": "would be refused"}
+"""How an explanation's first line starts, for the outcomes that are not ``would <it>``."""
 
 
 class TracedStep(NamedTuple):

@@ -12,7 +12,10 @@ stdout and stderr are captured together, in order. Output over the cap keeps its
 and its tail around a ``[... output truncated: N bytes omitted ...]`` marker. A non-zero
 exit or a timeout is not a failed call: the result says what happened (``exit_code``,
 ``signal``, ``timed_out``) and whether the command ran sandboxed, so the model can react;
-a command that cannot start fails.
+a command that cannot start fails. What would stop a command before it starts (its
+arguments, its working directory, a program that is not installed, a sandbox that would
+refuse it) is also the tool's ``preflight``, so nobody is asked to approve a command
+that could not run.
 
 While the command runs, its output is streamed as it arrives (``ctx.emit_output``, on
 stream ``stdout``: stderr is merged into it, in order) and the elapsed time is reported
@@ -26,7 +29,7 @@ import codecs
 import shlex
 import signal as signals
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -319,6 +322,26 @@ def _checked(
     return argv, timeout_ms
 
 
+def _preflight(
+    workspace: Workspace, starter: Sandbox, shell: str, default_timeout_ms: int, max_timeout_ms: int
+) -> Callable[[RunCommandArgs | None], Awaitable[None]]:
+    """The body's checks that do not depend on a person, for the approval step: a call's
+    arguments, its working directory, and whether the sandbox would start its program
+    (``None``: any program, in the workspace's root)."""
+
+    async def preflight(args: RunCommandArgs | None) -> None:
+        program = None
+        if args is not None:
+            program = _checked(args, shell, default_timeout_ms, max_timeout_ms)[0][0]
+        with (
+            workspace.open(".", directory=True) as root,
+            workspace.open("." if args is None else args.cwd, directory=True),
+        ):
+            await starter.preflight(root, program)
+
+    return preflight
+
+
 def _call_presenter(starter: Sandbox) -> Callable[[RunCommandArgs], TerminalCallView]:
     """The call card, which says whether ``starter`` would run the command sandboxed."""
 
@@ -394,4 +417,5 @@ def run_command_tool(
             "title": "Run command",
         },
         paths=workspace.tool_paths(PathArgument("cwd", "directory")),
+        preflight=_preflight(workspace, starter, shell, default_timeout_ms, max_timeout_ms),
     )

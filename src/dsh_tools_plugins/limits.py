@@ -13,7 +13,7 @@ under ``execute_sync`` instead of needing an event loop. The permits belong to t
 instance, so every plan the registry builds shares them. A wait is noted in the call's
 decision record (``waited 3.2 ms for a permit``).
 
-:class:`CallBudget` is a ``dsh_tools_pre_execute`` implementation: at most ``limit``
+:class:`CallBudget` is a ``tryfirst`` ``dsh_tools_pre_execute`` implementation: at most ``limit``
 calls of the tools its glob matches per agent scope, optionally per sliding window of
 ``window_s`` seconds. The call over budget is denied with a reason the model can act on
 (``limit of 5 web_fetch calls reached``) and the rule's name in the record's detail.
@@ -292,7 +292,10 @@ class CallBudget:
     :param clock: the time (seconds, monotonic) a budget in this process counts by.
 
     A call counts when it reaches this plugin's pre-execute and is within budget (a dry
-    run never counts). Raises :class:`~dsh_tools.DefinitionError` for a bad setting.
+    run never counts). The hook is ``tryfirst``: pre-execute's first decision wins, so a
+    budget must be heard before a policy that allows or asks (the permission rules),
+    else it would never count, and a call over budget would still be put to a person.
+    Raises :class:`~dsh_tools.DefinitionError` for a bad setting.
     """
 
     def __init__(
@@ -344,7 +347,7 @@ class CallBudget:
             detail=detail,
         )
 
-    @hookimpl
+    @hookimpl(tryfirst=True)
     def dsh_tools_pre_execute(self, execution: ToolExecution) -> Decided:
         return _decide((self,), execution)
 
@@ -359,7 +362,7 @@ class CallBudgets:
         if len({id(budget.store) for budget in self.budgets}) > 1:
             raise DefinitionError("CallBudgets' budgets must all use one store (or none)")
 
-    @hookimpl
+    @hookimpl(tryfirst=True)
     def dsh_tools_pre_execute(self, execution: ToolExecution) -> Decided:
         return _decide(self.budgets, execution)
 

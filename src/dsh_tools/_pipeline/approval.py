@@ -5,8 +5,10 @@ and its answer a decision.
 remembered answer under the call's :class:`~dsh_tools.approvals.ApprovalKey`\ s (exact
 arguments, then the tool; a rejection wins whichever is the narrower), asks the service
 only when nothing is remembered, accepts only an exact outcome, and keeps an
-``*-always`` answer before turning it into ``Allow`` or ``Deny``. ``explain`` shares
-:func:`unroutable` and :func:`remembered`.
+``*-always`` answer before turning it into ``Allow`` or ``Deny``. What would refuse a
+call whatever the answer (:func:`unrunnable`, the tool's preflight, :func:`refusal`)
+is checked before it is asked (by stage 1), so a yes is never spent. ``explain`` shares
+:func:`unrunnable`, :func:`refusal`, :func:`unroutable` and :func:`remembered`.
 """
 
 from __future__ import annotations
@@ -107,16 +109,33 @@ def unrunnable(call: Call, *, unknown: bool = True) -> ToolExecutionFailure | No
     return None
 
 
+async def refusal(call: Call) -> ToolExecutionFailure | None:
+    """What the tool's ``preflight`` says would refuse a call that can run (its own
+    checks that do not depend on a person: a program that is not installed, a sandbox
+    that cannot start), or ``None``. Nobody is asked about a refused call."""
+    entry = call.resolve()
+    preflight = None if entry is None else entry.definition.preflight
+    if preflight is None:
+        return None
+    assert entry is not None
+    try:
+        checked = preflight(call.parse(entry))
+        if is_awaitable(checked):
+            await call.settle(checked)
+    except Interrupted:
+        raise
+    except BaseException as error:
+        return call.contained(error, ErrorCode.TOOL_ERROR)
+    return None
+
+
 async def approve(call: Call, ask: Ask) -> Allow | Deny:
-    """Route an ``Ask`` about a call that can run to the approval store (a remembered
+    """Route an ``Ask`` about a call that can run (stage 1 checked it first: see
+    :func:`~dsh_tools._pipeline.stages.refused_before_asking`) to the approval store (a remembered
     answer, then the call's open ticket), then to the approval service; only an allowed
     outcome allows, and only an ``*-always`` answer is remembered. A ``pending`` answer
     opens a ticket (:mod:`dsh_tools._pipeline.tickets`)."""
     name, execution, service = call.name, call.execution, call.plan.approval
-    failure = unrunnable(call)
-    if failure is not None:
-        call.trace("approval", None, "not asked: " + failure.code, failure)
-        raise StageFailed(failure)
     refused = unroutable(call, ask)
     if refused is not None:
         return refused

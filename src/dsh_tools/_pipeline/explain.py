@@ -1,9 +1,10 @@
 """The policy dry run: what would happen to a call, without running any of it.
 
 :func:`explain` runs the stages that decide, pre-execute and then the guards, and the body
-step's checks (the tool exists, its arguments validate), on a copy of the scope's plan
-that keeps every step (:meth:`dsh_tools._pipeline.plan.Plan.dry_run`). It never asks the approval
-service, and never runs a wrapper, the body, post-execute or an observer. The execution
+step's checks (the tool exists, its arguments validate, its preflight passes), on a copy of
+the scope's plan that keeps every step (:meth:`dsh_tools._pipeline.plan.Plan.dry_run`).
+It never asks the approval service, and never runs a wrapper, the body, post-execute or
+an observer. The execution
 it shows the plugins has ``dry_run=True``, so a deciding plugin with a side effect (the
 audit log's guard) skips it.
 """
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 from ..errors import ErrorCode, JsonValueError
 from ..models import Ask, Deny, ToolExecutionInput
 from ..records import DecisionStep, Explanation
-from .approval import ALLOW, approval_keys, remembered, unroutable, unrunnable
+from .approval import ALLOW, approval_keys, refusal, remembered, unroutable, unrunnable
 from .call import Call, Handle, Interrupted, StageFailed, frozen_arguments
 from .stages import first_decision, guard
 
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
 
 
 async def explain(plan: Plan, handle: Handle, call: ToolExecutionInput) -> Explanation:
-    """What a real call would come to: ``run``, ``deny``, ``ask`` or ``invalid``."""
+    """What a real call would come to: ``run``, ``deny``, ``ask``, ``invalid`` or
+    ``refused``."""
     state = Call(
         plan.dry_run(), handle, call, frozen_arguments(call.arguments), plan.tools.get(call.name)
     )
@@ -34,14 +36,17 @@ async def explain(plan: Plan, handle: Handle, call: ToolExecutionInput) -> Expla
     if isinstance(arguments, JsonValueError):
         failure = state.not_json(arguments)
         return _explained(state, "invalid", failure.error.message, failure.code)
+    approved: Explanation | None = None
     try:
         decision = await first_decision(state) if state.plan.pre else ALLOW
         if isinstance(decision, Ask):
-            # Nobody is asked about a call that cannot run; nobody to ask is a denial; a
-            # remembered answer decides without asking.
-            unfit = unrunnable(state)
-            if unfit is not None:
-                return _explained(state, "invalid", unfit.error.message, unfit.code)
+            # Nobody is asked about a call that would be refused whatever the answer (it
+            # cannot run, its tool refuses it, a guard denies it); nobody to ask is a
+            # denial; a remembered answer decides without asking.
+            asked = _steps(state)[-1]
+            approved = await _unfit(state) or await _after_policy(state, checked=True)
+            if approved.outcome != "run":
+                return approved
             known = unroutable(state, decision) or remembered(state, approval_keys(state))
             decision = known or decision
     except StageFailed as failed:
@@ -51,24 +56,36 @@ async def explain(plan: Plan, handle: Handle, call: ToolExecutionInput) -> Expla
     if isinstance(decision, Deny):
         return _denied(state, decision.reason)
     if isinstance(decision, Ask):
-        asked = _steps(state)[-1]
-        approved = _after_policy(state)
         return Explanation("ask", decision.reason, None, asked, approved, _steps(state))
-    return _after_policy(state)
+    return approved or await _after_policy(state)
 
 
-def _after_policy(call: Call) -> Explanation:
-    """The guards, then the body step's checks, for a call policy allowed."""
+async def _unfit(call: Call) -> Explanation | None:
+    """Why the call could not run whatever a person answered (``invalid``: the tool or
+    its arguments; ``refused``: the tool's preflight), or ``None``."""
+    unfit = unrunnable(call)
+    if unfit is not None:
+        return _explained(call, "invalid", unfit.error.message, unfit.code)
+    try:
+        refused = await refusal(call)
+    except Interrupted:
+        return _explained(call, "deny", "the call was cancelled", ErrorCode.ABORTED, True)
+    if refused is not None:
+        return _explained(call, "refused", refused.error.message, refused.code)
+    return None
+
+
+async def _after_policy(call: Call, *, checked: bool = False) -> Explanation:
+    """The guards, then the body step's checks (unless ``checked`` already), for a call
+    policy allowed (or would ask about)."""
     try:
         reason = guard(call) if call.plan.guards else None
     except StageFailed as failed:
         return _explained(call, "deny", failed.result.error.message, failed.result.code, True)
     if reason is not None:
         return _denied(call, reason)
-    unfit = unrunnable(call)
-    if unfit is not None:
-        return _explained(call, "invalid", unfit.error.message, unfit.code)
-    return Explanation("run", steps=_steps(call))
+    unfit = None if checked else await _unfit(call)
+    return unfit or Explanation("run", steps=_steps(call))
 
 
 def _denied(call: Call, reason: str) -> Explanation:

@@ -38,7 +38,7 @@ from ..models import (
     ToolExecutionSuccess,
     failure_result,
 )
-from .approval import ALLOW, approve, resumed
+from .approval import ALLOW, approve, refusal, resumed, unrunnable
 from .call import Call, Interrupted, StageFailed
 from .loops import is_awaitable
 from .render import rerender
@@ -49,14 +49,31 @@ logger = logging.getLogger("dsh_tools")
 
 async def decide(call: Call) -> Allow | Deny:
     """Stage 1, pre-execute: the first decision wins; an ``Ask`` goes to the approval
-    service. A call that resumes an approval ticket takes the ticket's answer unless
-    policy now denies. Raises :class:`Interrupted` when the caller cancels meanwhile."""
+    service, unless the call would be refused whatever the answer (see
+    :func:`refused_before_asking`). A call that resumes an approval ticket takes the
+    ticket's answer unless policy now denies. Raises :class:`Interrupted` when the caller
+    cancels meanwhile."""
     decision = await first_decision(call)
     if call.resumes is not None and not isinstance(decision, Deny):
         return resumed(call, decision)
     if isinstance(decision, Ask):
-        return await approve(call, decision)
+        return await refused_before_asking(call) or await approve(call, decision)
     return decision
+
+
+async def refused_before_asking(call: Call) -> Deny | None:
+    """Never waste a yes: what would refuse the call after a person allowed it, checked
+    before anyone is asked. A call that cannot run (:func:`unrunnable`) or that its
+    tool's preflight refuses (:func:`refusal`) fails with that error (raises
+    :class:`StageFailed`); one a guard would deny is denied with the guard's reason (the
+    guards run on a dry run of the call, ``execution.dry_run``, so one with a side effect
+    skips it; they run again for real once the call is allowed)."""
+    failure = unrunnable(call) or await refusal(call)
+    if failure is not None:
+        call.trace("approval", None, "not asked: " + failure.code, failure)
+        raise StageFailed(failure)
+    reason = guard(call, dry_run=True) if call.plan.guards else None
+    return None if reason is None else Deny(reason)
 
 
 async def first_decision(call: Call) -> Allow | Deny | Ask:
@@ -96,9 +113,12 @@ async def first_decision(call: Call) -> Allow | Deny | Ask:
     return ALLOW
 
 
-def guard(call: Call) -> str | None:
-    """Stage 2, guards: the first reason denies; a failing guard denies too."""
+def guard(call: Call, *, dry_run: bool = False) -> str | None:
+    """Stage 2, guards: the first reason denies; a failing guard denies too. ``dry_run``
+    shows the guards a dry run of the call (before a person is asked, and ``explain``)."""
     execution, tool = call.execution, call.tool
+    if dry_run and not execution.dry_run:
+        execution = attrs.evolve(execution, dry_run=True)
     for impl in call.plan.guards:
         try:
             verdict = impl.call(execution, tool)

@@ -160,6 +160,12 @@ def command_environment(
     return environment
 
 
+def _found(program: str, environment: Mapping[str, str]) -> None:
+    """Raise when ``program`` (a name without ``/``) is not on the command's ``PATH``."""
+    if "/" not in program and shutil.which(program, path=environment["PATH"]) is None:
+        raise ToolError(f"command not found: {program}")
+
+
 class Sandbox:
     """Starts ``run_command``'s processes under one :class:`SandboxSettings`.
 
@@ -231,22 +237,44 @@ class Sandbox:
                 async with self._plain(argv, directory, home) as launch:
                     yield launch
         else:
-            writable = inside(bubblewrap.path, (str(root.path), *self.settings.read_write_paths))
-            if writable is not None:
-                raise ToolError(
-                    f"bubblewrap at {bubblewrap.path} lies in {writable}, which commands can "
-                    "write: refusing to run it",
-                    code=ErrorCode.DENIED,
-                )
-            run_as = sandbox_user(self.settings.user, os.fstat(root.fd).st_uid)
             with extra_mounts(self.settings) as extra:
-                if run_as is not None:  # bwrap walks each mount's path as that user
-                    for path in (str(root.path), *(mount.path for mount in extra)):
-                        check_reachable(run_as, path)
+                run_as = self._runs_as(bubblewrap, root, extra)
                 async with self._jailed(
                     argv, root, directory, _Jail(bubblewrap, extra, run_as)
                 ) as launch:
                     yield launch
+
+    async def preflight(self, root: Opened, program: str | None) -> None:
+        """Raise what would refuse a command ``program`` in the workspace ``root`` before
+        it starts (``None``: any command), with the checks :meth:`prepare` and
+        :meth:`start` run: a required sandbox that is unavailable, a bwrap commands can
+        write, who the command would run as and the folders that user cannot pass, a
+        program that is not installed. ``run_command`` runs it before anyone is asked."""
+        _, bubblewrap = await self.prepare()
+        if bubblewrap is not None:
+            with extra_mounts(self.settings) as extra:
+                self._runs_as(bubblewrap, root, extra)
+        if program is not None:
+            _found(program, command_environment(self.settings.pass_env, self.set_env, ""))
+
+    def _runs_as(
+        self, bubblewrap: Bubblewrap, root: Opened, extra: tuple[Mount, ...]
+    ) -> RunAs | None:
+        """Whom a sandboxed command in ``root`` runs as (``None``: the host's own user);
+        ``DENIED`` for a bwrap commands can write, a user the settings or the host rule
+        out, or a folder above a mount that user may not pass."""
+        writable = inside(bubblewrap.path, (str(root.path), *self.settings.read_write_paths))
+        if writable is not None:
+            raise ToolError(
+                f"bubblewrap at {bubblewrap.path} lies in {writable}, which commands can "
+                "write: refusing to run it",
+                code=ErrorCode.DENIED,
+            )
+        run_as = sandbox_user(self.settings.user, os.fstat(root.fd).st_uid)
+        if run_as is not None:  # bwrap walks each mount's path as that user
+            for path in (str(root.path), *(mount.path for mount in extra)):
+                check_reachable(run_as, path)
+        return run_as
 
     @contextlib.asynccontextmanager
     async def _plain(self, argv: list[str], directory: Opened, home: str) -> AsyncIterator[Launch]:
@@ -271,8 +299,7 @@ class Sandbox:
         """A sandboxed command's environment; raises when ``program`` is not on its
         ``PATH`` (bwrap's own message would be less clear)."""
         environment = command_environment(self.settings.pass_env, self.set_env, SANDBOX_HOME)
-        if "/" not in program and shutil.which(program, path=environment["PATH"]) is None:
-            raise ToolError(f"command not found: {program}")
+        _found(program, environment)
         return environment
 
     def _launcher(self, jail: _Jail, cgroup: PidsCgroup | None) -> list[str]:
