@@ -13,6 +13,7 @@ import pytest
 from dsh_tools import ToolRegistry, define_tool
 from dsh_tools.cli import EXIT_CALL_FAILED, EXIT_OK, EXIT_PLUGINS, main
 from dsh_tools_plugins.permissions import PermissionRules, Rule, default_rules, unmatched_rules
+from sandbox_owner import give_away
 
 TYPOS = ["read-file", "Read_File", " read_file", "read_file ", "readfile", "read_fiel*"]
 
@@ -88,6 +89,7 @@ def rules_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("DSH_TOOLS_RULES", "")
     monkeypatch.delenv("DSH_TOOLS_BLOCK_PLUGINS", raising=False)
     (workspace / "secret.txt").write_text("hunter2\n")
+    give_away(workspace)  # else a root host's check reports run_command refused
     path = tmp_path / "rules.toml"
     path.write_text(RULES.format(tool="read-file"), encoding="utf-8")
     return path
