@@ -28,7 +28,7 @@ from ..approvals import (
 )
 from ..json import thaw
 from ..safetext import safe_text
-from ._exits import EXIT_OK, Refused, UsageError
+from ._exits import EXIT_OK, Refused, UsageError, needs_mcp_extra
 from ._store import STORE_ERROR, ChosenStore, ticket_store
 
 __all__ = ["cmd_approvals", "ticket_json"]
@@ -218,7 +218,7 @@ def _serve(chosen: ChosenStore, options: argparse.Namespace, err: TextIO) -> int
         from ..bridges._mcp_http import is_loopback_host
         from ._inbox import serve_inbox
     except ImportError as error:
-        raise UsageError(f"the inbox needs the mcp extra (starlette, uvicorn) ({error})") from None
+        raise needs_mcp_extra("the inbox (approvals serve)", error) from None
     if not options.allow_remote and not is_loopback_host(options.host):
         raise UsageError(
             f"--host {options.host!r} is not a loopback address; serving the inbox to other "

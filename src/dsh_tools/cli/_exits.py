@@ -23,6 +23,7 @@ __all__ = [
     "PluginsFailed",
     "Refused",
     "UsageError",
+    "needs_mcp_extra",
 ]
 
 EXIT_OK = 0
@@ -43,6 +44,15 @@ class UsageError(Exception):
     def __init__(self, message: str, *, code: str = "USAGE") -> None:
         super().__init__(message)
         self.code = code
+
+
+def needs_mcp_extra(what: str, error: ImportError) -> UsageError:
+    """The error of a command that needs the ``mcp`` extra, with the install line every
+    install hint gives."""
+    return UsageError(
+        f"{what} needs the mcp extra: install dsh-tools with it (in a clone: "
+        f"pip install '.[mcp]') ({error})"
+    )
 
 
 class Refused(Exception):

@@ -148,14 +148,15 @@ def _answer_form(ticket: ApprovalTicket, csrf: str) -> str:
         f'<form method="post" action="{action}">'
         f'<input type="hidden" name="csrf" value="{_text(csrf)}">{shown}'
         f'<select name="lasts" aria-label="approve always lasts">{lasts}</select>'
-        '<input name="feedback" placeholder="feedback for the model (with Reject)" '
+        '<input name="feedback" placeholder="feedback (optional; a rejection tells the model)" '
         'maxlength="2000" aria-label="feedback"></form>'
     )
 
 
 def _article(ticket: ApprovalTicket, csrf: str) -> str:
     return (
-        f'<article id="t-{_text(ticket.id)}" data-ticket="{_text(ticket.id)}">'
+        f'<article id="{_text(ticket.id)}" data-ticket="{_text(ticket.id)}" '
+        f'data-tool="{_text(ticket.tool_name)}" data-state="{_text(ticket.state.value)}">'
         f"<h2>{_text(ticket.tool_name)} <small>{_text(ticket.id)}</small></h2>"
         f"{_card(ticket_card(ticket))}{_record(ticket)}{_answer_form(ticket, csrf)}</article>"
     )

@@ -12,7 +12,7 @@ import argparse
 import re
 from typing import TYPE_CHECKING, TextIO
 
-from ._exits import EXIT_OK, UsageError
+from ._exits import EXIT_OK, UsageError, needs_mcp_extra
 from ._store import ChosenStore, chosen_store, store_location, ticket_store, workspace_root
 
 if TYPE_CHECKING:
@@ -32,10 +32,7 @@ def cmd_serve_mcp(registry: ToolRegistry, options: argparse.Namespace, err: Text
     try:
         from ..bridges.mcp import serve_stdio
     except ImportError as error:
-        raise UsageError(
-            "serve-mcp needs the mcp extra: install dsh-tools with it (in a clone: "
-            f"pip install '.[mcp]') ({error})"
-        ) from None
+        raise needs_mcp_extra("serve-mcp", error) from None
     store = _store(registry, options)
     if options.approval_wait_ms is not None:
         if options.approvals != "pending":
