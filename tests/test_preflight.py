@@ -22,6 +22,7 @@ from dsh_tools import (
 from dsh_tools.checks import check_registry
 from dsh_tools.errors import ErrorCode
 from dsh_tools_plugins.command import run_command_tool
+from dsh_tools_plugins.files import edit_file_tool, write_file_tool
 from dsh_tools_plugins.limits import CallBudget, CallBudgets
 from dsh_tools_plugins.sandbox import Sandbox, SandboxSettings
 from dsh_tools_plugins.workspace import Workspace
@@ -217,3 +218,50 @@ def test_a_call_over_budget_is_denied_before_anyone_is_asked() -> None:
     assert first.text == "deployed staging"
     assert (second.code, asked) == ("DENIED", ["deploy"])
     assert second.text.startswith("Error: limit of 1 deploy calls reached")
+
+
+# --------------------------------------------------------------------------- file tools
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "text"),
+    [
+        (
+            "edit_file",
+            {"path": "notes.txt", "old_string": "delta", "new_string": "omega"},
+            '"old_string" was not found in "notes.txt"',
+        ),
+        (
+            "edit_file",
+            {"path": "notes.txt", "old_string": "a", "new_string": "b"},
+            '"old_string" matches 5 times in "notes.txt"',
+        ),
+        (
+            "edit_file",
+            {"path": "missing.txt", "old_string": "a", "new_string": "b"},
+            "missing.txt",
+        ),
+        ("write_file", {"path": "big.txt", "content": "x" * 65}, "over the limit of 64 bytes"),
+    ],
+)
+def test_a_file_change_that_would_be_refused_is_refused_before_asking(
+    tmp_path: Path, name: str, arguments: dict[str, Any], text: str
+) -> None:
+    (tmp_path / "notes.txt").write_text("alpha\nbeta\ngamma\n")
+    tools = {"edit_file": edit_file_tool, "write_file": write_file_tool}
+    registry, asked = _asking(tools[name](Workspace(tmp_path), max_bytes=64))
+    refused = _call(registry, name, **arguments)
+    assert refused.code == "TOOL_ERROR"
+    assert text in refused.text
+    assert asked == []
+    assert (tmp_path / "notes.txt").read_text() == "alpha\nbeta\ngamma\n"
+    assert not (tmp_path / "big.txt").exists()
+    assert _explained(registry, name, **arguments)[0].startswith("would be refused (TOOL_ERROR): ")
+
+
+def test_an_edit_that_can_be_made_is_asked_about_and_made(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("alpha\nbeta\n")
+    registry, asked = _asking(edit_file_tool(Workspace(tmp_path)))
+    done = _call(registry, "edit_file", path="notes.txt", old_string="beta", new_string="b")
+    assert (done.code, asked) == (None, ["edit_file"])
+    assert (tmp_path / "notes.txt").read_text() == "alpha\nb\n"

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from typing import Any
 
+import anyio
 import attrs
 
 from dsh_tools.context import ToolRunContext
@@ -53,7 +55,7 @@ from ._file_output import (
     utf8_size,
 )
 from ._languages import language_of
-from .workspace import Workspace
+from .workspace import Opened, Workspace
 
 __all__ = [
     "BINARY_SNIFF_BYTES",
@@ -248,13 +250,18 @@ def write_file_tool(
     shows a whole-file diff. The result's diffs hold at most ``max_bytes`` of text.
     """
 
-    def execute(args: WriteFileArgs, ctx: ToolRunContext) -> dict[str, Any]:
-        data = args.content.encode("utf-8")
-        if len(data) > max_bytes:
+    def fits(args: WriteFileArgs | None) -> bytes:
+        """The content as written; refused over ``max_bytes`` (the preflight too)."""
+        data = b"" if args is None else args.content.encode("utf-8")
+        if args is not None and len(data) > max_bytes:
             raise ToolError(
                 f'"{safe_text(args.path)}" would be {len(data)} bytes, over the limit of '
                 f"{max_bytes} bytes; not written"
             )
+        return data
+
+    def execute(args: WriteFileArgs, ctx: ToolRunContext) -> dict[str, Any]:
+        data = fits(args)
         with workspace.open_for_write(args.path) as opened:
             before: str | None = None
             if not opened.created and opened.stat.st_size <= max_bytes:
@@ -290,6 +297,7 @@ def write_file_tool(
         metadata={"read_only": False, "open_world": False, "title": "Write file"},
         paths=workspace.tool_paths(PathArgument("path", "file")),
         blocking=True,
+        preflight=fits,
     )
 
 
@@ -344,6 +352,16 @@ def _occurrences(args: EditFileArgs, before: str, display: str, max_bytes: int) 
     return count
 
 
+def _dry_edit(
+    workspace: Workspace,
+    args: EditFileArgs,
+    read: Callable[[EditFileArgs, Opened], tuple[str, int]],
+) -> None:
+    """``read`` on the file opened for reading only (the edit's preflight)."""
+    with workspace.open(args.path) as opened:
+        read(args, opened)
+
+
 def edit_file_tool(
     workspace: Workspace, *, max_bytes: int = DEFAULT_MAX_FILE_BYTES
 ) -> ToolDefinition[EditFileArgs]:
@@ -355,12 +373,23 @@ def edit_file_tool(
     ``max_bytes`` of text.
     """
 
-    def execute(args: EditFileArgs, ctx: ToolRunContext) -> dict[str, Any]:
+    def read(args: EditFileArgs, opened: Opened) -> tuple[str, int]:
+        """The file's text and how many times the edit replaces in it; refused as the
+        tool's description says."""
         _check_edit(args)
+        before = _read_text(opened.fd, opened.display, opened.stat.st_size, max_bytes, "edit")
+        return before, _occurrences(args, before, opened.display, max_bytes)
+
+    async def preflight(args: EditFileArgs | None) -> None:
+        """The edit's checks on the file as it is now, read (in a worker thread), not
+        written: an edit that would be refused is refused before anyone is asked."""
+        if args is not None:
+            await anyio.to_thread.run_sync(lambda: _dry_edit(workspace, args, read))
+
+    def execute(args: EditFileArgs, ctx: ToolRunContext) -> dict[str, Any]:
         with workspace.open_for_write(args.path, create=False) as opened:
             display = opened.display
-            before = _read_text(opened.fd, display, opened.stat.st_size, max_bytes, "edit")
-            count = _occurrences(args, before, display, max_bytes)
+            before, count = read(args, opened)
             after = before.replace(args.old_string, args.new_string)
             data = after.encode("utf-8")
             _write_all(opened.fd, data)
@@ -389,6 +418,7 @@ def edit_file_tool(
         metadata={"read_only": False, "open_world": False, "title": "Edit file"},
         paths=workspace.tool_paths(PathArgument("path", "file")),
         blocking=True,
+        preflight=preflight,
     )
 
 
