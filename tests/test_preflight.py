@@ -4,6 +4,7 @@ say it would be refused."""
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from dsh_tools import (
     hookimpl,
 )
 from dsh_tools.checks import check_registry
+from dsh_tools.cli import EXIT_CALL_FAILED, main
 from dsh_tools.errors import ErrorCode
 from dsh_tools_plugins.command import run_command_tool
 from dsh_tools_plugins.files import edit_file_tool, write_file_tool
@@ -265,3 +267,38 @@ def test_an_edit_that_can_be_made_is_asked_about_and_made(tmp_path: Path) -> Non
     done = _call(registry, "edit_file", path="notes.txt", old_string="beta", new_string="b")
     assert (done.code, asked) == (None, ["edit_file"])
     assert (tmp_path / "notes.txt").read_text() == "alpha\nb\n"
+
+
+@needs_root_sandbox
+def test_the_command_says_before_asking_that_a_root_host_would_refuse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``explain``, ``check`` and ``call`` on a root host with a workspace root owns: no
+    "if approved: would run", no "ok", and no question to answer."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    monkeypatch.setenv("DSH_TOOLS_RULES", "")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    command = ("run_command", '{"command": "touch ran"}')
+
+    def dsh(*argv: str, stdin: str = "") -> tuple[int, str]:
+        out, err = io.StringIO(), io.StringIO()
+        code = main(
+            ["--workspace", str(workspace), *argv], stdin=io.StringIO(stdin), stdout=out, stderr=err
+        )
+        return code, out.getvalue() + err.getvalue()
+
+    explained = dsh("--sandbox", "auto", "explain", *command)
+    assert explained[0] == EXIT_CALL_FAILED
+    assert explained[1].startswith("would be refused (DENIED): the host runs as root")
+    assert "if approved" not in explained[1]
+    checked = dsh("check")
+    assert checked[0] == EXIT_CALL_FAILED
+    assert (
+        'FAIL tool "run_command": every call would be refused: the host runs as root' in checked[1]
+    )
+    called = dsh("--sandbox", "auto", "call", *command, stdin="y\n")
+    assert called[0] == EXIT_CALL_FAILED
+    assert "Error: the host runs as root" in called[1]
+    assert "approve" not in called[1].lower()
+    assert not (workspace / "ran").exists()
