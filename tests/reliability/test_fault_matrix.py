@@ -93,14 +93,17 @@ TRACKED = ("pre_execute", "approval", "guard", "post_execute", "finalize", "resu
 
 # --------------------------------------------------------------------------- expectations
 
-FULL = ("pre_execute", "approval", "guard", "post_execute", "finalize", "result")
-"""The path of an allowed call: every stage with a trace event."""
+FULL = ("pre_execute", "guard", "approval", "guard", "post_execute", "finalize", "result")
+"""The path of an allowed call: every stage with a trace event. The guards run twice:
+once as a dry run before the person is asked (a call they would deny is never put to
+anyone), then for real after the answer."""
 
 PRE_ONLY = ("pre_execute", "finalize", "result")
-TO_APPROVAL = ("pre_execute", "approval", "finalize", "result")
-TO_GUARD = ("pre_execute", "approval", "guard", "finalize", "result")
+LOOKED = ("pre_execute", "guard", "finalize", "result")
+TO_APPROVAL = ("pre_execute", "guard", "approval", "finalize", "result")
+TO_GUARD = ("pre_execute", "guard", "approval", "guard", "finalize", "result")
 NO_GUARD = ("pre_execute", "post_execute", "finalize", "result")
-APPROVAL_POST = ("pre_execute", "approval", "post_execute", "finalize", "result")
+APPROVAL_POST = ("pre_execute", "guard", "approval", "post_execute", "finalize", "result")
 
 
 @attrs.frozen
@@ -143,15 +146,17 @@ EXPECTED: dict[tuple[str, str], Expect] = {
     ),
     ("approval", "non_json"): Expect("POLICY_ERROR", TO_APPROVAL, 0),
     ("approval", "hang_signal"): Expect("ABORTED_BEFORE_DISPATCH", APPROVAL_POST, 0),
-    ("approval", "hang_native"): Expect("ABORTED_BEFORE_DISPATCH", PRE_ONLY, 0, native=True),
+    ("approval", "hang_native"): Expect("ABORTED_BEFORE_DISPATCH", LOOKED, 0, native=True),
     ("approval", "slow"): OK,
-    # guards: anything but a string or None denies (fail closed), on the final path.
-    ("guard", "raise"): Expect("DENIED", TO_GUARD, 0),
-    ("guard", "base_exception"): Expect("DENIED", TO_GUARD, 0),
-    ("guard", "wrong_type"): Expect("DENIED", TO_GUARD, 0),
-    ("guard", "hostile"): Expect("DENIED", TO_GUARD, 0),
-    ("guard", "non_json"): Expect("DENIED", TO_GUARD, 0),
-    ("guard", "hang_signal"): Expect("ABORTED_BEFORE_DISPATCH", FULL, 0),
+    # guards: anything but a string or None denies (fail closed), on the final path,
+    # already in their dry run before the person would be asked: nobody is.
+    ("guard", "raise"): Expect("DENIED", LOOKED, 0),
+    ("guard", "base_exception"): Expect("DENIED", LOOKED, 0),
+    ("guard", "wrong_type"): Expect("DENIED", LOOKED, 0),
+    ("guard", "hostile"): Expect("DENIED", LOOKED, 0),
+    ("guard", "non_json"): Expect("DENIED", LOOKED, 0),
+    # The dry run blocks until the signal fires; the approval step then sees it.
+    ("guard", "hang_signal"): Expect("ABORTED_BEFORE_DISPATCH", APPROVAL_POST, 0),
     ("guard", "hang_native"): Expect(
         "ABORTED",
         TO_GUARD,
