@@ -780,7 +780,9 @@ def test_installed_demo_plugin_loads_and_runs_through_the_pipeline(
         "is_error": True,
         "text": 'Error: no permission rule in default_rules() covers tool "shout"',
     }
-    assert installed["asked"] == ["shout", "shout"]  # (invalid arguments ask nobody)
+    # Only the call that can run is put to a person: the guard would deny the secret,
+    # so that call is denied before anyone is asked, and invalid arguments ask nobody.
+    assert installed["asked"] == ["shout"]
     assert installed["shout"] == {"is_error": False, "text": "HI (reviewed)"}
     assert installed["secret"] == {
         "is_error": True,
