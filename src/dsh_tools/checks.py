@@ -4,9 +4,9 @@ Each tool's parameters must be in the enforced schema subset, and its presenters
 pure on a sample input: called twice, they return equal, well-formed cards and never raise.
 A tool whose preflight refuses every call (a sandbox that cannot start commands here) is
 reported too, so nobody learns it only after approving a call. Each tool must also be
-declarable in the providers' formats: ``define_tool`` accepts any
-name (MCP servers use dots, and bridged tools keep their remote names), so the formats
-whose providers refuse a name or an empty description are checked here instead.
+declarable in the providers' formats: ``define_tool`` accepts any name (MCP servers use
+dots, and bridged tools keep their remote names), so the formats whose providers refuse
+a name or an empty description are checked here instead.
 """
 
 from __future__ import annotations

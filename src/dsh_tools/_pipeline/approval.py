@@ -130,11 +130,11 @@ async def refusal(call: Call) -> ToolExecutionFailure | None:
 
 
 async def approve(call: Call, ask: Ask) -> Allow | Deny:
-    """Route an ``Ask`` about a call that can run (stage 1 checked it first: see
-    :func:`~dsh_tools._pipeline.stages.refused_before_asking`) to the approval store (a remembered
-    answer, then the call's open ticket), then to the approval service; only an allowed
-    outcome allows, and only an ``*-always`` answer is remembered. A ``pending`` answer
-    opens a ticket (:mod:`dsh_tools._pipeline.tickets`)."""
+    """Route an ``Ask`` about a call that can run (stage 1 checked that first:
+    :func:`~dsh_tools._pipeline.stages.refused_before_asking`) to the approval store (a
+    remembered answer, then the call's open ticket), then to the approval service; only
+    an allowed outcome allows, and only an ``*-always`` answer is remembered. A
+    ``pending`` answer opens a ticket (:mod:`dsh_tools._pipeline.tickets`)."""
     name, execution, service = call.name, call.execution, call.plan.approval
     refused = unroutable(call, ask)
     if refused is not None:

@@ -4,9 +4,8 @@
 step's checks (the tool exists, its arguments validate, its preflight passes), on a copy of
 the scope's plan that keeps every step (:meth:`dsh_tools._pipeline.plan.Plan.dry_run`).
 It never asks the approval service, and never runs a wrapper, the body, post-execute or
-an observer. The execution
-it shows the plugins has ``dry_run=True``, so a deciding plugin with a side effect (the
-audit log's guard) skips it.
+an observer. The execution it shows the plugins has ``dry_run=True``, so a deciding
+plugin with a side effect (the audit log's guard) skips it.
 """
 
 from __future__ import annotations
