@@ -107,7 +107,7 @@ def test_a_person_approves_a_pending_call_in_the_browser(browser: Any, inbox: An
     assert "sandboxed, network off" in card.inner_text()
     assert "rules.toml:4" in card.inner_text()
     assert "+new line" in page.locator("article", has_text="notes.txt").inner_text()
-    assert "?token=" not in page.url  # the token moved to a cookie
+    assert "token" not in page.url  # the token left the address
 
     ticket_id = card.get_attribute("data-ticket")
     card.get_by_role("button", name="Approve once").click()
@@ -173,71 +173,145 @@ def test_an_always_approval_may_end(browser: Any, inbox: Any) -> None:
 
 def test_without_the_token_the_inbox_answers_401(browser: Any, inbox: Any) -> None:
     tickets, url = inbox
-    base = url.split("?")[0]
+    base = url.split("#")[0]
     page = browser.new_page()
-    assert page.goto(base).status == 401
-    assert page.goto(base + "?token=wrong").status == 401
+    page.goto(base)
+    page.wait_for_selector("text=a token is required")
+    page.goto(base + "#token=wrong")
+    page.wait_for_selector("text=a token is required")
     assert "echo hello" not in page.content()
+    assert page.request.get(base + "tickets").status == 401
+    assert page.request.get(base + "?token=" + url.split("=")[1]).ok  # the page only
+    assert page.request.get(base + "tickets?token=" + url.split("=")[1]).status == 401
     some = tickets.list_tickets()[0].id
-    posted = page.request.post(base + f"tickets/{some}", form={"outcome": "allowed-once"})
+    posted = page.request.post(
+        base + f"tickets/{some}", form={"outcome": "allowed-once"}, headers={"Origin": base[:-1]}
+    )
     assert posted.status == 401
     assert _answers(tickets) == []
 
 
-def _attacker_site(target: str, csrf: str) -> http.server.ThreadingHTTPServer:
-    """Another origin on this machine (same site, other port) whose page posts an answer
-    to the inbox, a valid CSRF token included."""
-    form = (
-        f'<form id="f" method="post" action="{target}">'
-        f'<input name="csrf" value="{csrf}"><input name="outcome" value="allowed-always">'
-        '</form><script>document.getElementById("f").submit()</script>'
+class _Attacker(http.server.ThreadingHTTPServer):
+    """Another origin on this machine (same site, other port): what its server receives
+    and what its page's script could find or do."""
+
+    heard: list[str]
+    found: list[str]
+
+
+def _attacker_site(inbox: str, ticket: str) -> _Attacker:
+    """A page on another port that looks for the inbox's token everywhere its script can
+    reach (cookies, storage, the inbox's responses) and tries to approve ``ticket`` with a
+    form and with ``fetch``; its server records every header it receives."""
+    script = f"""
+    const found = [document.cookie, JSON.stringify(sessionStorage), JSON.stringify(localStorage)];
+    const target = {inbox!r} + "tickets/{ticket}";
+    async function attempt(how) {{
+      try {{ const r = await how(); found.push(r.status + ":" + await r.text()); }}
+      catch (error) {{ found.push("blocked:" + error); }}
+    }}
+    (async () => {{
+      await attempt(() => fetch({inbox!r} + "tickets", {{credentials: "include"}}));
+      await attempt(() => fetch(target, {{method: "POST", credentials: "include",
+        body: new URLSearchParams({{outcome: "allowed-always"}})}}));
+      await attempt(() => fetch(target, {{method: "POST", mode: "no-cors",
+        credentials: "include", body: new URLSearchParams({{outcome: "allowed-always"}})}}));
+      await fetch("/found", {{method: "POST", body: JSON.stringify(found)}});
+      document.getElementById("f").submit();
+    }})();
+    """
+    body = (
+        f'<form id="f" method="post" action="{inbox}tickets/{ticket}">'
+        '<input name="outcome" value="allowed-always"></form>'
+        f"<script>{script}</script>"
     ).encode()
 
     class Page(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            server.heard.append(str(self.headers))
             self.send_response(200)
             self.send_header("Content-Type", "text/html")
             self.end_headers()
-            self.wfile.write(form)
+            self.wfile.write(body)
+
+        def do_POST(self) -> None:
+            server.heard.append(str(self.headers))
+            length = int(self.headers.get("Content-Length", "0"))
+            server.found.append(self.rfile.read(length).decode())
+            self.send_response(204)
+            self.end_headers()
 
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    server = _Attacker(("127.0.0.1", 0), Page)
+    server.heard, server.found = [], []
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
 
-def test_a_cross_site_post_is_refused(browser: Any, inbox: Any) -> None:
+def test_a_page_on_another_port_cannot_read_the_token_nor_approve(browser: Any, inbox: Any) -> None:
+    """The person opened the inbox, then (same browser) a page of a dev server an agent
+    started on another port: that page and its server never see the token, and none of
+    its requests answers a ticket."""
     tickets, url = inbox
+    token = url.split("#token=")[1]
+    base = url.split("#")[0]
     context = browser.new_context()
     page = context.new_page()
-    page.goto(url)  # the person's browser holds the inbox's cookie
-    csrf = page.locator("#tickets").get_attribute("data-csrf")
+    page.goto(url)
     target = page.locator("article", has_text="echo hello").get_attribute("data-ticket")
-    attacker = _attacker_site(url.split("?")[0] + f"tickets/{target}", csrf)
+    attacker = _attacker_site(base, target)
+    other = context.new_page()
     try:
-        with page.expect_response(lambda response: f"/tickets/{target}" in response.url) as posted:
-            page.goto(f"http://127.0.0.1:{attacker.server_address[1]}/")
-        assert posted.value.status == 403
+        other.goto(f"http://127.0.0.1:{attacker.server_address[1]}/")
+        other.wait_for_url(f"{base}tickets/{target}")  # the form went last
+        assert "a token is required" in other.content()
+        assert attacker.found, "the attacker's page reported what it found"
     finally:
         attacker.shutdown()
         attacker.server_close()
+    assert token not in "".join(attacker.heard + attacker.found)
+    assert [c for c in context.cookies() if token in c["value"]] == []
     assert _answers(tickets) == []
-    page.goto(url.split("?")[0])
+    page.reload()  # the inbox's own page still holds it, after a reload too
     assert page.locator("article", has_text="echo hello").count() == 1
 
 
-def test_a_post_from_the_page_without_its_csrf_token_is_refused(browser: Any, inbox: Any) -> None:
+def _post(url: str, ticket: str, **headers: str) -> int:
+    """A plain HTTP client's answer to ``ticket`` with the right token and ``headers``."""
+    import urllib.error
+    import urllib.request
+
+    base, token = url.split("#token=")
+    request = urllib.request.Request(
+        base + f"tickets/{ticket}",
+        data=b"outcome=allowed-once&lasts=",
+        headers={"Authorization": f"Bearer {token}", **headers},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_a_post_must_prove_it_comes_from_the_inbox_page(inbox: Any) -> None:
+    """Even with the token, a POST with neither ``Origin`` nor ``Sec-Fetch-Site``, or
+    naming another origin or site, answers nothing."""
     tickets, url = inbox
-    page = browser.new_page()
-    page.goto(url)
-    page.evaluate("document.querySelectorAll('input[name=csrf]').forEach(i => i.value = 'x.y')")
-    page.locator("article", has_text="echo hello").get_by_role(
-        "button", name="Approve once"
-    ).click()
-    assert "cross-site request refused" in page.content()
+    own = url.split("/#")[0]
+    other = own.rsplit(":", 1)[0] + ":1"
+    some = tickets.list_tickets()[0].id
+    assert _post(url, some) == 403
+    assert _post(url, some, Origin=other) == 403
+    assert _post(url, some, Origin="null") == 403
+    assert _post(url, some, **{"Sec-Fetch-Site": "same-site"}) == 403
+    assert _post(url, some, Origin=own, **{"Sec-Fetch-Site": "same-site"}) == 403
     assert _answers(tickets) == []
+    assert _post(url, some, Origin=own) == 200
+    assert [a.outcome for a in _answers(tickets)] == [ApprovalOutcome.ALLOWED_ONCE]
 
 
 def test_text_from_the_model_is_shown_inert(browser: Any) -> None:
@@ -319,9 +393,9 @@ def test_a_store_that_fails_is_reported_and_nothing_is_answered(browser: Any) ->
         future, url = portal.start_task(functools.partial(serve_inbox, Broken(), port=0))
         try:
             page = browser.new_page()
-            response = page.goto(url)
-            assert response.status == 503
-            assert "disk is gone" in page.content()
+            page.goto(url)
+            page.wait_for_selector("text=disk is gone")
+            assert "nothing was answered" in page.locator("#notice").inner_text()
         finally:
             future.cancel()
 
@@ -339,11 +413,12 @@ def test_a_page_elsewhere_cannot_reach_the_inbox_by_dns_rebinding() -> None:
             statuses = []
             for host in (f"attacker.example:{parts.port}", parts.netloc):
                 connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
-                connection.putrequest("GET", f"/?{parts.query}", skip_host=True)
+                connection.putrequest("GET", "/tickets", skip_host=True)
                 connection.putheader("Host", host)
+                connection.putheader("Authorization", f"Bearer {parts.fragment[6:]}")
                 connection.endheaders()
                 statuses.append(connection.getresponse().status)
                 connection.close()
         finally:
             future.cancel()
-    assert statuses == [421, 303]
+    assert statuses == [421, 200]

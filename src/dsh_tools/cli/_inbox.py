@@ -7,17 +7,19 @@ removes cards without touching what a person is typing.
 
 Who may use it:
 
-* a random token, printed once with the URL, is required on every request (``401``
-  without it). Opening ``/?token=...`` stores it in a cookie for this inbox only
-  (``HttpOnly``, ``SameSite=Strict``, named by the port) and drops it from the address;
-  other clients send ``Authorization: Bearer ...``;
+* a random token, printed once with the URL, is required on every request but the bare
+  page (which holds no ticket): ``401`` without it. The printed URL carries it in its
+  *fragment* (``/#token=...``), which a browser never sends to any server; the page's
+  script moves it to ``sessionStorage`` (per origin: scheme, host *and port*), drops it
+  from the address and sends it as ``Authorization: Bearer ...``. No cookie holds it:
+  cookies ignore ports, so every other port of 127.0.0.1 would receive one;
 * on loopback (the default) only a loopback ``Host`` header is accepted, so a page
   elsewhere cannot reach the inbox through DNS rebinding;
-* an answer (a ``POST``) must come from the inbox's own page: a browser's
-  ``Sec-Fetch-Site`` must be ``same-origin`` and its ``Origin`` the inbox's, and the form
-  must carry the page's CSRF token (signed with a per-server key). A page served from
-  another port of the same machine is same-*site* but not same-origin, so the cookie alone
-  would not stop it; these checks do.
+* an answer (a ``POST``) must prove it comes from the inbox's own page: its ``Origin``
+  must be the inbox's own, or its ``Sec-Fetch-Site`` ``same-origin``; a ``POST`` with
+  neither, or with another origin or site, is refused. A page served from another port
+  of the same machine is same-*site* but not same-origin; it can neither read the token
+  nor send the header without a CORS preflight, which the inbox never grants.
 
 Every response forbids framing and caching, and the page runs only its own inline script
 and style (a per-response CSP nonce); no asset comes from anywhere else.
@@ -47,7 +49,7 @@ from ..approvals import (
 )
 from ..models import ApprovalOutcome
 from ..safetext import safe_text
-from ._inbox_page import LASTS, Notice, fragment, page
+from ._inbox_page import LASTS, fragment, page
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -72,31 +74,13 @@ _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
 @attrs.frozen
 class InboxSecrets:
-    """The inbox's token (what a person must present) and the key its CSRF tokens are
-    signed with; both random unless given."""
+    """The inbox's token: what a person (the inbox's own page) must present; random
+    unless given."""
 
-    token: str = attrs.field(factory=lambda: secrets.token_urlsafe(24))
-    key: bytes = attrs.field(factory=lambda: secrets.token_bytes(32), repr=False)
-
-    def csrf(self) -> str:
-        """A fresh CSRF token for one page."""
-        nonce = secrets.token_urlsafe(12)
-        return f"{nonce}.{self._sign(nonce)}"
-
-    def csrf_ok(self, value: str) -> bool:
-        nonce, _, mac = value.partition(".")
-        return bool(nonce) and hmac.compare_digest(mac, self._sign(nonce))
-
-    def sign(self, text: str) -> str:
-        """A MAC of ``text`` under the key (the redirect after an answer is signed, so a
-        link cannot make the page claim an answer nobody gave)."""
-        return self._sign(text)
+    token: str = attrs.field(factory=lambda: secrets.token_urlsafe(24), repr=False)
 
     def token_ok(self, value: str | None) -> bool:
         return value is not None and hmac.compare_digest(value.encode(), self.token.encode())
-
-    def _sign(self, nonce: str) -> str:
-        return hmac.new(self.key, nonce.encode(), hashlib.sha256).hexdigest()
 
 
 def _headers(nonce: str | None = None) -> dict[str, str]:
@@ -133,50 +117,39 @@ class _Inbox:
         self.secrets = secrets_
         self.port = port
         self.loopback = loopback
-        self.cookie = f"dsh_inbox_{port}"
 
-    def refused(self, request: Request) -> Response | None:
-        """The response that turns ``request`` away, or ``None`` when it may go on."""
+    def refused(self, request: Request, *, token: bool = True) -> Response | None:
+        """The response that turns ``request`` away, or ``None`` when it may go on; the
+        token is read from the ``Authorization`` header only (never a cookie or query)."""
         from starlette.responses import PlainTextResponse
 
         if self.loopback and not _host_ok(request.headers.get("host"), self.port):
             return PlainTextResponse("unknown host", 421, headers=_headers())
-        # The printed URL's ``?token=`` (a GET only), else the cookie it leaves, else a
-        # bearer token.
-        query = request.query_params.get("token") if request.method == "GET" else None
-        presented = query if query is not None else request.cookies.get(self.cookie)
         scheme, _, bearer = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer":
-            presented = bearer
-        if not self.secrets.token_ok(presented):
-            message = "a token is required: open the URL the inbox printed when it started\n"
-            return PlainTextResponse(message, 401, headers=_headers())
+        if token and not (scheme.lower() == "bearer" and self.secrets.token_ok(bearer)):
+            return PlainTextResponse(_NO_TOKEN, 401, headers=_headers())
         return None
 
-    def cross_site(self, request: Request) -> bool:
-        """Whether a ``POST`` came from anywhere but the inbox's own page."""
+    def cross_origin(self, request: Request) -> bool:
+        """Whether a ``POST`` fails to prove it came from the inbox's own page: it must
+        name this origin in ``Origin`` or say ``Sec-Fetch-Site: same-origin``, and
+        neither header may name anywhere else."""
         fetch_site = request.headers.get("sec-fetch-site")
-        if fetch_site is not None and fetch_site != "same-origin":
-            return True
         origin = request.headers.get("origin")
-        return origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}"
+        if fetch_site is None and origin is None:
+            return True
+        own = f"{request.url.scheme}://{request.url.netloc}"
+        return fetch_site not in (None, "same-origin") or origin not in (None, own)
 
     async def home(self, request: Request) -> Response:
-        from starlette.responses import HTMLResponse, RedirectResponse
+        """The page itself: no ticket and no token in it (its script fetches both)."""
+        from starlette.responses import HTMLResponse
 
-        turned_away = self.refused(request)
+        turned_away = self.refused(request, token=False)
         if turned_away is not None:
             return turned_away
-        token = request.query_params.get("token")
-        if token is not None:  # the printed URL: keep the token in a cookie, not the address
-            moved = RedirectResponse("/", 303, headers=_headers())
-            moved.set_cookie(self.cookie, token, httponly=True, samesite="strict", path="/")
-            return moved
-        tickets = await _stored(self.pending)
         nonce = secrets.token_urlsafe(16)
-        notice = _notice(request, self.secrets)
-        body = page(tickets, self.secrets.csrf(), _etag(tickets), nonce, notice)
-        return HTMLResponse(body, headers=_headers(nonce))
+        return HTMLResponse(page(nonce), headers=_headers(nonce))
 
     async def tickets(self, request: Request) -> Response:
         from starlette.responses import HTMLResponse, Response
@@ -184,26 +157,23 @@ class _Inbox:
         turned_away = self.refused(request)
         if turned_away is not None:
             return turned_away
-        csrf = request.query_params.get("csrf", "")
-        if not self.secrets.csrf_ok(csrf):
-            return Response("stale page: reload it\n", 403, headers=_headers())
         tickets = await _stored(self.pending)
         etag = _etag(tickets)
         headers = {**_headers(), "ETag": etag}
         if request.headers.get("if-none-match") == etag:
             return Response(status_code=304, headers=headers)
-        return HTMLResponse(fragment(tickets, csrf), headers=headers)
+        return HTMLResponse(fragment(tickets), headers=headers)
 
     async def answer(self, request: Request) -> Response:
-        from starlette.responses import PlainTextResponse, RedirectResponse
+        """One answer, posted by the page's script; the reply is the sentence it shows."""
+        from starlette.responses import PlainTextResponse
 
         turned_away = self.refused(request)
         if turned_away is not None:
             return turned_away
+        if self.cross_origin(request):
+            return PlainTextResponse("cross-origin request refused\n", 403, headers=_headers())
         form = await request.form(max_files=0, max_fields=8)
-        csrf = form.get("csrf")
-        if self.cross_site(request) or not (isinstance(csrf, str) and self.secrets.csrf_ok(csrf)):
-            return PlainTextResponse("cross-site request refused\n", 403, headers=_headers())
         outcome = _ANSWERS.get(str(form.get("outcome", "")))
         lasts = LASTS.get(str(form.get("lasts", "")))
         if outcome is None or lasts is None:
@@ -216,9 +186,8 @@ class _Inbox:
             outcome, who, CHANNEL, feedback=feedback, expires_in_s=ends[0], uses=ends[1]
         )
         status = await self._answered(ticket, answer)
-        query = urlencode({"ticket": ticket, "answered": outcome.value, "status": status})
-        signed = urlencode({"mac": self.secrets.sign(query)})
-        return RedirectResponse(f"/?{query}&{signed}", 303, headers=_headers())
+        said = _STATUS_TEXT[status].format(ticket=safe_text(ticket), answered=outcome.value)
+        return PlainTextResponse(said, _STATUS_CODE[status], headers=_headers())
 
     def pending(self) -> Sequence[ApprovalTicket]:
         return self.store.list_tickets(state=TicketState.PENDING)
@@ -261,19 +230,9 @@ _STATUS_TEXT = {
     "late": "Ticket {ticket} was answered or expired before this answer: nothing changed.",
     "unknown": "There is no ticket {ticket}.",
 }
-
-
-def _notice(request: Request, secrets_: InboxSecrets) -> Notice | None:
-    """What the (signed) redirect after an answer says about it: a fixed sentence naming
-    the ticket and the outcome."""
-    query, _, mac = request.url.query.rpartition("&mac=")
-    status = request.query_params.get("status")
-    template = _STATUS_TEXT.get(status or "")
-    if template is None or not hmac.compare_digest(mac, secrets_.sign(query)):
-        return None
-    ticket = safe_text(request.query_params.get("ticket", ""))
-    answered = safe_text(request.query_params.get("answered", ""))
-    return Notice(template.format(ticket=ticket, answered=answered), status == "ok")
+"""What the page shows after an answer, by what became of it."""
+_STATUS_CODE = {"ok": 200, "late": 409, "unknown": 404}
+_NO_TOKEN = "a token is required: open the URL the inbox printed when it started\n"
 
 
 def build_app(
@@ -323,6 +282,6 @@ async def serve_inbox(
     sock = _bound_socket(host, port)
     bound = sock.getsockname()[1]
     app = build_app(store, chosen, port=bound, loopback=loopback)
-    url = _url(host, bound, "/?" + urlencode({"token": chosen.token}))
+    url = _url(host, bound, "/#" + urlencode({"token": chosen.token}))
     config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2)
     await _run_until_cancelled(uvicorn.Server(config), sock, url, task_status)

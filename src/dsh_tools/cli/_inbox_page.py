@@ -14,8 +14,6 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-import attrs
-
 from ..approvals import ApprovalTicket
 from ..approvals._text import ticket_card, ticket_fields
 from ..models import ApprovalOutcome
@@ -23,7 +21,7 @@ from ..presentation import DiffCallView, ToolCallView
 from ..safetext import safe_text
 from ..terminal import render_call_view
 
-__all__ = ["LASTS", "Notice", "fragment", "page"]
+__all__ = ["LASTS", "fragment", "page"]
 
 LASTS: dict[str, tuple[str, float | None, int | None]] = {
     "": ("until forgotten", None, None),
@@ -34,14 +32,6 @@ LASTS: dict[str, tuple[str, float | None, int | None]] = {
 }
 """How long an *Approve always* lasts, by the value the page sends: its label, then the
 grant's ``expires_in_s`` and ``uses``."""
-
-
-@attrs.frozen
-class Notice:
-    """The line shown above the list after an answer: what became of it."""
-
-    text: str
-    ok: bool
 
 
 _STYLE = """
@@ -57,8 +47,25 @@ input[name=feedback]{flex:1;min-width:12rem}
 
 _SCRIPT = """
 const list = document.getElementById("tickets");
-const csrf = list.dataset.csrf;
-let etag = list.dataset.etag;
+const notice = document.getElementById("notice");
+const KEY = "dsh-inbox-token";
+const given = new URLSearchParams(location.hash.slice(1)).get("token");
+if (given !== null) {
+  sessionStorage.setItem(KEY, given);
+  history.replaceState(null, "", location.pathname + location.search);
+}
+const token = sessionStorage.getItem(KEY);
+let etag = "";
+function say(text, ok) {
+  notice.textContent = text;
+  notice.className = "notice " + (ok ? "ok" : "bad");
+  notice.hidden = false;
+}
+function ask(path, options) {
+  const headers = Object.assign({"Authorization": "Bearer " + token}, options.headers);
+  return fetch(path, Object.assign({}, options,
+    {headers: headers, cache: "no-store", credentials: "omit"}));
+}
 function merge(text) {
   const holder = document.createElement("template");
   holder.innerHTML = text;
@@ -80,18 +87,34 @@ function merge(text) {
   document.getElementById("empty").hidden = incoming.size > 0;
   document.title = fresh.dataset.title;
 }
+async function refresh() {
+  const answer = await ask("tickets", {headers: {"If-None-Match": etag}});
+  if (answer.status === 200) {
+    etag = answer.headers.get("ETag");
+    merge(await answer.text());
+  } else if (answer.status !== 304) {
+    say(await answer.text(), false);
+  }
+}
 async function poll() {
-  try {
-    const answer = await fetch("tickets?csrf=" + encodeURIComponent(csrf),
-      {headers: {"If-None-Match": etag}, cache: "no-store", credentials: "same-origin"});
-    if (answer.status === 200) {
-      etag = answer.headers.get("ETag");
-      merge(await answer.text());
-    }
-  } catch (error) {}
+  try { await refresh(); } catch (error) {}
   setTimeout(poll, 1000);
 }
-setTimeout(poll, 1000);
+list.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const form = event.target;
+  const body = new URLSearchParams(new FormData(form));
+  if (event.submitter) body.append(event.submitter.name, event.submitter.value);
+  const answer = await ask(form.getAttribute("action"), {method: "POST", body: body});
+  const said = await answer.text();
+  await refresh();
+  say(said, answer.ok);
+});
+if (token === null) {
+  say("a token is required: open the URL the inbox printed when it started", false);
+} else {
+  poll();
+}
 """
 
 
@@ -130,7 +153,7 @@ def _record(ticket: ApprovalTicket) -> str:
     return f"<dl>{cells}</dl>"
 
 
-def _answer_form(ticket: ApprovalTicket, csrf: str) -> str:
+def _answer_form(ticket: ApprovalTicket) -> str:
     action = f"tickets/{_text(ticket.id)}"
     buttons = (
         (ApprovalOutcome.ALLOWED_ONCE, "Approve once"),
@@ -146,19 +169,19 @@ def _answer_form(ticket: ApprovalTicket, csrf: str) -> str:
     )
     return (
         f'<form method="post" action="{action}">'
-        f'<input type="hidden" name="csrf" value="{_text(csrf)}">{shown}'
+        f"{shown}"
         f'<select name="lasts" aria-label="approve always lasts">{lasts}</select>'
         '<input name="feedback" placeholder="feedback (optional; a rejection tells the model)" '
         'maxlength="2000" aria-label="feedback"></form>'
     )
 
 
-def _article(ticket: ApprovalTicket, csrf: str) -> str:
+def _article(ticket: ApprovalTicket) -> str:
     return (
         f'<article id="{_text(ticket.id)}" data-ticket="{_text(ticket.id)}" '
         f'data-tool="{_text(ticket.tool_name)}" data-state="{_text(ticket.state.value)}">'
         f"<h2>{_text(ticket.tool_name)} <small>{_text(ticket.id)}</small></h2>"
-        f"{_card(ticket_card(ticket))}{_record(ticket)}{_answer_form(ticket, csrf)}</article>"
+        f"{_card(ticket_card(ticket))}{_record(ticket)}{_answer_form(ticket)}</article>"
     )
 
 
@@ -166,32 +189,24 @@ def _title(tickets: Sequence[ApprovalTicket]) -> str:
     return f"({len(tickets)}) approvals" if tickets else "approvals"
 
 
-def fragment(tickets: Sequence[ApprovalTicket], csrf: str) -> str:
-    """The list of pending tickets, as the page holds it and as its script fetches it."""
-    cards = "".join(_article(ticket, csrf) for ticket in tickets)
+def fragment(tickets: Sequence[ApprovalTicket]) -> str:
+    """The list of pending tickets, as the page's script fetches it."""
+    cards = "".join(_article(ticket) for ticket in tickets)
     return (
         f'<div id="tickets" data-title="{_title(tickets)}">{cards}</div>'
         f'<p id="empty"{" hidden" if tickets else ""}>No call awaits approval.</p>'
     )
 
 
-def page(
-    tickets: Sequence[ApprovalTicket], csrf: str, etag: str, nonce: str, notice: Notice | None
-) -> str:
-    """The whole inbox page; ``nonce`` lets the page's own style and script run."""
-    shown = ""
-    if notice is not None:
-        kind = "ok" if notice.ok else "bad"
-        shown = f'<p class="notice {kind}" role="status">{_text(notice.text)}</p>'
-    listing = fragment(tickets, csrf).replace(
-        '<div id="tickets"',
-        f'<div id="tickets" data-csrf="{_text(csrf)}" data-etag="{_text(etag)}"',
-        1,
-    )
+def page(nonce: str) -> str:
+    """The inbox page, empty until its script (``nonce`` lets it and the page's style
+    run) has fetched the tickets with the token from the URL's fragment."""
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f'<title>{_title(tickets)}</title><style nonce="{nonce}">{_STYLE}</style></head>'
-        f"<body><h1>Calls awaiting approval</h1>{shown}{listing}"
+        f'<title>approvals</title><style nonce="{nonce}">{_STYLE}</style></head>'
+        "<body><h1>Calls awaiting approval</h1>"
+        '<p id="notice" class="notice" role="status" hidden></p>'
+        '<div id="tickets"></div><p id="empty" hidden>No call awaits approval.</p>'
         f'<script nonce="{nonce}">{_SCRIPT}</script></body></html>'
     )
