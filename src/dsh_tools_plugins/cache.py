@@ -12,10 +12,13 @@ A hit runs no body, but it is still a result of the wrapper stage: post-execute 
 result observers see it as any other, its ``meta`` says ``{"cache": "hit"}`` and the
 decision record has a ``ResultCache`` step saying ``hit``.
 
-Invalidation is conservative: a call of any tool that is not read-only clears the entries
-of its agent scope and of every scope above or below it, before its body runs and again
-when it ends; a read that was running meanwhile does not store its result. So
-``read_file`` after ``write_file`` never answers from before the write.
+Invalidation is conservative: a call of any tool that is not read-only clears every
+entry, of every agent scope, before its body runs and again when it ends; a read that was
+running meanwhile does not store its result. Scopes share what tools reach (sibling
+agents, two MCP clients of one server work in one workspace), and which files a write
+touched is the tool's secret, so no scope's entry can be proven fresh after another's
+write. So ``read_file`` after ``write_file`` never answers from before the write, in any
+scope.
 """
 
 from __future__ import annotations
@@ -157,17 +160,16 @@ class ResultCache:
 
             return caching
         key = _key(execution) if metadata.get("idempotent") is True else None
-        agent = execution.agent
 
         async def invalidating(signal: CancelSignal | None = None) -> ToolExecutionResult:
             hit = self._hit(key, arguments)  # an idempotent call nothing has undone since
             if hit is not None:
                 return hit
-            self.clear(agent)
+            self.clear(everything=True)  # any scope may read what this call writes
             try:
                 result: ToolExecutionResult = await dispatch(signal)
             finally:
-                self.clear(agent)
+                self.clear(everything=True)
             if key is not None and isinstance(result, ToolExecutionSuccess):
                 self._store(key, arguments, result, self._generation)
             return result

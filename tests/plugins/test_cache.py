@@ -97,6 +97,19 @@ def test_a_write_in_a_child_scope_clears_the_parents_entries_too() -> None:
     assert read(registry, "r2").text == "two"
 
 
+def test_a_write_by_a_sibling_scope_clears_every_scopes_entries() -> None:
+    """``team/b`` writes the file ``team/a`` read (two MCP clients of one server are such
+    siblings): ``team/a``'s next read, and an unrelated scope's, see the write."""
+    registry, files, _ = setup(ResultCache())
+    team = registry.scope("team")
+    reader, writer, elsewhere = team.scope("a"), team.scope("b"), registry.scope("other")
+    assert read(reader, "r1").text == read(elsewhere, "r2").text == "one"
+    writer.execute_sync(ToolExecutionInput("w", "write_file", {"path": "a.txt", "text": "two"}))
+    assert read(reader, "r3").text == "two"
+    assert read(elsewhere, "r4").text == "two"
+    assert files.reads == 4
+
+
 def test_entries_are_per_agent_and_arguments_and_bounded() -> None:
     cache = ResultCache(max_entries=2)
     registry, files, _ = setup(cache)
