@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,12 +26,17 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from dsh_tools.bridges._mcp_clients import MIN_SECRET_CHARS, ClientIdentityError, bearer_scope
+from dsh_tools.bridges._mcp_clients import (
+    MIN_DISTINCT_CHARS,
+    MIN_SECRET_CHARS,
+    ClientIdentityError,
+    bearer_scope,
+)
 from dsh_tools.bridges.mcp import serve_http
 from test_mcp_approvals import User, accept, asking_registry, texts
 
-ALICE = "alice-" + "a" * 40
-BOB = "bob-" + "b" * 40
+ALICE = "alice-Zk3q9XvLw2Hn8RtB5yPm1Jc7Gd4Fs6Ae0Ku"
+BOB = "bob-Qw8Er5Ty2Ui9Op3As6Df1Gh4Jk7Lz0Xc"
 
 
 @contextlib.asynccontextmanager
@@ -54,6 +60,32 @@ def test_a_bearer_token_names_one_scope_that_does_not_show_the_token() -> None:
     assert bearer_scope("Basic dXNlcjpwYXNz") is None
     with pytest.raises(ClientIdentityError, match=f"at least {MIN_SECRET_CHARS}"):
         bearer_scope("Bearer short")
+
+
+@pytest.mark.parametrize(
+    ("secret", "said"),
+    [
+        ("a" * 32, "1 different characters);"),
+        ("ab" * 40, "2 different characters);"),
+        ("abcdefg-" * 5, "8 different characters, a shorter text repeated);"),
+        ("1234567" * 6, "7 different characters);"),
+    ],
+)
+def test_a_bearer_token_that_is_plainly_not_random_names_no_client(secret: str, said: str) -> None:
+    """Long enough is not enough: 32 identical characters, or a short text repeated,
+    would let anyone who guesses the pattern take the client's scope."""
+    expected = re.escape(f"not random (it has {said}")
+    with pytest.raises(ClientIdentityError, match=expected) as raised:
+        bearer_scope(f"Bearer {secret}")
+    assert f"at least {MIN_DISTINCT_CHARS} different characters" in str(raised.value)
+    assert secret not in str(raised.value)
+
+
+def test_a_random_token_of_any_common_kind_names_a_client() -> None:
+    import secrets
+
+    for token in (secrets.token_hex(16), secrets.token_urlsafe(32), str(uuid.uuid4())):
+        assert bearer_scope(f"Bearer {token}") is not None
 
 
 @pytest.mark.anyio

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ANONYMOUS_PREFIX",
+    "MIN_DISTINCT_CHARS",
     "MIN_SECRET_CHARS",
     "ClientIdentityError",
     "ClientScopes",
@@ -54,6 +55,11 @@ __all__ = [
 MIN_SECRET_CHARS = 32
 """The fewest characters a bearer token must have to name a client (a guessable secret
 would let another client take its scope)."""
+MIN_DISTINCT_CHARS = 8
+"""The fewest different characters such a token must hold: 32 random hex digits hold
+fewer than 8 once in about 25 million draws, a typed or patterned secret (``aaaa...``,
+``abcabc...``) almost always."""
+_MAKE_ONE = 'make one with `python -c "import secrets; print(secrets.token_urlsafe(32))"`'
 
 _DOMAIN = b"dsh-tools MCP client\x00"
 ANONYMOUS_PREFIX = "mcp-anon-"
@@ -68,7 +74,8 @@ class ClientIdentityError(ValueError):
 def bearer_scope(authorization: str | None) -> str | None:
     """The agent scope a request's ``Authorization`` header names, or ``None`` when it
     carries no bearer token. Raises :class:`ClientIdentityError` for a token shorter
-    than :data:`MIN_SECRET_CHARS`."""
+    than :data:`MIN_SECRET_CHARS`, or one that is plainly not random (fewer than
+    :data:`MIN_DISTINCT_CHARS` different characters, or a shorter text repeated)."""
     if authorization is None:
         return None
     kind, _, secret = authorization.strip().partition(" ")
@@ -78,8 +85,15 @@ def bearer_scope(authorization: str | None) -> str | None:
     if len(secret) < MIN_SECRET_CHARS:
         raise ClientIdentityError(
             f"the request's bearer token has {len(secret)} characters; a token that names "
-            f'a client needs at least {MIN_SECRET_CHARS} (make one with `python -c "import '
-            'secrets; print(secrets.token_urlsafe(32))"`)'
+            f"a client needs at least {MIN_SECRET_CHARS} ({_MAKE_ONE})"
+        )
+    distinct = len(set(secret))
+    if distinct < MIN_DISTINCT_CHARS or secret in (secret + secret)[1:-1]:
+        raise ClientIdentityError(
+            f"the request's bearer token is not random (it has {distinct} different "
+            f"characters{', a shorter text repeated' if distinct >= MIN_DISTINCT_CHARS else ''})"
+            f"; a token that names a client needs at least {MIN_DISTINCT_CHARS} different "
+            f"characters and no repeated pattern, so nobody can guess it ({_MAKE_ONE})"
         )
     digest = hashlib.sha256(_DOMAIN + secret.encode("utf-8", "surrogatepass")).hexdigest()
     return f"mcp-{digest[:32]}"
