@@ -224,3 +224,14 @@ def test_a_grant_that_cannot_end_so_is_bad_usage(
     assert exit_code == EXIT_USAGE
     assert problem in said
     assert code(registry.execute_sync(CALL)) == "APPROVAL_PENDING"  # still unanswered
+
+
+def test_show_prints_every_argument_of_a_call_without_a_card(workspace: Path) -> None:
+    from approval_helpers import HIDING, add_deploy_tool, assert_every_argument_shown
+
+    registry, _ = host(workspace)
+    add_deploy_tool(registry)
+    pending = registry.execute_sync(ToolExecutionInput("c2", "deploy", HIDING, agent="coder"))
+    exit_code, shown = dsh("approvals", "show", pending.meta["approval"]["ticket"])  # type: ignore[index]
+    assert exit_code == EXIT_OK
+    assert_every_argument_shown(shown)

@@ -384,6 +384,35 @@ def test_the_inbox_approves_a_pending_call_end_to_end(browser: Any) -> None:
     assert runs == ["billing.txt"]
 
 
+def test_every_argument_of_a_call_without_a_card_is_shown(browser: Any) -> None:
+    from approval_helpers import (
+        HIDING,
+        add_deploy_tool,
+        ask_every_call,
+        assert_every_argument_shown,
+    )
+    from dsh_tools import ToolRegistry
+    from dsh_tools.models import ToolExecutionInput
+
+    store = MemoryApprovalStore()
+    registry = ToolRegistry(approval=lambda request: "pending", approval_store=store)
+    add_deploy_tool(registry)
+    ask_every_call(registry)
+    with start_blocking_portal() as portal:
+        pending = portal.call(
+            registry.execute, ToolExecutionInput("c1", "deploy", HIDING, agent="coder")
+        )
+        ticket = pending.meta["approval"]["ticket"]
+        future, url = portal.start_task(functools.partial(serve_inbox, store, port=0))
+        try:
+            page = browser.new_page()
+            page.goto(url)
+            shown = page.locator(f"article[data-ticket='{ticket}'] pre").inner_text()
+        finally:
+            future.cancel()
+    assert_every_argument_shown(shown)
+
+
 def test_a_store_that_fails_is_reported_and_nothing_is_answered(browser: Any) -> None:
     class Broken(MemoryApprovalStore):
         def list_tickets(self, **filters: Any) -> Any:

@@ -100,6 +100,20 @@ async def test_an_ask_elicits_with_the_calls_card_and_an_accepted_answer_runs_it
 
 
 @pytest.mark.anyio
+async def test_an_elicitation_shows_every_argument_of_a_call_without_a_card() -> None:
+    from approval_helpers import HIDING, add_deploy_tool, assert_every_argument_shown
+
+    registry, _ = asking_registry()
+    add_deploy_tool(registry)
+    user = User(accept("reject"))
+    with anyio.fail_after(10):
+        async with Client(build_mcp_server(registry), elicitation_callback=user) as client:
+            await client.call_tool("deploy", HIDING)
+    [asked] = user.asked
+    assert_every_argument_shown(asked.message)
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 @pytest.mark.parametrize(
     "answer",

@@ -40,7 +40,7 @@ class Terminal(io.StringIO):
 def test_call_cards() -> None:
     generic = GenericCallView("Read a.txt", kind=ToolCallKind.READ, raw_input={"path": "a.txt"})
     assert render_call_view(generic).startswith("▶ Read a.txt [read]\n")
-    assert '"path": "a.txt"' in render_call_view(generic)
+    assert '  path: "a.txt"\n' in render_call_view(generic)
     assert render_call_view(TerminalCallView("ls -l", cwd="/w")) == "$ ls -l   (in /w)\n"
     diff = DiffCallView("Write a.txt", [FileDiff("a.txt", None, "new\n")])
     assert "+new" in render_call_view(diff)
@@ -189,3 +189,38 @@ def test_a_framed_card_on_a_terminal_writes_no_hostile_sequence(text: str) -> No
     written = out.getvalue()
     for sequence in ("\x1b]", "\x07", "\x1b[1A", "\x1b[2K", "\r", "\u202e", "\x9b", "\x08"):
         assert sequence not in written
+
+
+def test_a_card_of_arguments_shows_every_key_in_a_fixed_order_long_values_folded() -> None:
+    """A tool without a card is shown by its arguments: the model's key order and a long
+    first value cannot hide a short argument from the person approving."""
+    from approval_helpers import HIDING, add_deploy_tool, assert_every_argument_shown
+    from dsh_tools import ToolExecutionInput, ToolRegistry
+
+    registry = ToolRegistry()
+    add_deploy_tool(registry)
+    card = render_call_view(registry.present_call(ToolExecutionInput("c", "deploy", HIDING)))
+    assert_every_argument_shown(card)
+    flipped = {"target": "production", "notes": "n" * 5000}
+    assert (
+        render_call_view(registry.present_call(ToolExecutionInput("c", "deploy", flipped))) == card
+    )
+
+
+def test_nested_arguments_are_folded_never_dropped() -> None:
+    nested = {
+        "z": {"long": "q" * 900, "b": [1] * 25, "empty": {}, "none": []},
+        "a b": "line\n  target: forged",
+    }
+    card = render_call_view(GenericCallView("t", raw_input=nested))
+    assert card == (
+        "▶ t\n"
+        '  "a b": "line\\n  target: forged"\n'
+        "  z:\n" + "    b:\n" + "      - 1\n" * 20 + "      … (5 more items not shown)\n"
+        "    empty: {}\n"
+        f'    long: "{"q" * 400}" … (500 more characters not shown)\n'
+        "    none: []\n"
+    )
+    assert render_call_view(GenericCallView("t", raw_input="r" * 2500)).endswith(
+        " … (500 more characters not shown)\n"
+    )

@@ -12,13 +12,12 @@ card, and the whole card is made inert before it is written.
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from collections.abc import Iterable
 from typing import TextIO
 
+from ._folding import fold_text, folded_arguments
 from .content import content_text
-from .json import thaw
 from .models import PresentableResult, ToolExecutionFailure, ToolExecutionResult
 from .presentation import (
     DiffCallView,
@@ -85,10 +84,9 @@ def _call_card(view: ToolCallView) -> str:
     text = f"▶ {title}{kind}\n"
     if view.raw_input is not None:
         raw = view.raw_input
-        shown = raw if isinstance(raw, str) else json.dumps(thaw(raw), indent=2, ensure_ascii=False)
-        if len(shown) > _MAX_INPUT:
-            shown = shown[:_MAX_INPUT] + " …"
-        text += _lines(shown)
+        text += _lines(
+            fold_text(raw, _MAX_INPUT) if isinstance(raw, str) else folded_arguments(raw)
+        )
     for location in view.locations:
         line = f":{location.line}" if location.line else ""
         text += f"  @ {safe_text(location.path)}{line}\n"
