@@ -10,6 +10,8 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dsh_tools import (
     ToolExecutionInput,
@@ -22,7 +24,7 @@ from dsh_tools.cancel import CancelSource
 from dsh_tools.models import ToolExecution
 from dsh_tools.progress import DROP, Output, Progress, StreamSummary
 from dsh_tools.testing import ProgressRecorder
-from streaming import Redact
+from streaming import SECRET, Redact
 
 
 def _registry(execute: Any, *, blocking: bool = False, timeout_ms: float | None = None) -> Any:
@@ -436,3 +438,92 @@ def test_a_records_only_context_reports_nothing_after_its_dispatch_ended() -> No
     assert [step.detail["progress"] for step in steps] == [1, 2]
     assert steps[-1].detail["output"] == 0
     assert steps[-1].detail["last"] == Progress(2, 2, "dispatch").to_json()
+
+
+@st.composite
+def _cut_secrets(draw: st.DrawFn) -> tuple[str, int]:
+    """A long unfinished line holding the secret, and where the body's first write ends:
+    inside the secret, inside it at the held tail's start, or anywhere."""
+    at = draw(st.integers(4097, 9000))
+    line = list("x" * at + SECRET + "y" * draw(st.integers(0, 6000)))
+    for blank in draw(st.lists(st.integers(0, len(line) - 1), max_size=4)):
+        if not at <= blank < at + len(SECRET):
+            line[blank] = " "  # a blank is where a cut is tried first
+    first = draw(
+        st.one_of(
+            st.integers(at + 1, at + len(SECRET) - 1),
+            st.integers(at + 4097, at + 4096 + len(SECRET) - 1),
+            st.integers(1, len(line) - 1),
+        )
+    )
+    return "".join(line), min(first, len(line) - 1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_cut_secrets())
+def test_a_secret_across_any_cut_of_a_long_unfinished_line_is_redacted(
+    case: tuple[str, int],
+) -> None:
+    """A line longer than the longest that waits whole is delivered in pieces; however
+    the body's writes and the deliveries cut it, the filter sees the secret whole."""
+    line, first = case
+
+    def body(args: Any, ctx: ToolRunContext) -> str:
+        ctx.emit_output(line[:first])  # the first report is delivered at once
+        ctx.emit_output(line[first:] + "\n")
+        return "done"
+
+    seen: list[Output] = []
+    registry = _registry(body)
+    registry.add_plugin(Redact())
+    call = ToolExecutionInput("c", "work", on_progress=lambda execution, event: seen.append(event))
+    assert not registry.execute_sync(call).is_error
+    streamed = "".join(e.text for e in seen)
+    assert streamed == line.replace(SECRET, "***") + "\n"
+
+
+def _streamed(body: Any, policy: object) -> str:
+    seen: list[Output] = []
+    registry = _registry(body)
+    registry.add_plugin(policy)
+    call = ToolExecutionInput("c", "work", on_progress=lambda execution, event: seen.append(event))
+    assert not registry.execute_sync(call).is_error
+    return "".join(e.text for e in seen)
+
+
+def test_a_filter_that_cannot_be_cut_withholds_the_head_instead() -> None:
+    """A filter that hides a whole event holding a secret gives different text cut than
+    whole at every cut: the line's head is withheld (the secret was in it), and the held
+    tail, free of it, follows."""
+
+    class HideWhole:
+        @hookimpl
+        def dsh_tools_progress_filter(self, event: Progress | Output) -> object:
+            if isinstance(event, Output) and SECRET in event.text:
+                return Output("[withheld]", event.stream)
+            return None
+
+    def body(args: Any, ctx: ToolRunContext) -> str:
+        ctx.emit_output("x" * 6000 + SECRET + "y" * 5000)
+        ctx.emit_output("\n")
+        return "done"
+
+    assert _streamed(body, HideWhole()) == "y" * 4096 + "\n"
+
+
+def test_the_unfinished_line_around_skipped_output_is_skipped_with_it() -> None:
+    """Output beyond what may wait is skipped; the part of a line before the skip (which
+    may be a secret's head) and after it (its tail) are skipped too."""
+
+    def body(args: Any, ctx: ToolRunContext) -> str:
+        ctx.emit_output("first\n")  # delivered at once; the rest waits for the interval
+        ctx.emit_output("a" * (64 * 1024 - 10) + SECRET[:3])
+        ctx.emit_output(SECRET[3:] + "b" * 70_000)
+        ctx.emit_output("c" * 100 + "\nlast\n")
+        return "done"
+
+    streamed = _streamed(body, Redact())
+    assert SECRET[:3] not in streamed
+    assert streamed.startswith("first\n")
+    assert "\nlast\n" in streamed
+    assert "characters of output skipped while delivering" in streamed

@@ -273,7 +273,10 @@ def dsh_tools_progress_filter(
 
     Events are coalesced before they are filtered: an output event holds the text
     reported since the previous delivery (adjacent text of one stream joined), so a
-    secret written in two pieces arrives in one. A plain function (not ``async``),
+    secret written in two pieces arrives in one; a line too long to wait whole is cut
+    only where filtering the pieces gives the same text as filtering the whole (checked
+    by calling the filters on both, so an implementation must be a plain function of
+    the event), its last 4,096 characters waiting. A plain function (not ``async``),
     called from whichever thread delivers; keep it quick. Fails closed: an implementation
     that raises or returns anything else withholds that event and every later one of the
     call (logged); the call itself goes on, and its result is untouched.

@@ -16,9 +16,13 @@ the one waiting; output is appended, adjacent text of one stream joined, never
 reordered) and one shared thread (:class:`_Flusher`) delivers the batch when the
 interval is up. Output is delivered
 in whole lines: a partial last line (up to :data:`MAX_PARTIAL_CHARS`) waits for its end
-or the body's, so a filter sees a line written in pieces at once. At most
-:data:`MAX_PENDING_CHARS` characters of output wait; what a body emits beyond that
-before the next delivery is skipped and replaced by one line saying how much.
+or the body's, so a filter sees a line written in pieces at once. A longer one is cut
+only where the filters give the same text cut or whole, its last characters waiting
+(:mod:`~dsh_tools._pipeline.cuts`), so a secret across a cut is still seen whole. At
+most :data:`MAX_PENDING_CHARS` characters of output wait; what a body emits beyond that
+before the next delivery is skipped and replaced by one line saying how much, and the
+unfinished line on either side of the skip is skipped with it (half a secret is not
+shown).
 
 :func:`filtered` is the one place events meet policy: the plan's
 ``dsh_tools_progress_filter`` implementations, folded over each delivered event.
@@ -32,9 +36,11 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..progress import DROP, Output, Progress, ProgressListener, StreamSummary
+from .cuts import HELD_CHARS, safe_cut
 from .loops import stops_the_caller
 from .plan import Impl, listener_impl
 from .results import message
@@ -52,10 +58,15 @@ INTERVAL_S = 0.05
 MAX_PENDING_CHARS = 64 * 1024
 """The most output characters waiting between two deliveries."""
 
-MAX_PARTIAL_CHARS = 4096
+MAX_PARTIAL_CHARS = HELD_CHARS
 """The longest partial line that waits for its end before it is delivered."""
 
 Event = Progress | Output
+
+
+class _Unfinished(Output):
+    """A partial line longer than :data:`MAX_PARTIAL_CHARS`: delivered up to a safe cut
+    (:func:`~dsh_tools._pipeline.cuts.safe_cut`), the rest put back to wait."""
 
 
 class _Call(Protocol):
@@ -86,6 +97,7 @@ class Stream:
         "_scheduled",
         "_signal",
         "_skipped",
+        "_skipping",
         "_summary",
     )
 
@@ -104,6 +116,7 @@ class Stream:
         self._progress: Progress | None = None
         self._output: list[tuple[str, list[str]]] = []  # runs of one stream's text
         self._pending_chars = self._skipped = 0
+        self._skipping = False  # skip up to the next line end: the rest of a skipped line
         self._last_flush = 0.0
         self._scheduled = False  # the flusher will deliver what waits
         self._muted = False
@@ -142,19 +155,38 @@ class Stream:
         self.flush()
 
     def _append(self, event: Output) -> None:
-        room = MAX_PENDING_CHARS - self._pending_chars
         text = event.text
-        if len(text) > room:
+        if self._skipping:  # the rest of a line whose head was skipped
+            end = _line_end(text)
+            self._skipped += end or len(text)
+            text, self._skipping = (text[end:], False) if end else ("", True)
+        room = MAX_PENDING_CHARS - self._pending_chars
+        overflow = len(text) > room
+        if overflow:
             self._skipped += len(text) - room
             text = text[:room]
-        if not text:
+        if text:
+            self._pending_chars += len(text)
+            runs = self._output
+            if runs and runs[-1][0] == event.stream:
+                runs[-1][1].append(text)
+            else:
+                runs.append((event.stream, [text]))
+        if overflow:
+            self._skip_unfinished()
+
+    def _skip_unfinished(self) -> None:
+        """Skipping starts: the unfinished line before it is skipped too, and so is the
+        rest of the skipped line when it comes."""
+        self._skipping = True
+        if not self._output:
             return
-        self._pending_chars += len(text)
-        runs = self._output
-        if runs and runs[-1][0] == event.stream:
-            runs[-1][1].append(text)
-        else:
-            runs.append((event.stream, [text]))
+        name, chunks = self._output[-1]
+        text = "".join(chunks)
+        end = _line_end(text)
+        self._skipped += len(text) - end
+        self._pending_chars -= len(text) - end
+        self._output[-1:] = [(name, [text[:end]])] if end else []
 
     def _take(self, final: bool) -> list[Event]:
         outputs = [Output("".join(chunks), name) for name, chunks in self._output]
@@ -163,7 +195,10 @@ class Stream:
         if held is not None:
             whole, rest = held
             outputs[-1:] = [whole] if whole.text else []
-            self._output, self._pending_chars = [(rest.stream, [rest.text])], len(rest.text)
+            if type(rest) is _Unfinished:
+                outputs.append(rest)
+            else:
+                self._output, self._pending_chars = [(rest.stream, [rest.text])], len(rest.text)
         if self._skipped:
             stream = outputs[-1].stream if outputs else "stdout"
             note = f"\n[{self._skipped} characters of output skipped while delivering]\n"
@@ -212,11 +247,15 @@ class Stream:
         call = self._call
         execution, tool, plan = call.record(), call.tool, call.plan
         counts = self._summary
+
+        def run(event: Event) -> Event | None:
+            return filtered(execution, event, tool, plan.filters)
+
         for event in batch:
             kept: Event | None = None
             if not self._muted:
                 try:
-                    kept = filtered(execution, event, tool, plan.filters)
+                    kept = self._cut(event, run) if type(event) is _Unfinished else run(event)
                 except FilterFailed:
                     self._muted = True  # fail closed: nothing more of this call is shown
             if kept is None:
@@ -227,6 +266,21 @@ class Stream:
                 self._last = kept
             for impl in self._listeners:
                 _tell(impl, execution, kept, tool)
+
+    def _cut(self, line: _Unfinished, run: Callable[[Output], Event | None]) -> Event | None:
+        """The filtered head of ``line`` up to a safe cut; the rest waits again, before
+        anything reported since (unless the body's signal fired meanwhile)."""
+        at, head = safe_cut(Output(line.text, line.stream), run)
+        rest = line.text[at:]
+        with self._lock:
+            if self._signal is None or not self._signal.cancelled:
+                runs = self._output
+                if runs and runs[0][0] == line.stream:
+                    runs[0][1].insert(0, rest)
+                else:
+                    runs.insert(0, (line.stream, [rest]))
+                self._pending_chars += len(rest)
+        return head
 
 
 class _Flusher:
@@ -268,13 +322,21 @@ os.register_at_fork(after_in_child=_FLUSHER.forget_thread)
 
 
 def _partial(output: Output) -> tuple[Output, Output] | None:
-    """``output`` split after its last line end (``\n`` or ``\r``), when a short partial
-    line follows it: that part waits for its end, so a filter sees each line whole."""
+    """``output`` split after its last line end (``\n`` or ``\r``), when a partial line
+    follows it: a short one waits for its end, so a filter sees each line whole; a long
+    one comes back :class:`_Unfinished`, to be cut where that is safe."""
     text = output.text
     end = max(text.rfind("\n"), text.rfind("\r")) + 1
-    if end == len(text) or len(text) - end > MAX_PARTIAL_CHARS:
+    if end == len(text):
         return None
-    return Output(text[:end], output.stream), Output(text[end:], output.stream)
+    kind = _Unfinished if len(text) - end > MAX_PARTIAL_CHARS else Output
+    return Output(text[:end], output.stream), kind(text[end:], output.stream)
+
+
+def _line_end(text: str) -> int:
+    """Where the first line of ``text`` ends (after its ``\n`` or ``\r``); 0 if none does."""
+    ends = [at for at in (text.find("\n"), text.find("\r")) if at >= 0]
+    return min(ends) + 1 if ends else 0
 
 
 class FilterFailed(Exception):
