@@ -137,3 +137,23 @@ def test_a_def_body_s_progress_shows_while_it_runs() -> None:
     result = anyio.run(run_showing_progress, registry, ToolExecutionInput("c1", "waits"), view)
     assert result.text == "shown"
     assert err.getvalue() == "… 1 of 2: half way\n"
+
+
+def test_the_terminal_view_holds_a_bounded_part_of_an_unfinished_line() -> None:
+    """A line that never ends is printed in pieces of at most ``MAX_HELD_CHARS`` as it
+    arrives, never kept whole until the call ends; a line's pieces print joined."""
+    import anyio
+
+    from dsh_tools.cli._progress import MAX_HELD_CHARS, RichView
+    from dsh_tools.progress import Output
+
+    out = io.StringIO()
+    view = RichView(out, "tool")
+    anyio.run(view.send, [Output("par"), Output("ts\nmore")])
+    anyio.run(view.send, [Output("x" * 1000) for _ in range(40)])
+    printed = out.getvalue()
+    assert "parts\n" in printed
+    assert printed.count("x") > 40_000 - MAX_HELD_CHARS  # shown while the line goes on
+    assert view.held_chars < MAX_HELD_CHARS
+    view.stop()
+    assert out.getvalue().count("x") == 40_000

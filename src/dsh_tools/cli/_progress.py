@@ -2,7 +2,9 @@
 
 * On a terminal, with the ``cli`` extra (rich): output lines as they arrive, under a
   progress line (spinner, the tool's message, a bar when it gave a total, elapsed time)
-  that disappears when the call ends.
+  that disappears when the call ends. An unfinished line is held in pieces (nothing is
+  rebuilt per event) and printed once it ends, or once :data:`MAX_HELD_CHARS` of it
+  wait (it then goes on, on the next line).
 * Piped, or without rich: output text on standard output as it arrives, and one plain
   ``… done of total: message`` line on standard error per progress batch.
 * ``--json``: nothing, unless ``--events``: one JSON line per event on standard output
@@ -23,6 +25,9 @@ from .._pipeline.relay import Relay
 from ..progress import Output, Progress
 from ..safetext import safe_text
 from ._console import json_text
+
+MAX_HELD_CHARS = 16 * 1024
+"""The most characters of an unfinished output line the terminal view holds."""
 
 if TYPE_CHECKING:
     from ..models import ToolExecutionInput, ToolExecutionResult
@@ -130,7 +135,8 @@ class RichView:
         )
         self.task = self.bar.add_task(safe_text(name), total=None)
         self.name = name
-        self.partial = ""
+        self.held: list[str] = []  # the unfinished line, in the pieces it came in
+        self.held_chars = 0
 
     def start(self) -> None:
         self.bar.start()
@@ -140,19 +146,29 @@ class RichView:
 
         for event in events:
             if isinstance(event, Output):
-                lines = (self.partial + event.text).split("\n")
-                self.partial = lines.pop()
+                *lines, rest = event.text.split("\n")
+                if lines:
+                    lines[0] = self._take_held() + lines[0]
                 for line in lines:
                     self.console.print(Text(safe_text(line)), soft_wrap=True)
+                self.held.append(rest)
+                self.held_chars += len(rest)
+                if self.held_chars >= MAX_HELD_CHARS:
+                    self.console.print(Text(safe_text(self._take_held())), soft_wrap=True)
             else:
                 description = safe_text(self.name) + "  " + safe_text(event.line())
                 self.bar.update(
                     self.task, description=description, completed=event.done, total=event.total
                 )
 
+    def _take_held(self) -> str:
+        held = "".join(self.held)
+        self.held, self.held_chars = [], 0
+        return held
+
     def stop(self) -> None:
         from rich.text import Text
 
-        if self.partial:
-            self.console.print(Text(safe_text(self.partial)), soft_wrap=True)
+        if self.held_chars:
+            self.console.print(Text(safe_text(self._take_held())), soft_wrap=True)
         self.bar.stop()
