@@ -16,10 +16,15 @@
   here, with the result.
 
 Every event is one line of compact JSON (UTF-8), written with a single ``write`` of the
-whole line followed by ``flush`` and ``os.fsync``: when ``execute()`` returns, the
-result is on disk, so a process killed between calls loses nothing, and one killed in the
-middle of a call still has the call's ``tool/call`` event. A call event that cannot be
-written denies the call (a raising guard denies): a call is not run unrecorded. Events::
+whole line followed by ``os.fsync``, while holding an exclusive ``flock`` on
+``path + ".lock"`` (the kernel releases it when its holder dies, even by SIGKILL). A
+writer killed inside its ``write`` can leave a torn last record; the next writer, holding
+the lock, cuts the file back to its last newline before it appends, so every record lands
+whole or not at all and no two records mix, whatever process is killed. When
+``execute()`` returns, the result is on disk, so a process killed between calls loses
+nothing, and one killed in the middle of a call still has the call's ``tool/call`` event.
+A call event that cannot be written denies the call (a raising guard denies): a call is
+not run unrecorded. Events::
 
     {"event": "tool/call", "time": "2026-01-02T03:04:05.678901+00:00",
      "call_id": "c1", "root_call_id": "c1", "agent": null, "name": "read_file",
@@ -41,11 +46,10 @@ are not UTF-8) is written with U+FFFD in their place, the project's one rule
 
 Rotation is by size: before a write would take the file past ``max_bytes``, ``path`` is
 renamed to ``path.1`` (``path.1`` to ``path.2`` and so on, the oldest beyond ``backups``
-deleted) and a new file is started. All :class:`AuditLog` instances of one process that
-write one file share one lock, so they rotate it in turn. Rotation assumes one writing
-process per file; several processes may append to one file safely only with rotation
-effectively off (a large ``max_bytes``). Writes block the event loop for the ``fsync``
-(typically well under a millisecond on local disks, more on network filesystems).
+deleted) and a new file is started. Writers open the file only once they hold the lock,
+so several processes appending to one file rotate it in turn. A write blocks the calling
+thread (guards are synchronous, so an event loop too) for its ``fsync`` and, when another
+process is writing, for that one write and ``fsync``: the lock is held across nothing else.
 
 :func:`read_audit_log` reads events back, tolerating a torn line (a process killed in the
 middle of a write) and reading the integer call ids that version 0.1.0 wrote as their
@@ -55,6 +59,7 @@ cards through :mod:`dsh_tools.presenting`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -66,6 +71,11 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import attrs
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 from dsh_tools.errors import DshToolsError, ErrorCode, JsonValueError
 from dsh_tools.hookspecs import hookimpl
@@ -200,6 +210,7 @@ class AuditLog:
         self.max_bytes = max_bytes
         self.backups = backups
         self._lock = _file_lock(self.path)
+        self._lock_path = self.path + ".lock"
         self._started: dict[ExecutionToken, tuple[str, float]] = {}
 
     # ------------------------------------------------------------------ hooks
@@ -257,20 +268,19 @@ class AuditLog:
     # ------------------------------------------------------------------ file
 
     def _write(self, data: bytes) -> None:
-        """Append ``data`` (whole lines) durably; rotate first if it would not fit."""
-        with self._lock:
+        """Append ``data`` (whole lines) durably under the file's lock; first cut a torn
+        tail a killed writer left, and rotate if ``data`` would not fit."""
+        with self._lock, _process_lock(self._lock_path):
             fd = self._open()
             try:
                 size = os.fstat(fd).st_size
+                if size and _last_byte(fd, size) != b"\n":
+                    size = _cut_torn_tail(fd, size)
                 if size and size + len(data) > self.max_bytes:
                     os.close(fd)
                     fd = -1
                     self._rotate()
                     fd = self._open()
-                    size = 0
-                if size and _last_byte(fd, size) != b"\n":
-                    # A torn last line (a crash mid-write) must not swallow this event.
-                    data = b"\n" + data
                 view = memoryview(data)
                 while view:  # one write for a line in practice; loops only on a short write
                     view = view[os.write(fd, view) :]
@@ -302,8 +312,41 @@ _FLAGS = os.O_RDWR | os.O_APPEND | os.O_CREAT
 
 
 def _last_byte(fd: int, size: int) -> bytes:
-    os.lseek(fd, size - 1, os.SEEK_SET)
-    return os.read(fd, 1)
+    return os.pread(fd, 1, size - 1)
+
+
+def _cut_torn_tail(fd: int, size: int) -> int:
+    """Truncate the file after its last newline (a record a killed writer left half
+    written goes; whole records stay) and return the new size."""
+    end = size
+    while end > 0:
+        start = max(0, end - _TAIL_CHUNK)
+        newline = os.pread(fd, end - start, start).rfind(b"\n")
+        if newline >= 0:
+            end = start + newline + 1
+            break
+        end = start
+    logger.warning("audit log: cut a torn last record of %d bytes", size - end)
+    os.ftruncate(fd, end)
+    return end
+
+
+_TAIL_CHUNK = 64 * 1024
+
+
+@contextlib.contextmanager
+def _process_lock(path: str) -> Iterator[None]:
+    """Hold the exclusive ``flock`` of ``path`` (the kernel drops it when its holder dies,
+    even by SIGKILL); without ``fcntl`` (Windows) only this process's lock applies."""
+    if fcntl is None:  # pragma: no cover - Windows
+        yield
+        return
+    fd = open_host_file(path, os.O_RDWR | os.O_CREAT, what="the audit log's lock", mode=0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the only descriptor releases the lock
 
 
 def _fsync_directory(directory: str) -> None:
