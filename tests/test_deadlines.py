@@ -30,8 +30,9 @@ SLEEP_S = 0.4
 """How long the slow bodies take; every deadline here is 50 ms."""
 
 
-def sleeper(kind: str, finished: threading.Event) -> Callable[..., Any]:
-    """A body that ignores its signal and takes :data:`SLEEP_S`."""
+def sleeper(kind: str, finished: threading.Event, threads: list[int]) -> Callable[..., Any]:
+    """A body that ignores its signal and takes :data:`SLEEP_S`; a plain one notes the
+    thread it ran in."""
     if kind == "async def":
 
         async def slow_async(args: Any, ctx: ToolRunContext) -> str:
@@ -42,6 +43,7 @@ def sleeper(kind: str, finished: threading.Event) -> Callable[..., Any]:
         return slow_async
 
     def slow(args: Any, ctx: ToolRunContext) -> str:
+        threads.append(threading.get_ident())
         time.sleep(SLEEP_S)
         finished.set()
         return "late"
@@ -70,13 +72,14 @@ def test_the_caller_gets_tool_timeout_at_the_deadline(
     budget: str, kind: str, driver: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     finished = threading.Event()
+    threads: list[int] = []
     registry = ToolRegistry(default_timeout_ms=50 if budget == "default_timeout_ms" else None)
     registry.register(
         define_tool(
             name="slow",
             description="Slow.",
             parameters={},
-            execute=sleeper(kind, finished),
+            execute=sleeper(kind, finished, threads),
             blocking=kind == "blocking def",
             timeout_ms=50 if budget == "timeout_ms" else None,
         )
@@ -94,12 +97,18 @@ def test_the_caller_gets_tool_timeout_at_the_deadline(
     assert elapsed < SLEEP_S
     if kind != "async def":
         # The thread could not be interrupted: it finishes later, and what it returned
-        # is logged and dropped.
+        # is logged and dropped. The log is the process's: a body another test left
+        # running may write there too, so read what this call's thread wrote.
         assert finished.wait(5)
+        [thread] = threads
+
+        def ours() -> list[logging.LogRecord]:
+            return [record for record in caplog.records if record.thread == thread]
+
         deadline = time.monotonic() + 5
-        while not caplog.records and time.monotonic() < deadline:
+        while not ours() and time.monotonic() < deadline:
             time.sleep(0.01)
-        [record] = caplog.records
+        [record] = ours()
         assert record.levelno == logging.WARNING
         assert record.getMessage() == (
             'tool "slow" (c1): the body returned after the call timed out; '
