@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 
 from dsh_tools.define import define_tool
@@ -108,6 +109,59 @@ def test_a_write_by_a_sibling_scope_clears_every_scopes_entries() -> None:
     assert read(reader, "r3").text == "two"
     assert read(elsewhere, "r4").text == "two"
     assert files.reads == 4
+
+
+def test_a_write_in_a_nested_scope_clears_the_entries_of_the_scope_above_it() -> None:
+    registry, files, _ = setup(ResultCache())
+    outer = registry.scope("a")
+    read(outer, "r1")
+    outer.scope("b").execute_sync(
+        ToolExecutionInput("w", "write_file", {"path": "a.txt", "text": "two"})
+    )
+    assert read(outer, "r2").text == "two"
+    assert files.reads == 2
+
+
+def test_a_read_that_overlapped_a_write_does_not_keep_what_it_read() -> None:
+    data = {"a.txt": "one"}
+    reads: list[str] = []
+
+    async def slow_read(args: dict[str, Any], ctx: Any) -> str:
+        text = data[args["path"]]
+        reads.append(text)
+        await wrote.wait()  # the write lands while this read is running
+        return text
+
+    registry, _, _ = setup(ResultCache())
+    registry.register(
+        define_tool(
+            name="slow_read",
+            description="r",
+            parameters=PATH,
+            execute=slow_read,
+            metadata={"read_only": True},
+        )
+    )
+
+    async def write_while_reading() -> None:
+        async with anyio.create_task_group() as group:
+            call = ToolExecutionInput("r1", "slow_read", {"path": "a.txt"})
+            group.start_soon(registry.execute, call)
+            while not reads:
+                await anyio.sleep(0.001)
+            data["a.txt"] = "two"
+            await registry.execute(
+                ToolExecutionInput("w", "write_file", {"path": "a.txt", "text": "two"})
+            )
+            wrote.set()
+
+    wrote = anyio.Event()
+    anyio.run(write_while_reading)
+    wrote = anyio.Event()
+    wrote.set()
+    again = registry.execute_sync(ToolExecutionInput("r2", "slow_read", {"path": "a.txt"}))
+    assert again.text == "two"
+    assert reads == ["one", "two"]
 
 
 def test_entries_are_per_agent_and_arguments_and_bounded() -> None:
