@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import attrs
@@ -34,8 +34,9 @@ import attrs
 from dsh_tools.context import ToolRunContext
 from dsh_tools.define import define_tool
 from dsh_tools.errors import ToolArgsError, ToolError
-from dsh_tools.models import ToolDefinition
+from dsh_tools.models import ToolDefinition, ToolOutput
 from dsh_tools.paths import PathArgument
+from dsh_tools.presentation import DiffCallView
 from dsh_tools.safetext import safe_text
 
 from ._file_output import (
@@ -77,6 +78,9 @@ __all__ = [
     "split_lines",
     "write_file_tool",
 ]
+
+A = TypeVar("A")
+"""The arguments class of a tool built here."""
 
 DEFAULT_MAX_FILE_BYTES = 2 * 1024 * 1024
 """Files larger than this are not read or edited (2 MiB)."""
@@ -282,7 +286,7 @@ def write_file_tool(
             budget=max_bytes,
         )
 
-    return define_tool(
+    return _file_changing_tool(
         name="write_file",
         description=(
             "Create a file in the workspace, or overwrite it with the complete new content. "
@@ -293,10 +297,8 @@ def write_file_tool(
         execute=execute,
         output=WRITE_OUTPUT,
         present_call=present_write_call,
-        present_result=present_change_result,
-        metadata={"read_only": False, "open_world": False, "title": "Write file"},
-        paths=workspace.tool_paths(PathArgument("path", "file")),
-        blocking=True,
+        title="Write file",
+        workspace=workspace,
         preflight=fits,
     )
 
@@ -403,7 +405,7 @@ def edit_file_tool(
             budget=max_bytes,
         )
 
-    return define_tool(
+    return _file_changing_tool(
         name="edit_file",
         description=(
             "Replace an exact string in a workspace file. old_string must match exactly "
@@ -414,8 +416,36 @@ def edit_file_tool(
         execute=execute,
         output=EDIT_OUTPUT,
         present_call=present_edit_call,
+        title="Edit file",
+        workspace=workspace,
+        preflight=preflight,
+    )
+
+
+def _file_changing_tool(
+    *,
+    name: str,
+    description: str,
+    parameters: type[A],
+    execute: Callable[[A, ToolRunContext], Any],
+    output: ToolOutput,
+    present_call: Callable[[A], DiffCallView],
+    title: str,
+    workspace: Workspace,
+    preflight: Callable[[A | None], object],
+) -> ToolDefinition[A]:
+    """A tool that changes the one workspace file its ``path`` names: what ``write_file``
+    and ``edit_file`` share (a diff for a result, a worker thread, not read-only, a
+    preflight that refuses before anyone is asked)."""
+    return define_tool(
+        name=name,
+        description=description,
+        parameters=parameters,
+        execute=execute,
+        output=output,
+        present_call=present_call,
         present_result=present_change_result,
-        metadata={"read_only": False, "open_world": False, "title": "Edit file"},
+        metadata={"read_only": False, "open_world": False, "title": title},
         paths=workspace.tool_paths(PathArgument("path", "file")),
         blocking=True,
         preflight=preflight,
