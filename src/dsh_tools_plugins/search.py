@@ -173,9 +173,15 @@ def _render_glob(args: GlobArgs, value: Any) -> str:
     return text
 
 
+def _search_call(verb: str, pattern: str, path: str) -> GenericCallView:
+    """How a search call reads before it runs: what it looks for, and where unless that
+    is the whole workspace."""
+    where = "" if path in (".", "") else f" in {path}"
+    return GenericCallView(f"{verb} {pattern}{where}", kind=ToolCallKind.SEARCH)
+
+
 def _present_glob_call(args: GlobArgs) -> GenericCallView:
-    where = "" if args.path in (".", "") else f" in {args.path}"
-    return GenericCallView(f"Glob {args.pattern}{where}", kind=ToolCallKind.SEARCH)
+    return _search_call("Glob", args.pattern, args.path)
 
 
 def _present_glob_result(args: GlobArgs, result: PresentableResult) -> SearchPathsView | None:
@@ -333,8 +339,7 @@ def _render_grep(args: GrepArgs, value: Any) -> str:
 
 
 def _present_grep_call(args: GrepArgs) -> GenericCallView:
-    where = "" if args.path in (".", "") else f" in {args.path}"
-    return GenericCallView(f"Grep {args.pattern}{where}", kind=ToolCallKind.SEARCH)
+    return _search_call("Grep", args.pattern, args.path)
 
 
 def _present_grep_result(args: GrepArgs, result: PresentableResult) -> SearchMatchesView | None:
