@@ -12,7 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -85,8 +85,15 @@ print(json.dumps(codes))
 class Site:
     """Where the workers run: a workspace, a rules file, the store, a log of bodies."""
 
-    def __init__(self, tmp_path: Path, database: str, limits: str) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        database: str,
+        limits: str,
+        started: list[subprocess.Popen[str]],
+    ) -> None:
         self.database = database
+        self.started = started
         self.workspace = tmp_path / "workspace"
         self.workspace.mkdir()
         self.log = tmp_path / "bodies.log"
@@ -103,13 +110,15 @@ class Site:
         }
         environment.pop("DSH_TOOLS_BLOCK_PLUGINS", None)
         command = [sys.executable, "-c", WORKER, name, str(self.log), str(calls), driver]
-        return subprocess.Popen(
+        process = subprocess.Popen(
             [*command, str(self.go)],
             env=environment,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
+        self.started.append(process)
+        return process
 
     def lines(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
@@ -138,9 +147,27 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def codes(process: subprocess.Popen[str]) -> list[str]:
-    out, err = process.communicate(timeout=180)
+    """What ``process`` printed, the code of each call it made; killed (and its output
+    shown) when it has not finished in 180 s, so a hung worker outlives no test."""
+    try:
+        out, err = process.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+        raise AssertionError(f"a worker hung; its output: {out!r}, {err!r}") from None
     assert process.returncode == 0, err
     return list(json.loads(out))
+
+
+@pytest.fixture
+def reaped() -> Iterator[list[subprocess.Popen[str]]]:
+    """The worker processes a test starts: each still running at its end is killed."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
 
 
 def until(condition: Callable[[], bool], seconds: float = 120) -> None:
@@ -158,17 +185,19 @@ def four_workers(site: Site, calls: int) -> list[str]:
     return [code for worker in workers for code in codes(worker)]
 
 
-def test_a_budget_of_5_across_4_workers_runs_exactly_5_calls(tmp_path: Path, database: str) -> None:
-    site = Site(tmp_path, database, '\n[[budget]]\ntools = "work"\nlimit = 5\n')
+def test_a_budget_of_5_across_4_workers_runs_exactly_5_calls(
+    tmp_path: Path, database: str, reaped: list[subprocess.Popen[str]]
+) -> None:
+    site = Site(tmp_path, database, '\n[[budget]]\ntools = "work"\nlimit = 5\n', reaped)
     results = four_workers(site, calls=5)
     assert sorted(results) == ["DENIED"] * 15 + ["ok"] * 5
     assert len([line for line in site.lines() if line.startswith("entered")]) == 5
 
 
 def test_a_cap_of_1_across_4_workers_never_has_two_bodies_at_once(
-    tmp_path: Path, database: str
+    tmp_path: Path, database: str, reaped: list[subprocess.Popen[str]]
 ) -> None:
-    site = Site(tmp_path, database, "overall = 1\n")
+    site = Site(tmp_path, database, "overall = 1\n", reaped)
     results = four_workers(site, calls=5)
     assert results == ["ok"] * 20
     lines = site.lines()
@@ -177,10 +206,10 @@ def test_a_cap_of_1_across_4_workers_never_has_two_bodies_at_once(
 
 
 def test_a_killed_workers_permit_and_place_in_line_come_back_within_the_lease(
-    tmp_path: Path, database: str
+    tmp_path: Path, database: str, reaped: list[subprocess.Popen[str]]
 ) -> None:
     lease_s = 1.0
-    site = Site(tmp_path, database, f"overall = 1\nlease_s = {lease_s}\n")
+    site = Site(tmp_path, database, f"overall = 1\nlease_s = {lease_s}\n", reaped)
     site.go.touch()
     holder = site.start("holder", 1, "hold")
     until(lambda: "entered holder" in site.lines())
