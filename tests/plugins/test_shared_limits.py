@@ -63,6 +63,8 @@ if driver == "async":
         async def one():
             result = await registry.execute(call)
             codes.append(result.code or "ok")
+            if result.code:
+                print(result.code, result.error.message, file=sys.stderr)
         async with anyio.create_task_group() as group:
             for _ in range(calls):
                 group.start_soon(one)
@@ -73,6 +75,8 @@ else:
     def one():
         result = registry.execute_sync(call)
         codes.append(result.code or "ok")
+        if result.code:
+            print(result.code, result.error.message, file=sys.stderr)
     threads = [threading.Thread(target=one) for _ in range(calls)]
     for thread in threads:
         thread.start()
@@ -156,7 +160,9 @@ def codes(process: subprocess.Popen[str]) -> list[str]:
         out, err = process.communicate()
         raise AssertionError(f"a worker hung; its output: {out!r}, {err!r}") from None
     assert process.returncode == 0, err
-    return list(json.loads(out))
+    found = list(json.loads(out))
+    assert set(found) <= {"ok", "DENIED"}, err  # what failed, and why
+    return found
 
 
 @pytest.fixture
