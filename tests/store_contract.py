@@ -1,8 +1,9 @@
 """What every approval store must do, as tests a store's own test module inherits.
 
 A store's tests subclass :class:`StoreContract` and provide a ``store`` fixture that
-returns a fresh, empty store (both :class:`~dsh_tools.approvals.ApprovalStore` and
-:class:`~dsh_tools.approvals.TicketStore`); ``tests/test_ticket_stores.py`` runs it on the
+returns a fresh, empty store (an :class:`~dsh_tools.approvals.ApprovalStore`, a
+:class:`~dsh_tools.approvals.TicketStore` and a :class:`~dsh_tools.approvals.JournalStore`);
+``tests/test_ticket_stores.py`` runs it on the
 memory and SQLite stores. Expiry is judged by the store's own clock, so the contract
 never sets one: a ticket that "has expired" was made with an ``expires_at`` in the past.
 """
@@ -20,11 +21,16 @@ import pytest
 from dsh_tools.approvals import (
     ApprovalKey,
     ApprovalTicket,
+    JournalBegin,
+    JournalConflictError,
+    JournalEntry,
+    JournalState,
     TicketAnswer,
     TicketAnsweredError,
     TicketExpiredError,
     TicketNotFoundError,
     TicketState,
+    call_digest,
 )
 from dsh_tools.json import snapshot
 from dsh_tools.models import ApprovalOutcome
@@ -234,3 +240,133 @@ class StoreContract:
         finally:
             for stop in stops:
                 stop()
+
+    # ---------------------------------------------------------- the call journal
+
+    def test_a_journal_entry_starts_once_per_key(self, store: Any) -> None:
+        begun = store.begin_call(entry(), HOUR)
+        assert begun.started
+        assert begun.ticket is None
+        assert begun.entry.state is JournalState.STARTED
+        assert begun.entry.lease_expires_at - begun.entry.started_at == pytest.approx(HOUR)
+        assert store.get_call("coder", "key-1") == begun.entry
+        again = store.begin_call(entry(call_id="call-2", owner="other"), HOUR)
+        assert not again.started
+        assert again.entry == begun.entry
+        assert store.get_call("coder", "key-2") is None
+        # The key is the agent's own: another agent's key of the same name is another call.
+        assert store.begin_call(entry(agent="reviewer"), HOUR).started
+
+    def test_a_key_reused_with_other_arguments_is_refused(self, store: Any) -> None:
+        store.begin_call(entry(), HOUR)
+        with pytest.raises(JournalConflictError, match="'key-1' of agent 'coder'") as raised:
+            store.begin_call(entry(path="b.txt"), HOUR)
+        assert raised.value.code == "INVALID_ARGS"
+        with pytest.raises(JournalConflictError, match="a new key for 'delete'"):
+            store.begin_call(entry(tool="delete"), HOUR)
+
+    def test_a_finished_entry_keeps_its_result(self, store: Any) -> None:
+        store.begin_call(entry(), HOUR)
+        result = snapshot({"content": [{"type": "text", "text": "wrote"}], "n": 1.5})
+        assert not store.finish_call("coder", "key-1", "someone-else", result)
+        assert store.finish_call("coder", "key-1", "owner-1", result)
+        kept = store.get_call("coder", "key-1")
+        assert kept.state is JournalState.FINISHED
+        assert kept.result == result
+        assert kept.finished_at is not None
+        assert not store.finish_call("coder", "key-1", "owner-1", None)  # once
+        assert not store.renew_call("coder", "key-1", "owner-1", HOUR)
+        repeat = store.begin_call(entry(call_id="call-2"), HOUR)
+        assert not repeat.started
+        assert repeat.entry == kept
+
+    def test_an_entry_whose_lease_ran_out_is_unknown_until_retaken(self, store: Any) -> None:
+        store.begin_call(entry(), 0.0)
+        assert store.get_call("coder", "key-1").state is JournalState.UNKNOWN
+        assert store.begin_call(entry(), HOUR).entry.state is JournalState.UNKNOWN
+        retaken = store.retake_call("coder", "key-1", "owner-2", HOUR)
+        assert retaken.state is JournalState.STARTED
+        assert (retaken.owner, retaken.attempts) == ("owner-2", 2)
+        assert store.retake_call("coder", "key-1", "owner-3", HOUR) is None
+        # The first owner came back too late: the entry is no longer its own.
+        assert not store.renew_call("coder", "key-1", "owner-1", HOUR)
+        assert not store.finish_call("coder", "key-1", "owner-1", "first")
+        assert store.finish_call("coder", "key-1", "owner-2", "second")
+        assert store.get_call("coder", "key-1").result == "second"
+        assert store.retake_call("coder", "key-1", "owner-3", HOUR) is None
+
+    def test_a_renewed_lease_keeps_the_entry_started(self, store: Any) -> None:
+        store.begin_call(entry(), 0.0)
+        assert store.renew_call("coder", "key-1", "owner-1", HOUR)
+        assert store.get_call("coder", "key-1").state is JournalState.STARTED
+        assert not store.renew_call("coder", "key-1", "owner-2", HOUR)
+        assert store.retake_call("coder", "key-1", "owner-2", HOUR) is None
+
+    def test_an_approved_ticket_is_taken_with_the_entry_it_starts(self, store: Any) -> None:
+        waiting = store.open_ticket(ticket())
+        # Not answered: nothing is taken and nothing starts.
+        assert store.begin_call(entry(), HOUR, waiting.id) == JournalBegin(None, started=False)
+        assert store.get_call("coder", "key-1") is None
+        store.answer_ticket(waiting.id, answer())
+        begun = store.begin_call(entry(), HOUR, waiting.id)
+        assert begun.started
+        assert begun.entry.ticket_id == waiting.id
+        assert begun.ticket.state is TicketState.RESUMED
+        assert store.get_ticket(waiting.id).state is TicketState.RESUMED
+
+    def test_a_ticket_is_not_spent_on_a_key_already_journaled(self, store: Any) -> None:
+        store.begin_call(entry(), HOUR)
+        made = store.open_ticket(ticket())
+        store.answer_ticket(made.id, answer())
+        repeat = store.begin_call(entry(call_id="call-2"), HOUR, made.id)
+        assert not repeat.started
+        assert repeat.entry.call_id == "call-1"
+        assert store.get_ticket(made.id).state is TicketState.ANSWERED
+        # Spent once, the ticket starts nothing more.
+        assert store.begin_call(entry(key="key-2"), HOUR, made.id).started
+        assert store.begin_call(entry(key="key-3"), HOUR, made.id).entry is None
+        assert store.get_call("coder", "key-3") is None
+
+    def test_eight_threads_start_one_key_once(self, store: Any) -> None:
+        barrier = threading.Barrier(8)
+
+        def begin(index: int) -> bool:
+            barrier.wait()
+            return bool(store.begin_call(entry(owner=f"owner-{index}"), HOUR).started)
+
+        with ThreadPoolExecutor(8) as pool:
+            assert sorted(pool.map(begin, range(8))) == [False] * 7 + [True]
+
+    def test_eight_threads_retake_one_unknown_entry_once(self, store: Any) -> None:
+        store.begin_call(entry(), 0.0)
+        barrier = threading.Barrier(8)
+
+        def retake(index: int) -> bool:
+            barrier.wait()
+            return store.retake_call("coder", "key-1", f"owner-{index}", HOUR) is not None
+
+        with ThreadPoolExecutor(8) as pool:
+            assert sorted(pool.map(retake, range(8))) == [False] * 7 + [True]
+
+    def test_list_journal_entries_by_agent_and_state(self, store: Any) -> None:
+        store.begin_call(entry(key="a"), HOUR)
+        store.begin_call(entry(key="b"), 0.0)
+        store.begin_call(entry(key="c", agent="reviewer"), HOUR)
+        store.finish_call("reviewer", "c", "owner-1", None)
+        assert [e.key for e in store.list_calls()] == ["a", "b", "c"]
+        assert [e.key for e in store.list_calls(agent="coder")] == ["a", "b"]
+        assert [e.key for e in store.list_calls(state=JournalState.UNKNOWN)] == ["b"]
+        assert [e.key for e in store.list_calls(state=JournalState.FINISHED)] == ["c"]
+
+
+def entry(
+    path: str = "a.txt",
+    *,
+    agent: str = "coder",
+    key: str = "key-1",
+    tool: str = "write",
+    call_id: str = "call-1",
+    owner: str = "owner-1",
+) -> JournalEntry:
+    """A journal entry (not yet started) for ``tool(path=...)`` by ``agent``."""
+    return JournalEntry(agent, key, tool, call_digest(tool, {"path": path}), call_id, owner)

@@ -75,6 +75,7 @@ KNOWN_CIRCLES = (
     frozenset(
         {
             "dsh_tools_plugins._stores.postgres",
+            "dsh_tools_plugins._stores.postgres_journal",
             "dsh_tools_plugins._stores.postgres_limits",
             "dsh_tools_plugins._stores.postgres_listen",
             "dsh_tools_plugins._stores.postgres_tickets",

@@ -39,6 +39,7 @@ from dsh_tools.approvals import (
 from dsh_tools.models import ApprovalOutcome
 
 from ._stores.postgres import Connections
+from ._stores.postgres_journal import PostgresJournal
 from ._stores.postgres_listen import Listener
 from ._stores.postgres_tickets import CHANNEL, RECHECK_S, PostgresTickets
 from .approval_store import ApprovalStoreError
@@ -59,7 +60,7 @@ def is_postgres_url(location: str) -> bool:
     return location.lower().startswith(("postgresql://", "postgres://"))
 
 
-class PostgresApprovalStore(PostgresTickets):
+class PostgresApprovalStore(PostgresTickets, PostgresJournal):
     """Remembered approvals in the PostgreSQL database at ``url`` (a libpq connection
     URI; ``?options=-csearch_path%3Dname`` picks the schema).
 

@@ -52,6 +52,7 @@ from dsh_tools.approvals import (
 from dsh_tools.hostfiles import HostFileError, check_host_file, writable_trees
 from dsh_tools.models import ApprovalOutcome
 
+from ._stores.sqlite_journal import SqliteJournal
 from ._stores.sqlite_schema import SchemaError, upgrade
 from ._stores.sqlite_tickets import TicketRows
 
@@ -90,12 +91,13 @@ def approvals_directory() -> Path:
     return Path(state) / "dsh-tools" / "approvals"
 
 
-class SqliteApprovalStore:
+class SqliteApprovalStore(SqliteJournal):
     """Remembered approvals in the SQLite file ``path`` (created on first use).
 
     It keeps approval tickets too (:class:`dsh_tools.approvals.TicketStore`), in a
     ``tickets`` table, so a call asked about in one process can be answered from a second
-    and resumed, exactly once, from a third.
+    and resumed, exactly once, from a third; and the call journal
+    (:class:`dsh_tools.approvals.JournalStore`) in a ``call_journal`` table.
 
     :param timeout_s: how long an operation waits for another connection's lock before it
         fails (closed).

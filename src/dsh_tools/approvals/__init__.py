@@ -26,6 +26,10 @@ agent, the tool, the frozen arguments and their hash), answered once
 (:class:`TicketAnswer`, compare-and-set) and resumed once. Tickets live in a
 :class:`TicketStore`; both first-party stores are one. A call that waits for an answer
 holds no thread: the store's :class:`TicketWatchers` wake it.
+
+The same stores keep the call journal (:class:`JournalStore`): one durable
+:class:`JournalEntry` per call of a tool that is not read-only, started, finished with its
+result, or unknown when its owner died; see ``docs/once.md``.
 """
 
 from __future__ import annotations
@@ -41,6 +45,15 @@ from ._answers import (
     exact_outcome,
     grant_limits,
     remembered_outcome,
+)
+from ._journal import (
+    JournalBegin,
+    JournalConflictError,
+    JournalEntry,
+    JournalState,
+    JournalStore,
+    begin_entry,
+    journal_owner,
 )
 from ._memory import MemoryApprovalStore
 from ._tickets import (
@@ -63,6 +76,11 @@ __all__ = [
     "ApprovalKey",
     "ApprovalStore",
     "ApprovalTicket",
+    "JournalBegin",
+    "JournalConflictError",
+    "JournalEntry",
+    "JournalState",
+    "JournalStore",
     "LimitedGrantStore",
     "MemoryApprovalStore",
     "TicketAnswer",
@@ -73,9 +91,11 @@ __all__ = [
     "TicketState",
     "TicketStore",
     "TicketWatchers",
+    "begin_entry",
     "call_digest",
     "exact_outcome",
     "grant_limits",
+    "journal_owner",
     "remembered_outcome",
     "stamped",
     "wait_watched",

@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from ._answers import ApprovalKey, ApprovalOutcome, grant_limits, remembered_outcome
+from ._journal import JournalEntry
+from ._journal_memory import MemoryJournal
 from ._tickets import (
     ApprovalTicket,
     TicketAnswer,
@@ -39,8 +41,8 @@ class _Grant:
         )
 
 
-class MemoryApprovalStore:
-    """The default store: remembered answers and tickets in dictionaries of this
+class MemoryApprovalStore(MemoryJournal):
+    """The default store: remembered answers, tickets and the call journal in dictionaries of this
     registry's process, gone when it ends. ``clock`` gives the time (seconds since the
     epoch) tickets are created, answered and expire by, and grants that end expire by."""
 
@@ -48,6 +50,7 @@ class MemoryApprovalStore:
         self._answers: dict[ApprovalKey, _Grant] = {}
         self._lock = threading.Lock()
         self._tickets: dict[str, ApprovalTicket] = {}
+        self._journal: dict[tuple[str, str], JournalEntry] = {}
         self._ticket_lock = threading.RLock()
         self._watchers = TicketWatchers()
         self._clock = clock

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
 from ..approval_store import ApprovalStoreError
+from .postgres_journal import create_journal_schema
 from .postgres_limits import create_limits_schema
 from .postgres_tickets import TICKETS_SCHEMA
 
@@ -194,3 +195,4 @@ def _create_schema(connection: psycopg.Connection[tuple[object, ...]]) -> None:
             (SCHEMA_VERSION,),
         )
     create_limits_schema(connection)
+    create_journal_schema(connection)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     Connection = psycopg.Connection[tuple[Any, ...]]
 
-__all__ = ["CHANNEL", "TICKETS_SCHEMA", "PostgresTickets"]
+__all__ = ["CHANNEL", "NOW", "TICKETS_SCHEMA", "PostgresTickets", "consume"]
 
 CHANNEL = "dsh_tools_tickets"
 """The channel an answer is announced on; the payload is the ticket's id."""
@@ -54,13 +54,13 @@ TICKETS_SCHEMA = (
     "CREATE INDEX dsh_tools_approval_tickets_by_call "
     "ON dsh_tools_approval_tickets (agent, tool, arguments_sha256)",
 )
-_NOW = "extract(epoch from now())::double precision"
+NOW = "extract(epoch from now())::double precision"
 """The server's time, in seconds since the epoch."""
 _STORED = (
     "id, agent, tool, call_id, arguments, arguments_sha256, reason, card, asked_by, "
     "created_at, expires_at, state, answer, answered_at, resumed_at"
 )
-_COLUMNS = f"{_STORED}, {_NOW}"
+_COLUMNS = f"{_STORED}, {NOW}"
 """A ticket's columns, and the server's time to judge its expiry by."""
 _TABLE = "dsh_tools_approval_tickets"
 
@@ -113,8 +113,8 @@ class PostgresTickets:
     def answer_ticket(self, ticket_id: str, answer: TicketAnswer) -> ApprovalTicket:
         def run(connection: Connection) -> ApprovalTicket:
             changed = connection.execute(
-                f"UPDATE {_TABLE} SET state = 'answered', answer = %s, answered_at = {_NOW} "
-                f"WHERE id = %s AND state = 'pending' AND expires_at > {_NOW}",
+                f"UPDATE {_TABLE} SET state = 'answered', answer = %s, answered_at = {NOW} "
+                f"WHERE id = %s AND state = 'pending' AND expires_at > {NOW}",
                 (answer_json(answer), ticket_id),
             ).rowcount
             ticket = _get(connection, ticket_id)
@@ -130,16 +130,7 @@ class PostgresTickets:
         return self._connections.run(run)
 
     def consume_ticket(self, ticket_id: str) -> ApprovalTicket | None:
-        def run(connection: Connection) -> ApprovalTicket | None:
-            row = connection.execute(
-                f"UPDATE {_TABLE} SET state = 'resumed', resumed_at = {_NOW} "
-                f"WHERE id = %s AND state = 'answered' AND expires_at > {_NOW} "
-                f"RETURNING {_COLUMNS}",
-                (ticket_id,),
-            ).fetchone()
-            return None if row is None else _ticket(row)
-
-        return self._connections.run(run)
+        return self._connections.run(lambda connection: consume(connection, ticket_id))
 
     def wait_for_answer(self, ticket_id: str, timeout_s: float) -> ApprovalTicket | None:
         return wait_watched(self.watch_ticket, self.get_ticket, ticket_id, timeout_s)
@@ -166,6 +157,18 @@ class PostgresTickets:
         return self._connections.run(run)
 
 
+def consume(connection: Connection, ticket_id: str) -> ApprovalTicket | None:
+    """Resume the answered ticket in the caller's transaction on ``connection``; ``None``
+    when it is not answered (or another connection resumed it first)."""
+    row = connection.execute(
+        f"UPDATE {_TABLE} SET state = 'resumed', resumed_at = {NOW} "
+        f"WHERE id = %s AND state = 'answered' AND expires_at > {NOW} "
+        f"RETURNING {_COLUMNS}",
+        (ticket_id,),
+    ).fetchone()
+    return None if row is None else _ticket(row)
+
+
 def _get(connection: Connection, ticket_id: str) -> ApprovalTicket | None:
     row = connection.execute(
         f"SELECT {_COLUMNS} FROM {_TABLE} WHERE id = %s", (ticket_id,)
@@ -176,7 +179,7 @@ def _get(connection: Connection, ticket_id: str) -> ApprovalTicket | None:
 def _open(connection: Connection, key: ApprovalKey) -> ApprovalTicket | None:
     row = connection.execute(
         f"SELECT {_COLUMNS} FROM {_TABLE} WHERE agent = %s AND tool = %s AND "
-        f"arguments_sha256 = %s AND state IN ('pending', 'answered') AND expires_at > {_NOW} "
+        f"arguments_sha256 = %s AND state IN ('pending', 'answered') AND expires_at > {NOW} "
         "ORDER BY created_at, seq LIMIT 1",
         (key.agent, key.tool_name, key.arguments_sha256),
     ).fetchone()

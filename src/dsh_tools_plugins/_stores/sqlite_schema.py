@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from .sqlite_journal import JOURNAL_SCHEMA
 from .sqlite_limits import LIMITS_SCHEMA
 from .sqlite_tickets import SCHEMA as TICKETS
 
@@ -35,6 +36,8 @@ _STEPS: tuple[tuple[str, ...], ...] = (
     (),
     # 4: shared limits: permits, their waiters, budget spending.
     LIMITS_SCHEMA,
+    # 5: the call journal.
+    JOURNAL_SCHEMA,
 )
 
 SCHEMA_VERSION = len(_STEPS)

@@ -112,16 +112,18 @@ class TicketRows:
         return self._transaction(run, True)  # type: ignore[no-any-return]
 
     def consume_ticket(self, ticket_id: str) -> ApprovalTicket | None:
-        def run(connection: sqlite3.Connection) -> ApprovalTicket | None:
-            now = self._clock()
-            changed = connection.execute(
-                "UPDATE tickets SET state = 'resumed', resumed_at = ? "
-                "WHERE id = ? AND state = 'answered' AND expires_at > ?",
-                (now, ticket_id, now),
-            ).rowcount
-            return self._get(connection, ticket_id) if changed == 1 else None
+        return self._transaction(lambda connection: self.consume(connection, ticket_id), True)  # type: ignore[no-any-return]
 
-        return self._transaction(run, True)  # type: ignore[no-any-return]
+    def consume(self, connection: sqlite3.Connection, ticket_id: str) -> ApprovalTicket | None:
+        """Resume the answered ticket in the caller's transaction on ``connection``; ``None``
+        when it is not answered (or another connection resumed it first)."""
+        now = self._clock()
+        changed = connection.execute(
+            "UPDATE tickets SET state = 'resumed', resumed_at = ? "
+            "WHERE id = ? AND state = 'answered' AND expires_at > ?",
+            (now, ticket_id, now),
+        ).rowcount
+        return self._get(connection, ticket_id) if changed == 1 else None
 
     def settled(self, ticket_ids: Sequence[str]) -> list[str]:
         """Those of ``ticket_ids`` no longer pending: answered, resumed or gone (one

@@ -1,0 +1,162 @@
+"""The call journal in the PostgreSQL approval store's database (see
+:mod:`dsh_tools.approvals._journal`).
+
+Every method is one transaction. Starting an entry takes a transaction-level advisory
+lock on its key first, so two processes (or machines) never both start one key; taking
+the ticket happens in the same transaction. Retaking, renewing and finishing are each one
+``UPDATE`` compare-and-set on the row. Leases are judged by the server's clock.
+
+:data:`JOURNAL_SCHEMA` is the table's DDL; :func:`create_journal_schema` makes it once
+per database, recorded as the component ``journal`` in ``dsh_tools_schema``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from dsh_tools.approvals import JournalBegin, JournalEntry, JournalState, begin_entry
+from dsh_tools.json import JsonValue
+
+from .journal_columns import JOURNAL_COLUMNS, entry_from_row, entry_row
+from .postgres_tickets import NOW, consume
+from .ticket_columns import json_text
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from .postgres import Connections
+
+    Connection = psycopg.Connection[tuple[Any, ...]]
+
+__all__ = ["JOURNAL_SCHEMA", "JOURNAL_SCHEMA_VERSION", "PostgresJournal", "create_journal_schema"]
+
+JOURNAL_SCHEMA = (
+    "CREATE TABLE dsh_tools_call_journal (seq bigserial NOT NULL, agent text NOT NULL, "
+    "key text NOT NULL, tool text NOT NULL, arguments_sha256 text NOT NULL, "
+    "call_id text NOT NULL, owner text NOT NULL, state text NOT NULL, "
+    "started_at double precision NOT NULL, lease_expires_at double precision NOT NULL, "
+    "finished_at double precision, result text, ticket_id text, attempts integer NOT NULL, "
+    "PRIMARY KEY (agent, key))",
+    "CREATE INDEX dsh_tools_call_journal_by_call "
+    "ON dsh_tools_call_journal (agent, tool, arguments_sha256)",
+)
+"""The journal's table (the rights a store's role needs on it: ``SELECT``, ``INSERT``,
+``UPDATE``, and ``USAGE`` on its sequence)."""
+JOURNAL_SCHEMA_VERSION = 1
+_TABLE = "dsh_tools_call_journal"
+_SELECT = f"SELECT {JOURNAL_COLUMNS}, {NOW} FROM {_TABLE}"
+_MINE = "agent = %s AND key = %s AND owner = %s AND state = 'started'"
+
+
+def create_journal_schema(connection: Connection) -> None:
+    """Create the journal's table unless ``dsh_tools_schema`` says it exists; the caller
+    holds the schema lock and made ``dsh_tools_schema``. Raises ``ValueError`` for another
+    version."""
+    claimed = connection.execute(
+        "INSERT INTO dsh_tools_schema VALUES ('journal', %s) "
+        "ON CONFLICT (component) DO NOTHING RETURNING version",
+        (JOURNAL_SCHEMA_VERSION,),
+    ).fetchone()
+    if claimed is not None:
+        for statement in JOURNAL_SCHEMA:
+            connection.execute(statement)
+        return
+    row = connection.execute(
+        "SELECT version FROM dsh_tools_schema WHERE component = 'journal'"
+    ).fetchone()
+    if row is None or row[0] != JOURNAL_SCHEMA_VERSION:
+        found = None if row is None else row[0]
+        raise ValueError(f"journal schema version {found}, expected {JOURNAL_SCHEMA_VERSION}")
+
+
+class PostgresJournal:
+    """The :class:`~dsh_tools.approvals.JournalStore` methods of a store whose
+    ``_connections`` reach the database."""
+
+    _connections: Connections
+
+    def begin_call(
+        self, entry: JournalEntry, lease_s: float, ticket_id: str | None = None
+    ) -> JournalBegin:
+        def run(connection: Connection) -> JournalBegin:
+            connection.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                (json_text(["dsh_tools journal", entry.agent, entry.key]),),
+            )
+
+            def insert(started: JournalEntry) -> None:
+                connection.execute(
+                    f"INSERT INTO {_TABLE} ({JOURNAL_COLUMNS}) VALUES ({', '.join(['%s'] * 13)})",
+                    entry_row(started),
+                )
+
+            return begin_entry(
+                entry,
+                lease_s,
+                ticket_id,
+                kept=_get(connection, entry.agent, entry.key),
+                take=lambda ticket: consume(connection, ticket),
+                now=lambda: float(_one(connection, f"SELECT {NOW}")[0]),
+                insert=insert,
+            )
+
+        return self._connections.run(run)
+
+    def retake_call(self, agent: str, key: str, owner: str, lease_s: float) -> JournalEntry | None:
+        def run(connection: Connection) -> JournalEntry | None:
+            row = connection.execute(
+                f"UPDATE {_TABLE} SET owner = %s, lease_expires_at = {NOW} + %s, "
+                "attempts = attempts + 1 WHERE agent = %s AND key = %s AND state = 'started' "
+                f"AND lease_expires_at <= {NOW} RETURNING {JOURNAL_COLUMNS}, {NOW}",
+                (owner, lease_s, agent, key),
+            ).fetchone()
+            return None if row is None else entry_from_row(row, row[-1])
+
+        return self._connections.run(run)
+
+    def renew_call(self, agent: str, key: str, owner: str, lease_s: float) -> bool:
+        return self._changed(
+            f"UPDATE {_TABLE} SET lease_expires_at = {NOW} + %s WHERE {_MINE}",
+            (lease_s, agent, key, owner),
+        )
+
+    def finish_call(self, agent: str, key: str, owner: str, result: JsonValue) -> bool:
+        return self._changed(
+            f"UPDATE {_TABLE} SET state = 'finished', finished_at = {NOW}, result = %s "
+            f"WHERE {_MINE}",
+            (json_text(result), agent, key, owner),
+        )
+
+    def get_call(self, agent: str, key: str) -> JournalEntry | None:
+        return self._connections.run(lambda connection: _get(connection, agent, key))
+
+    def list_calls(
+        self, *, agent: str | None = None, state: JournalState | None = None
+    ) -> Sequence[JournalEntry]:
+        def run(connection: Connection) -> list[JournalEntry]:
+            where, parameters = ("", ()) if agent is None else ("WHERE agent = %s", (agent,))
+            rows = connection.execute(
+                f"{_SELECT} {where} ORDER BY started_at, seq", parameters
+            ).fetchall()
+            entries = [entry_from_row(row, row[-1]) for row in rows]
+            return [entry for entry in entries if state is None or entry.state is state]
+
+        return self._connections.run(run)
+
+    def _changed(self, statement: str, parameters: tuple[object, ...]) -> bool:
+        def run(connection: Connection) -> bool:
+            return bool(connection.execute(statement, parameters).rowcount == 1)
+
+        return self._connections.run(run)
+
+
+def _get(connection: Connection, agent: str, key: str) -> JournalEntry | None:
+    row = connection.execute(f"{_SELECT} WHERE agent = %s AND key = %s", (agent, key)).fetchone()
+    return None if row is None else entry_from_row(row, row[-1])
+
+
+def _one(connection: Connection, statement: str) -> tuple[Any, ...]:
+    row = connection.execute(statement).fetchone()
+    assert row is not None
+    return row
