@@ -52,7 +52,7 @@ def _ticket() -> ApprovalTicket:
 def test_a_ticket_card_is_readable_by_a_person_and_a_script() -> None:
     ticket = _ticket()
     page = _Articles()
-    page.feed(fragment([ticket], "csrf-token"))
+    page.feed(fragment([ticket]))
 
     [article] = page.articles
     assert ticket.id.startswith("t-")

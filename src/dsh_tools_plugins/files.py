@@ -39,6 +39,7 @@ from dsh_tools.paths import PathArgument
 from dsh_tools.presentation import DiffCallView
 from dsh_tools.safetext import safe_text
 
+from ._file_bytes import BINARY_SNIFF_BYTES, is_binary, read_fd, read_text, split_lines, write_all
 from ._file_output import (
     EDIT_OUTPUT,
     LIST_OUTPUT,
@@ -94,73 +95,10 @@ DEFAULT_LIST_LIMIT = 500
 MAX_LINE_CHARS = 2000
 """Longer lines are cut there by ``read_file`` and marked with ``…``."""
 
-BINARY_SNIFF_BYTES = 8192
-"""A NUL byte in this many leading bytes makes a file binary."""
-
 READ_ONLY = {"read_only": True, "idempotent": True, "open_world": False}
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def read_fd(fd: int, limit: int) -> bytes:
-    """Read from ``fd`` until EOF or ``limit`` bytes, whichever comes first."""
-    chunks: list[bytes] = []
-    remaining = limit
-    while remaining > 0:
-        chunk = os.read(fd, min(remaining, 1 << 16))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
-
-
-def is_binary(data: bytes) -> bool:
-    """True when the first :data:`BINARY_SNIFF_BYTES` bytes hold a NUL byte."""
-    return data.find(b"\x00", 0, BINARY_SNIFF_BYTES) >= 0  # no copy of the first bytes
-
-
-def split_lines(text: str) -> list[str]:
-    """Lines without their terminators (``\\n`` or ``\\r\\n``); no phantom last line."""
-    if not text:
-        return []
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
-
-
-def _read_text(fd: int, display: str, size: int, max_bytes: int, verb: str) -> str:
-    if size > max_bytes:
-        raise ToolError(
-            f'"{display}" is too large to {verb}: {size} bytes, over the limit of {max_bytes} bytes'
-        )
-    data = read_fd(fd, max_bytes + 1)
-    if len(data) > max_bytes:
-        raise ToolError(f'"{display}" is too large to {verb}: over the limit of {max_bytes} bytes')
-    if is_binary(data):
-        raise ToolError(
-            f'"{display}" is a binary file (it has NUL bytes in its first 8 KiB); '
-            f"cannot {verb} it as text"
-        )
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        if verb != "read":
-            raise ToolError(
-                f'"{display}" is not valid UTF-8 text (byte {error.start}); cannot {verb} it'
-            ) from None
-        return data.decode("utf-8", errors="replace")
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    os.ftruncate(fd, 0)
-    os.lseek(fd, 0, os.SEEK_SET)
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
 
 
 def _positive(name: str, value: int) -> None:
@@ -193,7 +131,7 @@ def read_file_tool(
         _positive("offset", args.offset)
         _positive("limit", args.limit)
         with workspace.open(args.path) as opened:
-            text = _read_text(opened.fd, opened.display, opened.stat.st_size, max_bytes, "read")
+            text = read_text(opened.fd, opened.display, opened.stat.st_size, max_bytes, "read")
         lines = split_lines(text)
         start = args.offset - 1
         chosen = lines[start : start + args.limit]
@@ -270,12 +208,12 @@ def write_file_tool(
             before: str | None = None
             if not opened.created and opened.stat.st_size <= max_bytes:
                 try:
-                    before = _read_text(
+                    before = read_text(
                         opened.fd, opened.display, opened.stat.st_size, max_bytes, "diff"
                     )
                 except ToolError:
                     before = None
-            _write_all(opened.fd, data)
+            write_all(opened.fd, data)
         return change_value(
             opened.display,
             created=opened.created,
@@ -379,7 +317,7 @@ def edit_file_tool(
         """The file's text and how many times the edit replaces in it; refused as the
         tool's description says."""
         _check_edit(args)
-        before = _read_text(opened.fd, opened.display, opened.stat.st_size, max_bytes, "edit")
+        before = read_text(opened.fd, opened.display, opened.stat.st_size, max_bytes, "edit")
         return before, _occurrences(args, before, opened.display, max_bytes)
 
     async def preflight(args: EditFileArgs | None) -> None:
@@ -394,7 +332,7 @@ def edit_file_tool(
             before, count = read(args, opened)
             after = before.replace(args.old_string, args.new_string)
             data = after.encode("utf-8")
-            _write_all(opened.fd, data)
+            write_all(opened.fd, data)
         return change_value(
             display,
             created=False,

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
-import dsh_tools_plugins.files as files_module
+import dsh_tools_plugins._file_bytes as file_bytes
 from dsh_tools import PresentableResult, ToolExecutionInput, ToolRegistry
 from dsh_tools.models import (
     ToolDefinition,
@@ -566,13 +566,13 @@ async def test_file_tools_leave_the_event_loop_free_while_they_work(
     registry: ToolRegistry, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (root / "a.txt").write_text("slow disk\n")
-    original = files_module.read_fd
+    original = file_bytes.read_fd
 
     def slow_read(fd: int, limit: int) -> bytes:
         time.sleep(0.3)  # a network file system, say
         return original(fd, limit)
 
-    monkeypatch.setattr(files_module, "read_fd", slow_read)
+    monkeypatch.setattr(file_bytes, "read_fd", slow_read)
     ticks = 0
 
     async def ticker() -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from dsh_tools.errors import ToolError
 from dsh_tools.safetext import safe_text
 
-from ..files import is_binary, read_fd
+from .._file_bytes import is_binary, read_fd
 from ..workspace import Opened, WalkFilter, Workspace
 from .regex import LineRegex, matching_lines
 from .ripgrep import Preselection, superset_pattern
