@@ -4,6 +4,7 @@ of services the body deployed."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from approval_helpers import code
@@ -35,5 +36,10 @@ def make_registry(store: Any) -> tuple[ToolRegistry, ScriptedApproval, list[str]
     return registry, approval, ran
 
 
+_CALL_IDS = itertools.count(1)
+
+
 def deploy(service: str = "web", agent: str = "ops") -> ToolExecutionInput:
-    return ToolExecutionInput("c1", "deploy", {"service": service}, agent=agent)
+    """A new call of ``deploy`` (its own call id: a call id names one call, and the call
+    journal of a durable store replays a repeat of one)."""
+    return ToolExecutionInput(f"c{next(_CALL_IDS)}", "deploy", {"service": service}, agent=agent)

@@ -4,6 +4,7 @@ resumed or repeated, and never when the answer, the policy or the ticket says no
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import threading
 from pathlib import Path
@@ -59,8 +60,13 @@ def make_registry(
     return registry, channel, ran
 
 
+_CALL_IDS = itertools.count(1)
+
+
 def call(path: str = "a.txt", agent: str = "coder") -> ToolExecutionInput:
-    return ToolExecutionInput("c1", "write", {"path": path}, agent=agent)
+    """The model's call of ``write``: a new call id each time, as a model's repeat has
+    (the call journal of a durable store replays a repeat of one call id)."""
+    return ToolExecutionInput(f"c{next(_CALL_IDS)}", "write", {"path": path}, agent=agent)
 
 
 def ticket_of(result: Any) -> str:

@@ -52,6 +52,12 @@ def dsh(*argv: str) -> tuple[int, str]:
 CALL = ToolExecutionInput("c1", "write", {"path": "a.txt"}, agent="coder")
 
 
+def again(n: int) -> ToolExecutionInput:
+    """The same call made again by the model: a new call id (a repeat of the same call
+    id is the same call, which the call journal replays)."""
+    return ToolExecutionInput(f"c1-{n}", "write", {"path": "a.txt"}, agent="coder")
+
+
 def test_list_show_and_approve_then_the_repeated_call_runs_once(workspace: Path) -> None:
     registry, ran = host(workspace)
     ticket = registry.execute_sync(CALL).meta["approval"]["ticket"]  # type: ignore[index]
@@ -76,7 +82,8 @@ def test_list_show_and_approve_then_the_repeated_call_runs_once(workspace: Path)
     assert "too late" in late
 
     assert code(registry.execute_sync(CALL)) == "ok"
-    assert code(registry.resume_sync(ticket)) == "DENIED"
+    replayed = registry.resume_sync(ticket)  # the same call again: its recorded result
+    assert (code(replayed), replayed.meta) == ("ok", {"journal": "replayed"})
     assert ran == ["a.txt"]
     exit_code, listed = dsh("approvals", "list")
     assert "no approval tickets waiting" in listed
@@ -84,6 +91,7 @@ def test_list_show_and_approve_then_the_repeated_call_runs_once(workspace: Path)
     (entry,) = json.loads(everything)
     assert (entry["id"], entry["state"], entry["answer"]["by"]) == (ticket, "resumed", "ana")
     assert entry["answer"]["channel"] == "cli"
+    assert code(registry.execute_sync(again(1))) == "APPROVAL_PENDING"  # a new call asks
 
 
 def test_reject_with_feedback_reaches_the_model(workspace: Path) -> None:
@@ -101,8 +109,8 @@ def test_approve_always_is_remembered_for_later_calls(workspace: Path) -> None:
     registry, ran = host(workspace)
     ticket = registry.execute_sync(CALL).meta["approval"]["ticket"]  # type: ignore[index]
     assert dsh("approvals", "approve", ticket, "--always")[0] == EXIT_OK
-    assert code(registry.execute_sync(CALL)) == "ok"
-    assert code(registry.execute_sync(CALL)) == "ok"
+    assert code(registry.execute_sync(again(1))) == "ok"
+    assert code(registry.execute_sync(again(2))) == "ok"
     assert ran == ["a.txt", "a.txt"]
 
 
@@ -194,7 +202,7 @@ def test_approve_always_may_end_after_uses_or_a_lifetime(workspace: Path) -> Non
     answer = json.loads(said)["answer"]
     assert (answer["expires_in_s"], answer["uses"]) == (3600.0, 1)
     assert answer["feedback"] == "just this once more"
-    assert [code(registry.execute_sync(CALL)) for _ in range(3)] == [
+    assert [code(registry.execute_sync(again(n))) for n in range(3)] == [
         "ok",
         "ok",
         "APPROVAL_PENDING",
@@ -235,3 +243,65 @@ def test_show_prints_every_argument_of_a_call_without_a_card(workspace: Path) ->
     exit_code, shown = dsh("approvals", "show", pending.meta["approval"]["ticket"])  # type: ignore[index]
     assert exit_code == EXIT_OK
     assert_every_argument_shown(shown)
+
+
+def test_list_and_show_tell_ran_failed_and_died_apart(workspace: Path) -> None:
+    from dsh_tools import define_tool
+    from dsh_tools.approvals import JournalEntry, call_digest
+
+    def boom(args: Any, ctx: Any) -> None:
+        raise OSError("the disk is full")
+
+    registry, _ran = host(workspace)
+    registry.register(define_tool(name="boom", description="Boom.", parameters={}, execute=boom))
+    store = registry.approval_store
+    calls = {
+        "ran": ToolExecutionInput("c1", "write", {"path": "a.txt"}, agent="coder"),
+        "failed": ToolExecutionInput("c2", "boom", {}, agent="coder"),
+        "died": ToolExecutionInput("c3", "write", {"path": "c.txt"}, agent="coder"),
+    }
+    tickets = {}
+    for word, call in calls.items():
+        tickets[word] = registry.execute_sync(call).meta["approval"]["ticket"]  # type: ignore[index]
+        assert dsh("approvals", "approve", tickets[word])[0] == EXIT_OK
+    registry.resume_sync(tickets["ran"])
+    registry.resume_sync(tickets["failed"])
+    # The third call's process died mid-body: its entry began with the ticket, and its
+    # lease ran out.
+    digest = call_digest("write", {"path": "c.txt"})
+    entry = JournalEntry("coder", "c3", "write", digest, "c3", "host-b:77:gone")
+    assert store.begin_call(entry, 0.0, tickets["died"]).started  # type: ignore[attr-defined]
+    exit_code, listed = dsh("approvals", "list", "--all")
+    assert exit_code == EXIT_OK
+    for word, ticket in tickets.items():
+        line = next(line for line in listed.splitlines() if line.startswith(ticket))
+        assert f"resumed, {word}" in line
+    exit_code, everything = dsh("approvals", "list", "--all", "--json")
+    outcomes = {item["id"]: item["outcome"] for item in json.loads(everything)}
+    assert outcomes == {ticket: word for word, ticket in tickets.items()}
+    exit_code, shown = dsh("approvals", "show", tickets["died"])
+    assert "the call died: started" in shown
+    assert "on host-b:77:gone" in shown
+    assert "it may have run" in shown
+    exit_code, shown = dsh("approvals", "show", tickets["failed"])
+    assert "the call failed (" in shown
+
+
+def test_a_ticket_shows_an_earlier_attempt_that_may_have_run(workspace: Path) -> None:
+    from dsh_tools.approvals import JournalEntry, JournalState, call_digest
+
+    registry, ran = host(workspace)
+    store = registry.approval_store
+    digest = call_digest("write", {"path": "a.txt"})
+    entry = JournalEntry("coder", "c0", "write", digest, "c0", "host-b:77:gone")
+    assert store.begin_call(entry, 0.0).started  # type: ignore[attr-defined]
+    assert store.get_call("coder", "c0").state is JournalState.UNKNOWN  # type: ignore[attr-defined]
+    ticket = registry.execute_sync(CALL).meta["approval"]["ticket"]  # type: ignore[index]
+    _exit_code, shown = dsh("approvals", "show", ticket)
+    assert "an earlier attempt: call c0 started" in shown
+    assert "on host-b:77:gone" in shown
+    assert "it may have run" in shown
+    assert "earlier_attempt" not in shown  # one line of its own, not the raw record
+    assert dsh("approvals", "approve", ticket)[0] == EXIT_OK
+    assert code(registry.execute_sync(again(1))) == "ok"  # the person settled it
+    assert ran == ["a.txt"]

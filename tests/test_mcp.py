@@ -599,3 +599,36 @@ async def test_resources_and_prompts_are_empty_lists_not_unknown_methods() -> No
             assert (await client.list_resources()).resources == []
             assert (await client.list_resource_templates()).resource_templates == []
             assert (await client.list_prompts()).prompts == []
+
+
+@pytest.mark.anyio
+async def test_a_request_s_idempotency_key_makes_a_retry_replay_the_first_result() -> None:
+    registry = ToolRegistry()
+    ran: list[str] = []
+
+    def charge(args: Any, ctx: Any) -> str:
+        ran.append(ctx.idempotency_key)
+        return f"charged {args['cents']}"
+
+    parameters = {"cents": {"type": "integer", "required": True}}
+    registry.register(
+        define_tool(name="charge", description="Charge.", parameters=parameters, execute=charge)
+    )
+    key = {"dsh-tools/idempotency-key": "order-1"}
+    with anyio.fail_after(5):
+        async with Client(build_mcp_server(registry)) as client:
+            first = await client.call_tool("charge", {"cents": 5}, meta=key)  # type: ignore[arg-type]
+            retry = await client.call_tool("charge", {"cents": 5}, meta=key)  # type: ignore[arg-type]
+            other = await client.call_tool("charge", {"cents": 7}, meta=key)  # type: ignore[arg-type]
+            bad = await client.call_tool(
+                "charge", {"cents": 5}, meta={"dsh-tools/idempotency-key": 3}
+            )  # type: ignore[arg-type]
+            plain = await client.call_tool("charge", {"cents": 5})
+    assert texts(first) == texts(retry) == ["charged 5"]
+    assert ran[0] == "order-1"
+    assert len(ran) == 2
+    assert other.is_error
+    assert "idempotency key 'order-1'" in texts(other)[0]
+    assert bad.is_error
+    assert '_meta["dsh-tools/idempotency-key"] must be' in texts(bad)[0]
+    assert not plain.is_error

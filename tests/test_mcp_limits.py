@@ -12,10 +12,10 @@ import pytest
 pytest.importorskip("mcp")
 
 from dsh_tools import ToolRegistry, define_tool
+from dsh_tools._accounts import ANONYMOUS_PREFIX as COUNTED
+from dsh_tools._accounts import account
 from dsh_tools.bridges._mcp_clients import ANONYMOUS_PREFIX as MADE
 from dsh_tools.bridges.mcp import serve_http
-from dsh_tools_plugins._limits.accounts import ANONYMOUS_PREFIX as COUNTED
-from dsh_tools_plugins._limits.accounts import account
 from dsh_tools_plugins.limits import CallBudget, ConcurrencyLimit
 from test_mcp_clients import ALICE, BOB, client
 

@@ -5,6 +5,7 @@ the grant the resumed call remembers."""
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import time
 from pathlib import Path
@@ -17,7 +18,13 @@ from dsh_tools import Ask, TicketAnswer, ToolExecutionInput, ToolRegistry, hooki
 from dsh_tools_plugins._stores.sqlite_schema import SCHEMA_VERSION
 from dsh_tools_plugins.approval_store import SqliteApprovalStore
 
-CALL = ToolExecutionInput("c1", "write", {"path": "a.txt"}, agent="coder")
+_CALL_IDS = itertools.count(1)
+
+
+def call() -> ToolExecutionInput:
+    """The model's call of ``write``, a new call id each time (the call journal of a
+    durable store replays a repeat of one call id)."""
+    return ToolExecutionInput(f"c{next(_CALL_IDS)}", "write", {"path": "a.txt"}, agent="coder")
 
 
 class AskAlways:
@@ -35,7 +42,7 @@ def asking(store: Any) -> tuple[ToolRegistry, list[str]]:
 
 def answered(store: Any, registry: ToolRegistry, **answer: Any) -> str:
     """The id of the call's ticket, answered allowed-always by ana with ``answer``."""
-    result = registry.execute_sync(CALL)
+    result = registry.execute_sync(call())
     assert code(result) == "APPROVAL_PENDING"
     ticket: str = result.meta["approval"]["ticket"]  # type: ignore[index]
     store.answer_ticket(ticket, TicketAnswer("allowed-always", "ana", "cli", **answer))  # type: ignore[arg-type]
@@ -47,7 +54,7 @@ def test_a_ticket_grant_of_n_uses_allows_n_later_calls(approval_store: Any) -> N
     ticket = answered(approval_store, registry, uses=2, expires_in_s=3600)
     kept = approval_store.get_ticket(ticket).answer
     assert (kept.uses, kept.expires_in_s) == (2, 3600.0)
-    codes = [code(registry.execute_sync(CALL)) for _ in range(4)]
+    codes = [code(registry.execute_sync(call())) for _ in range(4)]
     assert codes == ["ok", "ok", "ok", "APPROVAL_PENDING"]
     assert ran == ["a.txt"] * 3
 
@@ -55,9 +62,9 @@ def test_a_ticket_grant_of_n_uses_allows_n_later_calls(approval_store: Any) -> N
 def test_a_ticket_grant_that_expired_asks_again(approval_store: Any) -> None:
     registry, ran = asking(approval_store)
     answered(approval_store, registry, expires_in_s=0.05)
-    assert code(registry.execute_sync(CALL)) == "ok"
+    assert code(registry.execute_sync(call())) == "ok"
     time.sleep(0.3)
-    assert code(registry.execute_sync(CALL)) == "APPROVAL_PENDING"
+    assert code(registry.execute_sync(call())) == "APPROVAL_PENDING"
     assert ran == ["a.txt"]
 
 
@@ -89,7 +96,7 @@ def test_a_version_2_file_keeps_its_answers_and_old_code_cannot_misread_new_ones
     path = tmp_path / "approvals.sqlite3"
     store = SqliteApprovalStore(path)
     registry, _ = asking(store)
-    ticket = registry.execute_sync(CALL).meta["approval"]["ticket"]  # type: ignore[index]
+    ticket = registry.execute_sync(call()).meta["approval"]["ticket"]  # type: ignore[index]
     with sqlite3.connect(path) as connection:  # as version 2 of the store left it
         connection.execute(
             "UPDATE tickets SET state = 'answered', answer = ?, answered_at = 1 WHERE id = ?",
@@ -106,5 +113,5 @@ def test_a_version_2_file_keeps_its_answers_and_old_code_cannot_misread_new_ones
         assert connection.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     connection.close()
     registry, ran = asking(again)
-    assert [code(registry.execute_sync(CALL)) for _ in range(3)] == ["ok"] * 3
+    assert [code(registry.execute_sync(call())) for _ in range(3)] == ["ok"] * 3
     assert ran == ["a.txt"] * 3

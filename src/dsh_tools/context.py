@@ -38,6 +38,9 @@ class _Call(Protocol):
 
     def record(self) -> ToolExecution: ...
 
+    @property
+    def key(self) -> str: ...
+
     def stream_on_demand(self) -> _Stream: ...
 
 
@@ -134,6 +137,14 @@ class ToolRunContext:
     def execution(self) -> ToolExecution:
         """The call as every stage sees it: identity, frozen arguments, caller's signal."""
         return self._call.record()
+
+    @property
+    def idempotency_key(self) -> str:
+        """The call's key across repeats: the host's ``idempotency_key``, else its call id.
+        Hand it to an external API that accepts idempotency keys (a payment, a mail), so
+        a repeat the journal cannot see (an unknown outcome settled by a person) is
+        still one effect there."""
+        return self._call.key
 
     def defer_context(self, message: str | ContentLike | ContextMessage) -> None:
         """Queue a user-role message for the next model turn (kept on the result)."""

@@ -65,6 +65,7 @@ def define_tool(
     metadata: Mapping[str, Any] | None = None,
     paths: ToolPaths | None = None,
     preflight: Callable[[A | None], object] | None = None,
+    reconcile: Callable[[A, Any], object] | None = None,
 ) -> ToolDefinition[A]: ...
 
 
@@ -85,6 +86,7 @@ def define_tool(
     metadata: Mapping[str, Any] | None = None,
     paths: ToolPaths | None = None,
     preflight: Callable[[FrozenDict | None], object] | None = None,
+    reconcile: Callable[[FrozenDict, Any], object] | None = None,
 ) -> ToolDefinition[FrozenDict]: ...
 
 
@@ -104,6 +106,7 @@ def define_tool(
     metadata: Mapping[str, Any] | None = None,
     paths: ToolPaths | None = None,
     preflight: Callable[[Any], object] | None = None,
+    reconcile: Callable[[Any, Any], object] | None = None,
 ) -> ToolDefinition[Any]:
     """Define a tool whose arguments are validated against ``parameters`` before ``execute``.
 
@@ -113,7 +116,9 @@ def define_tool(
     ``blocking=False``: a plain ``def`` body never blocks, so ``await execute`` runs it
     inline on the loop, not in a worker thread (see :class:`~dsh_tools.ToolDefinition`).
     ``preflight`` raises what would refuse a call whatever a person answered, so nobody
-    is asked about it (see :class:`~dsh_tools.ToolDefinition`).
+    is asked about it (see :class:`~dsh_tools.ToolDefinition`). ``reconcile`` says
+    whether an earlier attempt whose outcome is unknown took effect (see
+    :class:`~dsh_tools.ToolDefinition` and the docs' "once" page).
     Raises :class:`DefinitionError` or
     :class:`~dsh_tools.errors.JsonSchemaError` for a malformed definition; the message
     starts with ``define_tool(<name>)``. For a tool made of one typed function,
@@ -137,6 +142,7 @@ def define_tool(
         blocking=blocking,
         paths=paths,
         preflight=preflight,
+        reconcile=reconcile,
     )
 
 

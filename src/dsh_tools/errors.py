@@ -71,6 +71,12 @@ class ErrorCode(str, enum.Enum):
     """The call's approval ticket expired before it was answered and resumed; the call did
     not run. Repeating the call opens a new ticket."""
 
+    OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
+    """An earlier attempt of the call started and never recorded its end (its process
+    died, or an engine's attempt never reported): it may or may not have run, and the
+    call does not run again by itself. An idempotent tool runs again, a tool's
+    ``reconcile`` step settles it, or a person must (see the docs' "once" page)."""
+
     BLOCKED = "BLOCKED"
     """A post-execute policy withheld the result and returned corrective feedback instead."""
 

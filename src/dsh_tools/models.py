@@ -145,6 +145,12 @@ def _non_empty_string(instance: object, attribute: attrs.Attribute[str], value: 
         )
 
 
+def _optional_key(instance: object, attribute: attrs.Attribute[str | None], value: object) -> None:
+    """``None``, or a key :func:`_non_empty_string` accepts."""
+    if value is not None:
+        _non_empty_string(instance, attribute, value)  # type: ignore[arg-type]
+
+
 @attrs.frozen(slots=False)  # one per call: a dict-backed record is filled faster
 class ToolExecutionInput:
     """What a host asks the registry to run: one tool call as the model made it.
@@ -157,6 +163,9 @@ class ToolExecutionInput:
     scope's progress filters; see :mod:`dsh_tools.progress`), never after the result.
     ``call_id`` must be a non-empty string (else :class:`TypeError` naming the field):
     observers, the audit log and the approval store key the call on it.
+    ``idempotency_key`` names the call across repeats (a retry after a dropped
+    connection, an engine's retried step): the call journal runs a call of a tool that is
+    not read-only at most once per key and agent; without one, the call id is its key.
     """
 
     call_id: str = attrs.field(validator=_non_empty_string)
@@ -167,6 +176,7 @@ class ToolExecutionInput:
     root_call_id: str | None = None
     signal: CancelSignal | None = None
     on_progress: ProgressListener | None = None
+    idempotency_key: str | None = attrs.field(default=None, validator=_optional_key)
 
 
 @attrs.frozen(slots=False)  # one per call: a dict-backed record is filled faster
@@ -403,6 +413,12 @@ class ToolDefinition(Generic[A]):
     runs it before anyone is asked, and ``explain`` reports its refusal. It is the body's
     own checks, called early, not a copy. Called with ``None`` (by ``dsh-tools check``),
     it raises what would refuse every call. May be ``async def``.
+
+    ``reconcile(args, entry)`` settles a call whose earlier attempt's outcome is unknown
+    (its process died mid-body; ``entry`` is that attempt's
+    :class:`~dsh_tools.approvals.JournalEntry`): it returns what the body would have
+    returned when the effect happened, or ``None`` when it did not and the call may run.
+    May be ``async def``.
     """
 
     name: str = attrs.field(validator=attrs.validators.instance_of(str))
@@ -424,6 +440,7 @@ class ToolDefinition(Generic[A]):
     )
     paths: ToolPaths | None = attrs.field(default=None, kw_only=True, validator=_declared_paths)
     preflight: Callable[[A | None], object] | None = attrs.field(default=None, kw_only=True)
+    reconcile: Callable[[A, Any], object] | None = attrs.field(default=None, kw_only=True)
 
     def schema(self) -> ToolSchema:
         """The model-facing projection (an explicit allowlist of three fields)."""

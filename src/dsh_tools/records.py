@@ -118,7 +118,7 @@ _STOPPING = frozenset(
     }
 )
 
-_STAGE_NAMES = ("pre_execute", "approval", "guard", "execute", "body", "post_execute")
+_STAGE_NAMES = ("pre_execute", "approval", "guard", "journal", "execute", "body", "post_execute")
 
 
 class DecisionRecord:

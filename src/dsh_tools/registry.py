@@ -59,6 +59,10 @@ class ToolRegistry(_ViewBase):
         ticket stays open) or ``"expired"`` (the ticket expires with the wait).
     :param approval_expiry_s: how long an approval ticket stays open unless the ``Ask``
         says (``Ask(expires_in_s=...)``); a day by default.
+    :param journal_lease_s: how long a journaled call's lease lasts unless its process
+        renews it (it does, every third of it, while the call runs): after a crash, the
+        call's outcome reads unknown this long after the process died (see the docs'
+        "once" page).
     """
 
     def __init__(
@@ -71,12 +75,19 @@ class ToolRegistry(_ViewBase):
         approval_timeout_ms: float | None = None,
         approval_timeout: Literal["pending", "expired"] = "pending",
         approval_expiry_s: float = 86400.0,
+        journal_lease_s: float = 30.0,
     ) -> None:
         self._registry = self
+        if not (type(journal_lease_s) in (int, float) and 0 < journal_lease_s < float("inf")):
+            raise DefinitionError(
+                f"journal_lease_s must be a positive finite number of seconds, got "
+                f"{journal_lease_s!r}"
+            )
         self._handle = Handle(
             self._plan,
             waiting(approval_timeout_ms, approval_timeout, approval_expiry_s),
             self.present_call,
+            float(journal_lease_s),
         )
         """What a call may ask of this registry (see :class:`~dsh_tools._pipeline.call.Handle`)."""
         self._path = ()

@@ -23,6 +23,7 @@ Stage = Literal[
     "pre_execute",
     "approval",
     "guard",
+    "journal",
     "execute",
     "progress",
     "body",

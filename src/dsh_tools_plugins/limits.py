@@ -34,6 +34,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from dsh_tools._accounts import account
 from dsh_tools.cancel import NEVER_CANCELLED, CancelSignal, Deadline
 from dsh_tools.errors import DefinitionError, ErrorCode
 from dsh_tools.hookspecs import WrapperGenerator, hookimpl
@@ -49,7 +50,6 @@ from dsh_tools.permits import Permits, Retired
 from dsh_tools.tracing import note
 
 from ._globs import by_glob
-from ._limits.accounts import account
 from ._limits.shared import SharedLimits
 from ._limits.spending import Spending
 from ._numbers import positive_finite

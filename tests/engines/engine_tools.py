@@ -64,11 +64,18 @@ class Policy:
         note(self.state, "observed", f"{execution.call_id} {execution.name} {code}")
 
 
+LEASE_S = 2.0
+"""How long a killed worker's call reads as running before it reads unknown (the call
+journal's lease; a retry waits for it)."""
+
+
 def build_registry(state: Path) -> ToolRegistry:
     """The conformance registry, its tickets in ``state``'s SQLite store (shared by every
     process and by ``dsh-tools approvals``)."""
     registry = ToolRegistry(
-        approval=lambda request: "pending", approval_store=SqliteApprovalStore(state / STORE)
+        approval=lambda request: "pending",
+        approval_store=SqliteApprovalStore(state / STORE),
+        journal_lease_s=LEASE_S,
     )
     for tool in _tools(state):
         registry.register(tool)

@@ -37,7 +37,20 @@ def attempt(state: Path, number: int, name: str, call_id: str = "k-1", **argumen
     return asyncio.run(run)
 
 
+def _began_and_died(state: Path, call_id: str, name: str, **arguments: Any) -> None:
+    """An earlier attempt of ``call_id`` whose body began and whose worker died: its call
+    journal entry, with a lease that ran out."""
+    from dsh_tools.approvals import JournalEntry, call_digest
+
+    store = build_registry(state).approval_store
+    digest = call_digest(name, arguments)
+    entry = JournalEntry("agent-1", call_id, name, digest, call_id, "worker-a:1:dead")
+    assert store.begin_call(entry, 0.0).started  # type: ignore[attr-defined]
+
+
 def test_a_retried_attempt_of_a_tool_that_is_not_idempotent_does_not_run(tmp_path: Path) -> None:
+    _began_and_died(tmp_path, "k-1", "echo", text="hi")
+
     result = attempt(tmp_path, 2, "echo", text="hi")
 
     assert result["error"]["info"]["code"] == "OUTCOME_UNKNOWN"
@@ -55,23 +68,22 @@ def test_a_retried_attempt_of_an_idempotent_tool_runs_again(tmp_path: Path) -> N
 
 
 def test_policy_decides_before_a_retried_attempt_is_judged(tmp_path: Path) -> None:
+    _began_and_died(tmp_path, "k-1", "forbidden", text="hi")
+
     assert attempt(tmp_path, 3, "forbidden", text="hi")["error"]["info"]["code"] == "DENIED"
-    unknown = _write_retried(tmp_path)
-
-    assert unknown["error"]["info"]["code"] == "OUTCOME_UNKNOWN"
-    assert lines(tmp_path, "effects") == []  # write's body never ran
 
 
-def _write_retried(state: Path) -> Any:
-    """``write`` approved for another call id, then retried: its earlier attempt may have
-    taken that answer and run, so this one does not."""
-    registry = build_registry(state)
-    first = attempt(state, 1, "write", call_id="k-other", path="b.txt")
+def test_a_retried_attempt_takes_an_answer_no_attempt_took(tmp_path: Path) -> None:
+    first = attempt(tmp_path, 1, "write", call_id="k-other", path="b.txt")
     ticket = first["meta"]["approval"]["ticket"]
-    registry.approval_store.answer_ticket(  # type: ignore[attr-defined]
+    build_registry(tmp_path).approval_store.answer_ticket(  # type: ignore[attr-defined]
         ticket, TicketAnswer("allowed-once", by="ana", channel="cli")
     )
-    return attempt(state, 2, "write", call_id="k-2", path="b.txt")
+
+    retried = attempt(tmp_path, 2, "write", call_id="k-2", path="b.txt")
+
+    assert retried["isError"] is False  # the journal says no body of it began: it runs
+    assert lines(tmp_path, "effects") == ["wrote b.txt"]
 
 
 def test_a_retried_attempt_whose_earlier_one_only_asked_runs_once_answered(
@@ -89,7 +101,9 @@ def test_a_retried_attempt_whose_earlier_one_only_asked_runs_once_answered(
     assert lines(tmp_path, "effects") == ["wrote a.txt"]
 
 
-def test_a_retried_resume_of_a_ticket_taken_before_is_unknown_not_denied(tmp_path: Path) -> None:
+def test_a_retried_resume_of_a_ticket_whose_call_finished_replays_its_result(
+    tmp_path: Path,
+) -> None:
     registry = build_registry(tmp_path)
     first = attempt(tmp_path, 1, "write", path="a.txt")
     ticket = first["meta"]["approval"]["ticket"]
@@ -102,8 +116,23 @@ def test_a_retried_resume_of_a_ticket_taken_before_is_unknown_not_denied(tmp_pat
 
     retried = asyncio.run(run_resume(registry, ticket, attempt=Attempt("test", 2), signal=signal))
 
-    assert retried["error"]["info"]["code"] == "OUTCOME_UNKNOWN"
+    assert (retried["isError"], retried["meta"]) == (False, {"journal": "replayed"})
+    assert retried["content"] == resumed["content"]
     assert lines(tmp_path, "effects") == ["wrote a.txt"]
+
+
+def test_a_retried_attempt_whose_earlier_one_never_began_runs(tmp_path: Path) -> None:
+    # The earlier attempt died before its body began (no journal entry): nothing ran.
+    result = attempt(tmp_path, 2, "echo", call_id="k-fresh", text="hi")
+
+    assert result["isError"] is False
+
+
+def test_the_workflow_code_s_outcome_unknown_is_the_error_code() -> None:
+    from dsh_tools import ErrorCode
+    from dsh_tools_plugins.engines._waiting import OUTCOME_UNKNOWN
+
+    assert ErrorCode.OUTCOME_UNKNOWN.value == OUTCOME_UNKNOWN
 
 
 def test_workflow_code_imports_nothing_of_dsh_tools() -> None:

@@ -46,6 +46,7 @@ from ..models import (
 from ..records import Origin
 from ..safetext import safe_text
 from .call import Call, Interrupted, StageFailed
+from .journal import needs_no_answer
 from .loops import is_awaitable
 from .results import message, shown
 from .tickets import TICKETS, answer_of, awaited, pending, stored, taken, ticket_store
@@ -144,6 +145,8 @@ async def approve(call: Call, ask: Ask) -> Allow | Deny:
     assert service is not None
     assert agent is not None
     arguments: FrozenDict = execution.arguments  # type: ignore[assignment]
+    if await needs_no_answer(call):  # the journal ends it without running: ask nobody
+        return ALLOW
     keys = approval_keys(call)
     known = remembered(call, keys)
     if isinstance(known, Allow) and not _used(call, call.plan.approval_store, keys):

@@ -40,6 +40,7 @@ from .stream import Stream
 if TYPE_CHECKING:
     import anyio
 
+    from ..approvals import ApprovalTicket, JournalEntry, JournalStore
     from ..presentation import ToolCallView
     from .plan import Plan, ToolEntry
 
@@ -61,6 +62,17 @@ class Handle:
     """How long a call waits for a person's answer to its approval ticket, and then."""
     present_call: Callable[[ToolExecutionInput], ToolCallView]
     """The pending card of a call, as its agent sees the tool (an approval ticket shows it)."""
+    journal_lease_s: float = 30.0
+    """How long a journaled call's lease lasts unless its process renews it."""
+
+
+@attrs.define
+class Attempt:
+    """The call journal's entry a call owns: what finishes it, and whether it did."""
+
+    store: JournalStore
+    entry: JournalEntry
+    finished: bool = False
 
 
 class Interrupted(Exception):
@@ -87,6 +99,7 @@ class Call:
     __slots__ = (
         "arguments",
         "asker",
+        "attempt",
         "concluded",
         "contexts",
         "entry",
@@ -101,6 +114,7 @@ class Call:
         "signal",
         "started",
         "stream",
+        "ticket",
         "tool",
     )
 
@@ -143,6 +157,10 @@ class Call:
         """The approval ticket this call resumes (``registry.resume``), or ``None``."""
         self.asker: Origin | None = None
         """The pre-execute implementation whose ``Ask`` stage 1 returned."""
+        self.ticket: ApprovalTicket | None = None
+        """The approval ticket whose answer this call took."""
+        self.attempt: Attempt | None = None
+        """The call journal's entry this call owns (:mod:`dsh_tools._pipeline.journal`)."""
 
     def record(self, dry_run: bool = False) -> ToolExecution:
         """:attr:`execution`, made on first request (``dry_run`` for ``explain``)."""
@@ -174,6 +192,11 @@ class Call:
     def name(self) -> str:
         """The tool name the call asked for."""
         return self.input.name
+
+    @property
+    def key(self) -> str:
+        """The call's journal key: the host's idempotency key, else its call id."""
+        return self.input.idempotency_key or self.input.call_id
 
     def resolve(self) -> ToolEntry | None:
         """The tool the body runs: the entry's, unless the registry changed since the call

@@ -29,6 +29,7 @@ from ..models import Deny, ToolExecutionInput, ToolExecutionResult, failure_resu
 from .approval import ALLOW, unrunnable
 from .body import run_body
 from .call import Call, Handle, Interrupted, StageFailed, frozen_arguments
+from .journal import dispatched, finish, journal_of
 from .loops import drive, on_event_loop, run_on_own_loop, stops_the_caller
 from .results import code
 from .stages import decide, finalize, guard, observe, post_execute
@@ -59,6 +60,7 @@ def start(plan: Plan, handle: Handle, call: ToolExecutionInput, resumes: str | N
         and name in plan.direct
         and type(arguments) is FrozenDict
         and resumes is None
+        and call.idempotency_key is None
     ):
         return run_body(state)
     return run_staged(state)
@@ -93,6 +95,8 @@ async def run_staged(call: Call) -> ToolExecutionResult:
             raise  # a fault of the call path itself: the stages contain everything else
         await _observed_abort(call)
         raise
+    if call.attempt is not None:  # it took its ticket, then ended before stage 3
+        await finish(call, result)
     result = finalize(call, result)
     if call.plan.result:
         await observe(call, result)
@@ -141,7 +145,11 @@ async def _decided_and_dispatched(call: Call) -> ToolExecutionResult:
         return unrunnable(call, unknown=False) or failure_result(reason, ErrorCode.DENIED)
     if call.cancelled():
         return call.aborted()
-    result = await execute_stage(call) if plan.wrappers else await run_body(call)
+    stage = execute_stage if plan.wrappers else run_body
+    if journal_of(call) is None:
+        result = await stage(call)
+    else:
+        result = await dispatched(call, lambda: stage(call))
     if plan.traced:
         call.trace("execute", "wrappers" if plan.wrappers else None, code(result), result)
     return result

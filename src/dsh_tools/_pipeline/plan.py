@@ -43,7 +43,7 @@ from ..records import Origin
 from ..tracing import Tracer
 
 if TYPE_CHECKING:
-    from ..approvals import ApprovalStore
+    from ..approvals import ApprovalStore, JournalStore
     from .manager import PluginManager
 
 Validator = Callable[[object], list[str]]
@@ -62,6 +62,8 @@ class ToolEntry:
     """An ``async def`` body: ``execute_sync`` runs its calls on an event loop."""
     bare: bool = attrs.field(init=False)
     """Nothing to time or finalize: may take the direct runner."""
+    read_only: bool = attrs.field(init=False)
+    """``metadata["read_only"]``: the call journal skips its calls."""
 
     def __attrs_post_init__(self) -> None:
         definition = self.definition
@@ -75,6 +77,7 @@ class ToolEntry:
             "admit": definition.arguments.admit,
             "is_async": is_async_callable(definition.execute),
             "bare": definition.timeout_ms is None and definition.finalize_content is None,
+            "read_only": definition.metadata.get("read_only") is True,
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
@@ -159,6 +162,8 @@ class Plan:
         "direct",
         "filters",
         "guards",
+        "journal",
+        "journal_all",
         "listeners",
         "needs_loop",
         "post",
@@ -197,6 +202,12 @@ class Plan:
         """``dsh_tools_progress``: a scope with any gives its calls a progress stream."""
         self.approval = approval
         self.approval_store = approval_store
+        keeps = callable(getattr(approval_store, "begin_call", None))
+        self.journal = cast("JournalStore", approval_store) if keeps else None
+        """The approval store as the call journal, or ``None`` when it keeps none."""
+        self.journal_all = keeps and getattr(approval_store, "durable", True) is not False
+        """Every call of a tool that is not read-only is journaled (a durable store), not
+        only those with a host's idempotency key (see :mod:`dsh_tools._pipeline.journal`)."""
         self.default_timeout_ms = default_timeout_ms
         self.tracer = tracer
         self.recording = any(impl.takes_record for impl in self.result)
@@ -212,7 +223,13 @@ class Plan:
         staged = (self.pre, self.guards, self.wrappers, self.post, self.result)
         quiet = not (any(staged) or tracer is not None or default_timeout_ms is not None)
         self.direct: Mapping[str, ToolEntry] = (
-            {name: entry for name, entry in tools.items() if entry.bare} if quiet else {}
+            {
+                name: entry
+                for name, entry in tools.items()
+                if entry.bare and (entry.read_only or not self.journal_all)
+            }
+            if quiet
+            else {}
         )
         """The tools whose calls take the direct runner (see the module docstring)."""
 

@@ -34,6 +34,7 @@ from ..models import Ask, ToolExecutionFailure, ToolExecutionInput, failure_resu
 from ..presentation import unstructure_view
 from ..records import Origin
 from .call import Call, Interrupted, StageFailed, Waiting
+from .journal import earlier_attempt, journal_of, took, with_ticket
 from .loops import on_event_loop, soon
 from .results import message
 
@@ -78,14 +79,20 @@ def taken(call: Call, store: TicketStore, ticket: ApprovalTicket) -> ApprovalTic
     if ticket.state is TicketState.EXPIRED:
         raise _stopped(call, "expired", ticket, expired_result(call, ticket))
     won = None
-    if ticket.state is TicketState.ANSWERED:
-        won = stored(call, "resume a ticket", lambda: store.consume_ticket(ticket.id))
+    if ticket.state is TicketState.RESUMED and took(call, ticket):
+        won = ticket  # this call took it before: the journal knows what became of it
+    elif ticket.state is TicketState.ANSWERED:
+        if journal_of(call) is not None:  # taken with its journal entry begun, at once
+            won = with_ticket(call, store, ticket)
+        else:
+            won = stored(call, "resume a ticket", lambda: store.consume_ticket(ticket.id))
     if won is None or won.answer is None:
         text = (
             f'approval ticket {ticket.id} of tool "{call.name}" was already resumed; '
             "its call does not run again"
         )
         raise _stopped(call, "already-resumed", ticket, failure_result(text, ErrorCode.DENIED))
+    call.ticket = won
     return won
 
 
@@ -232,6 +239,9 @@ def _new_ticket(
     asked_by: dict[str, Any] = {} if asker is None else _origin(asker)
     if ask.detail is not None:
         asked_by.update(ask.detail)
+    earlier = earlier_attempt(call)
+    if earlier is not None:  # the person's answer settles it: the ticket shows it
+        asked_by["earlier_attempt"] = earlier
     return ApprovalTicket.new(
         key,
         execution.call_id,

@@ -46,6 +46,10 @@ class MemoryApprovalStore(MemoryJournal):
     registry's process, gone when it ends. ``clock`` gives the time (seconds since the
     epoch) tickets are created, answered and expire by, and grants that end expire by."""
 
+    durable = False
+    """Gone with its process: the call journal records only the calls a host gave an
+    idempotency key (a crash loses the rest anyway), so memory does not grow per call."""
+
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._answers: dict[ApprovalKey, _Grant] = {}
         self._lock = threading.Lock()

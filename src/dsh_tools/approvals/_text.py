@@ -10,9 +10,17 @@ import datetime
 
 from ..json import FrozenDict, thaw
 from ..presentation import CardError, ToolCallView, fallback_call_view, structure_call_view
-from . import ApprovalTicket
+from . import ApprovalTicket, JournalEntry, JournalState
 
-__all__ = ["asked_by_text", "grant_text", "ticket_card", "ticket_fields"]
+__all__ = [
+    "asked_by_text",
+    "earlier_attempt_text",
+    "grant_text",
+    "outcome",
+    "outcome_text",
+    "ticket_card",
+    "ticket_fields",
+]
 
 
 def ticket_card(ticket: ApprovalTicket) -> ToolCallView:
@@ -31,6 +39,7 @@ def asked_by_text(asked_by: FrozenDict | None) -> str | None:
     if not asked_by:
         return None
     parts = thaw(asked_by)
+    parts.pop(EARLIER, None)  # a line of its own: earlier_attempt_text()
     plugin, rule = parts.pop("plugin", None), parts.pop("rule", None)
     file, line = parts.pop("file", None), parts.pop("line", None)
     text = ": ".join(str(part) for part in (plugin, rule) if part is not None)
@@ -47,14 +56,68 @@ def _when(seconds: float) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def ticket_fields(ticket: ApprovalTicket) -> list[tuple[str, str]]:
-    """The ticket's record as (name, value) rows, absent values left out."""
+EARLIER = "earlier_attempt"
+"""The key of ``asked_by`` that holds an earlier attempt of the call whose outcome is
+unknown (the call journal puts it there; a person's answer settles it)."""
+
+
+def earlier_attempt_text(ticket: ApprovalTicket) -> str | None:
+    """What the ticket shows of an earlier attempt of the same call that may have run:
+    when, where, and what approving means; ``None`` when there was none."""
+    earlier = None if ticket.asked_by is None else ticket.asked_by.get(EARLIER)
+    if not isinstance(earlier, FrozenDict):
+        return None
+    started = earlier.get("started_at")
+    when = _when(started) if isinstance(started, (int, float)) else "at an unknown time"
+    return (
+        f"call {earlier.get('call_id')} started {when} on {earlier.get('owner')} and stopped "
+        "without recording its end: it may have run; approving runs this call anyway"
+    )
+
+
+def outcome(entry: JournalEntry | None) -> str | None:
+    """What became of a call, in a word: ``running``, ``ran``, ``failed`` or ``died``
+    (its process stopped mid-call: it may have run); ``None`` without a journal entry."""
+    if entry is None:
+        return None
+    if entry.state is JournalState.UNKNOWN:
+        return "died"
+    if entry.state is JournalState.STARTED:
+        return "running"
+    failed = isinstance(entry.result, FrozenDict) and entry.result.get("isError") is True
+    return "failed" if failed else "ran"
+
+
+def outcome_text(entry: JournalEntry | None) -> str | None:
+    """:func:`outcome`, with when and where (and the failure's code)."""
+    word = outcome(entry)
+    if entry is None or word is None:
+        return None
+    where = f"started {_when(entry.started_at)} on {entry.owner}"
+    if word == "died":
+        return f"died: {where}, its end never recorded; it may have run"
+    if word == "running":
+        return f"running: {where}"
+    result = entry.result if isinstance(entry.result, FrozenDict) else FrozenDict()
+    error = result.get("error")
+    info = error.get("info") if isinstance(error, FrozenDict) else None
+    code = f" ({info.get('code')})" if isinstance(info, FrozenDict) else ""
+    ended = "" if entry.finished_at is None else f", ended {_when(entry.finished_at)}"
+    return f"{word}{code}: {where}{ended}"
+
+
+def ticket_fields(
+    ticket: ApprovalTicket, entry: JournalEntry | None = None
+) -> list[tuple[str, str]]:
+    """The ticket's record as (name, value) rows, absent values left out; ``entry`` is
+    the call journal's entry of the call that took it (what became of the call)."""
     rows: list[tuple[str, str | None]] = [
         ("ticket", ticket.id),
         ("state", ticket.state.value),
         ("tool", ticket.tool_name),
         ("agent", ticket.agent or "(the registry)"),
         ("call", ticket.call_id),
+        ("earlier attempt", earlier_attempt_text(ticket)),
         ("asked by", asked_by_text(ticket.asked_by)),
         ("reason", ticket.reason),
         ("created", _when(ticket.created_at)),
@@ -68,6 +131,7 @@ def ticket_fields(ticket: ApprovalTicket) -> list[tuple[str, str]]:
         rows.append(("grant", grant_text(answer.expires_in_s, answer.uses)))
     if ticket.resumed_at is not None:
         rows.append(("resumed", _when(ticket.resumed_at)))
+    rows.append(("outcome", outcome_text(entry)))
     return [(name, value) for name, value in rows if value]
 
 

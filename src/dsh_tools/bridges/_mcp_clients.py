@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from .._accounts import ANONYMOUS_PREFIX
 from ..content import TextContent
 from ..errors import ErrorCode
 from ..models import ToolExecutionFailure
@@ -62,9 +63,6 @@ fewer than 8 once in about 25 million draws, a typed or patterned secret (``aaaa
 _MAKE_ONE = 'make one with `python -c "import secrets; print(secrets.token_urlsafe(32))"`'
 
 _DOMAIN = b"dsh-tools MCP client\x00"
-ANONYMOUS_PREFIX = "mcp-anon-"
-"""How the scope key of an anonymous client begins (``dsh_tools_plugins.limits`` knows it
-by this prefix; a token's digest, hex, never has it)."""
 
 
 class ClientIdentityError(ValueError):

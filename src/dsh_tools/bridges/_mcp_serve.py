@@ -185,6 +185,23 @@ def _may_want_progress(ctx: ServerRequestContext[Any]) -> bool:
     return known.get("progress_token") is not None or _PROTOCOL_VERSION_KEY in known
 
 
+IDEMPOTENCY_KEY = "dsh-tools/idempotency-key"
+"""The key of a ``tools/call`` request's ``_meta`` that names the call across retries:
+the call journal runs a call of a tool that is not read-only at most once per key."""
+
+
+def _idempotency_key(params: mcp_types.CallToolRequestParams) -> str | None:
+    """The request's ``_meta`` idempotency key, or ``None``; raises ``ValueError`` for
+    one that is not a non-empty string."""
+    meta = params.meta
+    key = meta.get(IDEMPOTENCY_KEY) if isinstance(meta, dict) else None
+    if key is None or (isinstance(key, str) and key):
+        return key
+    raise ValueError(
+        f'tool "{params.name}": _meta["{IDEMPOTENCY_KEY}"] must be a non-empty string, got {key!r}'
+    )
+
+
 def _install_approvals(
     view: View, mode: ApprovalsMode, one_client: bool, client: str | None
 ) -> McpApprovals:
@@ -209,6 +226,10 @@ async def _call_tool(
         client_view = asking.session_view(target, ctx)
     except ClientIdentityError as error:
         return _call_tool_result(failure_result(str(error), ErrorCode.POLICY_ERROR), False)
+    try:
+        key = _idempotency_key(params)
+    except ValueError as error:
+        return _call_tool_result(failure_result(str(error), ErrorCode.INVALID_ARGS), False)
     relay = Relay(_ProgressNotifier(ctx.session).send) if _may_want_progress(ctx) else None
     call = ToolExecutionInput(
         call_id=f"mcp-{secrets.token_hex(16)}",
@@ -216,6 +237,7 @@ async def _call_tool(
         arguments={} if params.arguments is None else params.arguments,
         agent=client_view.agent,
         on_progress=relay,
+        idempotency_key=key,
     )
     with asking.calling(call, ctx, params, client_view) as caller:
         run = client_view.execute(call)

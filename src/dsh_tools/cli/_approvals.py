@@ -20,6 +20,7 @@ from typing import Any, TextIO, cast
 
 from ..approvals import (
     ApprovalTicket,
+    JournalEntry,
     TicketAnswer,
     TicketError,
     TicketNotFoundError,
@@ -60,12 +61,13 @@ def _act(chosen: ChosenStore, options: argparse.Namespace, out: TextIO, err: Tex
         return _serve(chosen, options, err)
     if action == "list":
         state = None if options.all else TicketState.PENDING
-        return _listed(store.list_tickets(state=state), options.json, out)
+        return _listed(store.list_tickets(state=state), _entries(store), options.json, out)
     if action == "show":
         ticket = store.get_ticket(options.ticket)
         if ticket is None:
             raise TicketNotFoundError(options.ticket)
-        _write(out, ticket_json(ticket)) if options.json else _shown(ticket, out)
+        entry = _entries(store).get(ticket.id)
+        _write(out, ticket_json(ticket, entry)) if options.json else _shown(ticket, entry, out)
         return EXIT_OK
     return _answered(store, options, out)
 
@@ -131,8 +133,22 @@ def _person() -> str:
         return "unknown"
 
 
-def ticket_json(ticket: ApprovalTicket) -> dict[str, Any]:
-    """A ticket as plain JSON data (what ``--json`` prints)."""
+def _entries(store: object) -> dict[str, JournalEntry]:
+    """The call journal's entries of calls that took a ticket, by ticket (none when the
+    store keeps no journal)."""
+    list_calls = getattr(store, "list_calls", None)
+    if not callable(list_calls):
+        return {}
+    entries: Sequence[JournalEntry] = list_calls()
+    return {entry.ticket_id: entry for entry in entries if entry.ticket_id is not None}
+
+
+def ticket_json(ticket: ApprovalTicket, entry: JournalEntry | None = None) -> dict[str, Any]:
+    """A ticket as plain JSON data (what ``--json`` prints); ``outcome`` says what became
+    of the call that took it (``ran``, ``failed``, ``died``, ``running``; see
+    :func:`~dsh_tools.approvals._text.outcome`), from its call journal ``entry``."""
+    from ..approvals._text import outcome
+
     answer = ticket.answer
     return {
         "id": ticket.id,
@@ -150,25 +166,43 @@ def ticket_json(ticket: ApprovalTicket) -> dict[str, Any]:
         "answer": None if answer is None else answer.to_json(),
         "answered_at": ticket.answered_at,
         "resumed_at": ticket.resumed_at,
+        "outcome": outcome(entry),
+        "attempts": None if entry is None else entry.attempts,
     }
 
 
-def _listed(tickets: Sequence[ApprovalTicket], as_json: bool, out: TextIO) -> int:
+def _listed(
+    tickets: Sequence[ApprovalTicket],
+    entries: dict[str, JournalEntry],
+    as_json: bool,
+    out: TextIO,
+) -> int:
+    from ..approvals._text import outcome
+
     if as_json:
-        _write(out, [ticket_json(ticket) for ticket in tickets])
+        _write(out, [ticket_json(ticket, entries.get(ticket.id)) for ticket in tickets])
         return EXIT_OK
     if not tickets:
         out.write("no approval tickets waiting\n")
     for ticket in tickets:
         reason = f"  {safe_text(ticket.reason)}" if ticket.reason else ""
         who = safe_text(f"{ticket.agent} {ticket.tool_name}")
-        out.write(f"{ticket.id}  {ticket.state.value:<8}  {who}  {_age(ticket)}{reason}\n")
+        state = ticket.state.value
+        ended = outcome(entries.get(ticket.id))
+        state = state if ended is None else f"{state}, {ended}"
+        out.write(f"{ticket.id}  {state:<8}  {who}  {_age(ticket)}{reason}\n")
     return EXIT_OK
 
 
-def _shown(ticket: ApprovalTicket, out: TextIO) -> None:
+def _shown(ticket: ApprovalTicket, entry: JournalEntry | None, out: TextIO) -> None:
     """The call's card, then the ticket's record: who asked, why, and what became of it."""
-    from ..approvals._text import grant_text, ticket_card
+    from ..approvals._text import (
+        EARLIER,
+        earlier_attempt_text,
+        grant_text,
+        outcome_text,
+        ticket_card,
+    )
     from ..terminal import emit_card, render_call_view
 
     emit_card(render_call_view(ticket_card(ticket)), out)
@@ -177,8 +211,12 @@ def _shown(ticket: ApprovalTicket, out: TextIO) -> None:
         f"  {ticket.agent} asks to run {ticket.tool_name} (call {ticket.call_id})",
         f"  asked {_age(ticket)}" + (f": {ticket.reason}" if ticket.reason else ""),
     ]
-    if ticket.asked_by:
-        asker = ", ".join(f"{key} {_plain(value)}" for key, value in ticket.asked_by.items())
+    earlier = earlier_attempt_text(ticket)
+    if earlier is not None:
+        lines.append(f"  an earlier attempt: {earlier}")
+    asked_by = {k: v for k, v in (ticket.asked_by or {}).items() if k != EARLIER}
+    if asked_by:
+        asker = ", ".join(f"{key} {_plain(value)}" for key, value in asked_by.items())
         lines.append(f"  asked by {asker}")
     answer = ticket.answer
     if answer is not None:
@@ -187,6 +225,9 @@ def _shown(ticket: ApprovalTicket, out: TextIO) -> None:
         grant = grant_text(answer.expires_in_s, answer.uses)
         if grant is not None:
             lines.append(f"  the grant {grant}")
+    ended = outcome_text(entry)
+    if ended is not None:
+        lines.append(f"  the call {ended}")
     lines.append(f"  arguments sha256 {ticket.arguments_sha256}")
     out.write("".join(safe_text(line) + "\n" for line in lines))
 

@@ -7,12 +7,15 @@ Three meanings of "once" meet here and are kept apart:
 * at most once per ticket: a ticket's answer is taken by one resume (the store's
   compare-and-set), whichever process or attempt resumes it;
 * at most once per key: every call carries a stable call id made from the engine's own
-  identity of it (:func:`temporal_call_id`, :func:`dbos_call_id`), so the same call
-  retried by the engine is known as the same call;
+  identity of it (:func:`temporal_call_id`, :func:`dbos_call_id`), its idempotency key
+  too, so the same call retried by the engine meets its call journal entry: a finished
+  one is replayed;
 * unknown: an attempt that started and never reported (a worker died, or timed out) may
-  or may not have run its body. A retried attempt of a tool that is not idempotent is not
-  run again: it ends ``OUTCOME_UNKNOWN`` (:class:`RetriedAttempts`), which a person, a
-  reconcile step or an idempotent tool must settle.
+  or may not have run its body. The call journal knows whether its body began: a
+  retried attempt of a tool that is not idempotent, whose body began, ends
+  ``OUTCOME_UNKNOWN``, which a person, a reconcile step or an idempotent tool must
+  settle. With a store that keeps no journal, the engine's attempt number decides
+  instead (:class:`RetriedAttempts`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import attrs
 
 from dsh_tools import (
     CancelSignal,
+    ErrorCode,
     ToolDefinition,
     ToolExecution,
     ToolExecutionInput,
@@ -37,8 +41,6 @@ from dsh_tools.approvals import ApprovalKey, TicketError, TicketState, TicketSto
 from dsh_tools.models import result_to_json
 from dsh_tools.progress import Output, Progress
 from dsh_tools.registry import ToolRegistry
-
-from ._waiting import OUTCOME_UNKNOWN
 
 GUARD_NAME = "dsh-tools-engine-attempts"
 """The name :func:`guard_retries` registers :class:`RetriedAttempts` under."""
@@ -76,17 +78,22 @@ def unknown_result(call_id: str, tool: str, attempt: Attempt) -> ToolExecutionRe
         f"started it on {attempt.engine} and never reported (its worker stopped or timed "
         f"out), and a tool that is not idempotent does not run again by itself (attempt "
         f"{attempt.number}). Check whether it took effect before calling it again.",
-        OUTCOME_UNKNOWN,
+        ErrorCode.OUTCOME_UNKNOWN,
         name="OutcomeUnknown",
     )
 
 
 class RetriedAttempts:
     """Ends a retried attempt of a call that is not idempotent with ``OUTCOME_UNKNOWN``
-    instead of running its body again; everything else passes through.
+    instead of running its body again, when ``registry``'s store keeps no call journal
+    (which knows better: whether the earlier attempt's body began); everything else
+    passes through.
 
     An execute wrapper, so the call still passes pre-execute, the guards, post-execute
     and the result observers: the audit log records the unknown outcome."""
+
+    def __init__(self, registry: ToolRegistry) -> None:
+        self.registry = registry
 
     @hookimpl(wrapper=True, tryfirst=True)
     def dsh_tools_execute(self, execution: ToolExecution, tool: ToolDefinition[Any] | None) -> Any:
@@ -94,6 +101,8 @@ class RetriedAttempts:
         attempt = _ATTEMPT.get()
         if attempt is None or not attempt.retried or tool is None or rerunnable(tool):
             return dispatch
+        if callable(getattr(self.registry.approval_store, "begin_call", None)):
+            return dispatch  # the journal judged the attempt before this stage
         unknown = unknown_result(execution.call_id, execution.name, attempt)
 
         async def not_again(signal: CancelSignal | None = None) -> ToolExecutionResult:
@@ -105,7 +114,7 @@ class RetriedAttempts:
 def guard_retries(registry: ToolRegistry) -> None:
     """Add :class:`RetriedAttempts` to ``registry`` once (a second call adds nothing)."""
     if registry.plugin_manager.get_plugin(GUARD_NAME) is None:
-        registry.add_plugin(RetriedAttempts(), name=GUARD_NAME)
+        registry.add_plugin(RetriedAttempts(registry), name=GUARD_NAME)
 
 
 def temporal_call_id(workflow_id: str, run_id: str, activity_id: str) -> str:
@@ -191,6 +200,7 @@ async def run_call(
         agent=request.agent,
         signal=request.signal(signal),
         on_progress=progress,
+        idempotency_key=call_id,
     )
     if attempt.retried and await _only_asked(registry, call):
         attempt = attrs.evolve(attempt, number=1)

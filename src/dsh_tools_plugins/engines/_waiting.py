@@ -23,7 +23,9 @@ ANSWERED = "dsh_tools.ticket_answered"
 """The signal (Temporal) or message topic prefix (DBOS) that says "look at the ticket now"."""
 OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
 """The code of a call whose earlier attempt started and never reported: it may or may not
-have run, and it does not run again by itself."""
+have run, and it does not run again by itself. The value of
+``dsh_tools.ErrorCode.OUTCOME_UNKNOWN``, spelled out for workflow code, which imports
+nothing of ``dsh_tools``."""
 PROGRESS = "dsh_tools.progress"
 """The workflow event (DBOS) holding a running call's latest progress."""
 

@@ -1,10 +1,13 @@
-"""Who a per-agent limit counts a call against: its agent, except for anonymous clients.
+"""Who a per-agent limit, or the call journal, counts a call against: its agent, except
+for anonymous clients.
 
 An MCP client served over HTTP without a bearer token is a new agent scope whenever it
 opens a connection, or on every request (``mcp-anon-<hex>``, made by
 :mod:`dsh_tools.bridges._mcp_clients`). Remembered answers and tickets stay its own, but
 a per-agent limit counted per such scope would never bind: every such client under the
-same parent scope is counted as one account, ``mcp-anonymous``. A client known by its
+same parent scope is counted as one account, ``mcp-anonymous``; the call journal keys
+their calls by it too, so a client's retry on a new connection meets its earlier attempt
+(its idempotency key, or the same call whose outcome is unknown). A client known by its
 bearer token is its own account.
 """
 
@@ -19,7 +22,7 @@ ANONYMOUS = "mcp-anonymous"
 
 
 def account(agent: str | None) -> str | None:
-    """The account per-agent limits count ``agent``'s calls against."""
+    """The account per-agent limits and the call journal count ``agent``'s calls against."""
     if agent is None or ANONYMOUS_PREFIX not in agent:
         return agent
     keys = agent.split("/")
