@@ -358,6 +358,25 @@ class StoreContract:
         assert [e.key for e in store.list_calls(state=JournalState.UNKNOWN)] == ["b"]
         assert [e.key for e in store.list_calls(state=JournalState.FINISHED)] == ["c"]
 
+    def test_list_the_journal_entries_of_one_call(self, store: Any) -> None:
+        store.begin_call(entry("a.txt", key="a"), HOUR)
+        store.begin_call(entry("a.txt", key="b"), 0.0)
+        store.begin_call(entry("b.txt", key="c"), 0.0)
+        store.begin_call(entry("a.txt", key="d", agent="reviewer"), 0.0)
+        digest = entry("a.txt").arguments_sha256
+        of_call = store.list_calls(agent="coder", tool="write", arguments_sha256=digest)
+        assert [e.key for e in of_call] == ["a", "b"]
+        unknown = store.list_calls(
+            agent="coder", state=JournalState.UNKNOWN, tool="write", arguments_sha256=digest
+        )
+        assert [e.key for e in unknown] == ["b"]
+        assert [e.key for e in store.list_calls(tool="write", arguments_sha256=digest)] == [
+            "a",
+            "b",
+            "d",
+        ]
+        assert store.list_calls(tool="other") == []
+
 
 def entry(
     path: str = "a.txt",

@@ -22,7 +22,7 @@ transaction), one thread per store renews the leases of this process's running e
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
 
 import attrs
@@ -240,19 +240,23 @@ async def _pause(seconds: float) -> None:
 
 async def _earlier(call: Call, store: JournalStore) -> JournalEntry | None:
     """An unknown attempt of the same agent, tool and arguments under another key."""
-    agent, digest = _agent(call), _digest(call)
-    found = await _io(
-        call,
-        "read the journal",
-        lambda: store.list_calls(agent=agent, state=JournalState.UNKNOWN),
-    )
+    found = await _io(call, "read the journal", lambda: _unknown_attempts(call, store))
     if isinstance(found, ToolExecutionFailure):
         raise StageFailed(found)
     for entry in found:
-        same = entry.tool_name == call.name and entry.arguments_sha256 == digest
-        if same and entry.key != call.key:  # its own key's entry is the begin's to find
+        if entry.key != call.key:  # its own key's entry is the begin's to find
             return entry
     return None
+
+
+def _unknown_attempts(call: Call, store: JournalStore) -> Sequence[JournalEntry]:
+    """The unknown attempts of the same agent, tool and arguments (an indexed lookup)."""
+    return store.list_calls(
+        agent=_agent(call),
+        state=JournalState.UNKNOWN,
+        tool=call.name,
+        arguments_sha256=_digest(call),
+    )
 
 
 async def _settled(
@@ -342,20 +346,19 @@ def earlier_attempt(call: Call) -> dict[str, Any] | None:
     store = journal_of(call)
     if store is None:
         return None
-    agent, digest = _agent(call), _digest(call)
     try:
-        found = store.list_calls(agent=agent, state=JournalState.UNKNOWN)
+        found = _unknown_attempts(call, store)
     except Exception:  # a courtesy on the card; the begin step reads the journal again
         return None
-    for entry in found:
-        if entry.tool_name == call.name and entry.arguments_sha256 == digest:
-            return {
-                "key": entry.key,
-                "call_id": entry.call_id,
-                "started_at": entry.started_at,
-                "owner": entry.owner,
-            }
-    return None
+    if not found:
+        return None
+    entry = found[0]
+    return {
+        "key": entry.key,
+        "call_id": entry.call_id,
+        "started_at": entry.started_at,
+        "owner": entry.owner,
+    }
 
 
 def _unknown(call: Call, kept: JournalEntry, how: str) -> ToolExecutionFailure:

@@ -133,9 +133,16 @@ class JournalStore(Protocol):
         ...
 
     def list_calls(
-        self, *, agent: str | None = None, state: JournalState | None = None
+        self,
+        *,
+        agent: str | None = None,
+        state: JournalState | None = None,
+        tool: str | None = None,
+        arguments_sha256: str | None = None,
     ) -> Sequence[JournalEntry]:
-        """The entries (of ``agent``, in ``state``) as of now, oldest first."""
+        """The entries (of ``agent``, in ``state``, of calls of ``tool`` with arguments of
+        that digest) as of now, oldest first. The call path asks for one call's entries
+        (an earlier attempt of it): the stores index them by agent, tool and digest."""
         ...
 
 

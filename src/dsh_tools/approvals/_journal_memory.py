@@ -88,13 +88,21 @@ class MemoryJournal:
             return None if kept is None else seen_now(kept, self._clock())
 
     def list_calls(
-        self, *, agent: str | None = None, state: JournalState | None = None
+        self,
+        *,
+        agent: str | None = None,
+        state: JournalState | None = None,
+        tool: str | None = None,
+        arguments_sha256: str | None = None,
     ) -> Sequence[JournalEntry]:
+        wanted = {"agent": agent, "tool_name": tool, "arguments_sha256": arguments_sha256}
+        asked = {name: value for name, value in wanted.items() if value is not None}
         with self._ticket_lock:
             now = self._clock()
             seen = [seen_now(entry, now) for entry in self._journal.values()]
         return [
             entry
             for entry in sorted(seen, key=lambda entry: entry.started_at)
-            if (agent is None or entry.agent == agent) and (state is None or entry.state is state)
+            if all(getattr(entry, name) == value for name, value in asked.items())
+            and (state is None or entry.state is state)
         ]

@@ -11,7 +11,7 @@ from dsh_tools.json import snapshot
 
 from .ticket_columns import json_text
 
-__all__ = ["JOURNAL_COLUMNS", "entry_from_row", "entry_row"]
+__all__ = ["JOURNAL_COLUMNS", "entry_from_row", "entry_row", "filters"]
 
 JOURNAL_COLUMNS = (
     "agent, key, tool, arguments_sha256, call_id, owner, state, started_at, "
@@ -60,3 +60,24 @@ def entry_from_row(row: tuple[Any, ...], now: float) -> JournalEntry:
         ticket_id=row[11],
         attempts=int(row[12]),
     )
+
+
+def filters(
+    agent: str | None, tool: str | None, arguments_sha256: str | None, mark: str
+) -> tuple[str, tuple[str, ...]]:
+    """The ``WHERE`` clause (and its parameters, placeholders ``mark``) that keeps the
+    entries of ``agent``, ``tool`` and ``arguments_sha256``, those given; the columns in
+    the order of the index by call, so the lookup of one call's entries uses it."""
+    asked = [
+        (column, value)
+        for column, value in (
+            ("agent", agent),
+            ("tool", tool),
+            ("arguments_sha256", arguments_sha256),
+        )
+        if value is not None
+    ]
+    if not asked:
+        return "", ()
+    clause = " AND ".join(f"{column} = {mark}" for column, _ in asked)
+    return f"WHERE {clause}", tuple(value for _, value in asked)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from dsh_tools.approvals import JournalBegin, JournalEntry, JournalState, begin_entry
 from dsh_tools.json import JsonValue
 
-from .journal_columns import JOURNAL_COLUMNS, entry_from_row, entry_row
+from .journal_columns import JOURNAL_COLUMNS, entry_from_row, entry_row, filters
 from .postgres_tickets import NOW, consume
 from .ticket_columns import json_text
 
@@ -132,10 +132,16 @@ class PostgresJournal:
         return self._connections.run(lambda connection: _get(connection, agent, key))
 
     def list_calls(
-        self, *, agent: str | None = None, state: JournalState | None = None
+        self,
+        *,
+        agent: str | None = None,
+        state: JournalState | None = None,
+        tool: str | None = None,
+        arguments_sha256: str | None = None,
     ) -> Sequence[JournalEntry]:
+        where, parameters = filters(agent, tool, arguments_sha256, "%s")
+
         def run(connection: Connection) -> list[JournalEntry]:
-            where, parameters = ("", ()) if agent is None else ("WHERE agent = %s", (agent,))
             rows = connection.execute(
                 f"{_SELECT} {where} ORDER BY started_at, seq", parameters
             ).fetchall()

@@ -16,7 +16,7 @@ from typing import Any
 from dsh_tools.approvals import JournalBegin, JournalEntry, JournalState, begin_entry
 from dsh_tools.json import JsonValue
 
-from .journal_columns import JOURNAL_COLUMNS, entry_from_row, entry_row
+from .journal_columns import JOURNAL_COLUMNS, entry_from_row, entry_row, filters
 from .sqlite_tickets import TicketRows, Transaction
 from .ticket_columns import json_text
 
@@ -95,13 +95,19 @@ class SqliteJournal:
         return self._transaction(lambda connection: self._get(connection, agent, key), False)  # type: ignore[no-any-return]
 
     def list_calls(
-        self, *, agent: str | None = None, state: JournalState | None = None
+        self,
+        *,
+        agent: str | None = None,
+        state: JournalState | None = None,
+        tool: str | None = None,
+        arguments_sha256: str | None = None,
     ) -> Sequence[JournalEntry]:
+        where, parameters = filters(agent, tool, arguments_sha256, "?")
+
         def run(connection: sqlite3.Connection) -> list[JournalEntry]:
             rows = connection.execute(
-                f"SELECT {JOURNAL_COLUMNS} FROM call_journal WHERE ? IS NULL OR agent = ? "
-                "ORDER BY started_at, rowid",
-                (agent, agent),
+                f"SELECT {JOURNAL_COLUMNS} FROM call_journal {where} ORDER BY started_at, rowid",
+                parameters,
             ).fetchall()
             now = self._clock()
             entries = [entry_from_row(row, now) for row in rows]
