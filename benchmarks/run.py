@@ -39,6 +39,7 @@ CASES: dict[str, tuple[str, str]] = {
     "13": ("tool calls on Temporal and DBOS", "case_engines:run"),
     "14": ("an MCP server against the official one", "case_mcp:run"),
     "15": ("a thousand calls waiting for a person in one worker", "case_waiting:run"),
+    "16": ("the call journal's cost", "case_journal:run"),
 }
 
 

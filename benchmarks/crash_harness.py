@@ -1,0 +1,270 @@
+"""A crash harness: worker processes call ``registry.execute`` on one shared store while
+they are killed, and every request is counted by what became of it (issue 31).
+
+N worker processes share one approval store (a SQLite file, or a PostgreSQL database).
+This process is the client and the person: it sends each request (an idempotency key) to
+an idle worker, repeats it on another worker when its worker died (as a client repeats a
+dropped call, with a new call id), approves every ticket the workers open, and SIGKILLs
+a busy worker every ``--kill-every`` seconds (a new one takes its place). The tool's body
+appends its key to an effects file, then sleeps; its ``reconcile`` step reads that file.
+
+At the end it prints, per request: ran once, ran twice (or more), not run, and how many
+results were ``OUTCOME_UNKNOWN`` (unsettled) or reconciled (an unknown attempt settled by
+the tool), and how many approvals were spent without a journal record. The promise: 0
+ran twice, 0 approvals spent without a record, every request answered.
+
+    python benchmarks/crash_harness.py --store /tmp/h.sqlite3 --workers 4 --requests 200 --kills 12
+    python benchmarks/crash_harness.py --store postgresql://... --body blocking
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import json
+import os
+import random
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+WORKER = r"""
+import json, sys, time, uuid
+from dsh_tools import Ask, ToolExecutionInput, ToolRegistry, define_tool, hookimpl
+from dsh_tools_plugins.approval_store import open_approval_store
+
+store_at, effects, body_kind, lease_s, body_s, reconciles = sys.argv[1:]
+
+
+def charge(args, ctx):
+    with open(effects, "a") as file:  # one short append: whole, whatever is killed
+        file.write(args["key"] + " " + ctx.execution.call_id + "\n")
+    time.sleep(float(body_s))
+    return {"charged": args["key"]}
+
+
+def reconcile(args, entry):
+    with open(effects) as file:
+        done = any(line.split()[0] == args["key"] for line in file if line.strip())
+    return {"charged": args["key"], "reconciled": True} if done else None
+
+
+class AskAlways:
+    @hookimpl
+    def dsh_tools_pre_execute(self, execution):
+        return Ask("charges money")
+
+
+registry = ToolRegistry(
+    approval=lambda request: "pending",
+    approval_store=open_approval_store(store_at, timeout_s=60),
+    approval_timeout_ms=600_000,  # a worker waits for the person's answer
+    journal_lease_s=float(lease_s),
+)
+registry.register(define_tool(
+    name="charge", description="Charge.", parameters={"key": {"type": "string"}},
+    execute=charge, blocking=body_kind == "blocking",
+    reconcile=reconcile if reconciles == "yes" else None,
+))
+registry.add_plugin(AskAlways(), name="permissions")
+print(json.dumps({"ready": True}), flush=True)
+for line in sys.stdin:
+    key = line.strip()
+    call = ToolExecutionInput(
+        f"{key}-{uuid.uuid4().hex[:8]}", "charge", {"key": key}, agent="client",
+        idempotency_key=key,
+    )
+    result = registry.execute_sync(call)
+    journal = result.meta.get("journal") if isinstance(result.meta, dict) else None
+    code = result.error.info.code if result.is_error else None
+    print(json.dumps({"key": key, "code": code, "journal": journal}), flush=True)
+"""
+
+
+class Worker:
+    """One worker process, and the request it runs now (``None``: idle)."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", WORKER, *argv],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+        self.request: str | None = None
+        self.ready = False
+
+    @property
+    def stdout(self) -> IO[str]:
+        assert self.process.stdout is not None
+        return self.process.stdout
+
+    def send(self, key: str) -> None:
+        assert self.process.stdin is not None
+        self.request = key
+        self.process.stdin.write(key + "\n")
+        self.process.stdin.flush()
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+
+def run(options: argparse.Namespace) -> dict[str, Any]:
+    """One run of the harness; returns the counts it prints."""
+    from dsh_tools_plugins.approval_store import open_approval_store
+
+    workdir = Path(tempfile.mkdtemp(prefix="dsh-crash-"))
+    effects = workdir / "effects.txt"
+    effects.touch()
+    store_at = options.store or str(workdir / "approvals.sqlite3")
+    argv = [
+        store_at,
+        str(effects),
+        options.body,
+        str(options.lease_s),
+        str(options.body_s),
+        "yes" if options.reconcile else "no",
+    ]
+    store = open_approval_store(store_at, timeout_s=60)
+    keys = [f"req-{options.tag}-{n}" for n in range(options.requests)]
+    waiting = collections.deque(keys)
+    finals: dict[str, dict[str, Any]] = {}
+    stop = threading.Event()
+    approver = threading.Thread(target=_approve, args=(store, stop), daemon=True)
+    approver.start()
+    selector = selectors.DefaultSelector()
+    workers: list[Worker] = []
+
+    def spawn() -> None:
+        worker = Worker(argv)
+        workers.append(worker)
+        selector.register(worker.stdout, selectors.EVENT_READ, worker)
+
+    for _ in range(options.workers):
+        spawn()
+    kills, started = 0, time.monotonic()
+    next_kill = started + options.kill_every
+    try:
+        while len(finals) < len(keys):
+            if time.monotonic() - started > options.timeout_s:
+                raise TimeoutError(f"{len(keys) - len(finals)} requests never answered")
+            for worker in workers:
+                if worker.ready and worker.request is None and waiting:
+                    worker.send(waiting.popleft())
+            for found, _ in selector.select(timeout=0.05):
+                worker = found.data
+                line = worker.stdout.readline()
+                if not line:
+                    continue
+                said = json.loads(line)
+                if said.get("ready"):
+                    worker.ready = True
+                    continue
+                finals[said["key"]] = said
+                worker.request = None
+            busy = [worker for worker in workers if worker.request is not None]
+            if kills < options.kills and busy and time.monotonic() >= next_kill:
+                victim = random.choice(busy)
+                selector.unregister(victim.stdout)
+                victim.kill()
+                workers.remove(victim)
+                assert victim.request is not None
+                if victim.request not in finals:
+                    waiting.appendleft(victim.request)  # the client repeats the dropped call
+                kills += 1
+                next_kill = time.monotonic() + options.kill_every
+                spawn()
+    finally:
+        stop.set()
+        approver.join()
+        for worker in workers:
+            worker.kill()
+        selector.close()
+    try:
+        return _counted(store, keys, finals, effects, kills, time.monotonic() - started)
+    finally:
+        close = getattr(store, "close", None)
+        if callable(close):
+            close()
+
+
+def _approve(store: Any, stop: threading.Event) -> None:
+    """The person: approves every pending ticket, from this process."""
+    from dsh_tools.approvals import TicketAnswer, TicketError, TicketState
+
+    while not stop.is_set():
+        for ticket in store.list_tickets(state=TicketState.PENDING):
+            with contextlib.suppress(TicketError):  # answered meanwhile, or expired
+                store.answer_ticket(ticket.id, TicketAnswer("allowed-once", "ana", "harness"))
+        stop.wait(0.05)
+
+
+def _counted(
+    store: Any,
+    keys: list[str],
+    finals: dict[str, dict[str, Any]],
+    effects: Path,
+    kills: int,
+    seconds: float,
+) -> dict[str, Any]:
+    from dsh_tools.approvals import TicketState
+
+    runs = collections.Counter(line.split()[0] for line in effects.read_text().splitlines())
+    recorded = {entry.ticket_id for entry in store.list_calls() if entry.ticket_id}
+    spent = [t.id for t in store.list_tickets(state=TicketState.RESUMED) if t.id not in recorded]
+    codes = collections.Counter(finals[key]["code"] or "ok" for key in keys)
+    return {
+        "requests": len(keys),
+        "kills": kills,
+        "seconds": round(seconds, 1),
+        "ran once": sum(1 for key in keys if runs[key] == 1),
+        "ran twice": sum(1 for key in keys if runs[key] >= 2),
+        "not run": sum(1 for key in keys if runs[key] == 0),
+        "unknown, unsettled": codes["OUTCOME_UNKNOWN"],
+        "unknown, reconciled": sum(1 for k in keys if finals[k]["journal"] == "reconciled"),
+        "approvals spent without a record": len(spent),
+        "results": dict(codes),
+    }
+
+
+def argparse_options(argv: list[str] | None = None) -> argparse.Namespace:
+    """The harness's options from its command line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--store", help="a SQLite file or a postgresql:// URL (default: a new SQLite file)"
+    )
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--kills", type=int, default=12)
+    parser.add_argument("--kill-every", type=float, default=1.0, help="seconds between kills")
+    parser.add_argument("--body", choices=["def", "blocking"], default="def")
+    parser.add_argument("--body-s", type=float, default=0.2, help="how long a body sleeps")
+    parser.add_argument("--lease-s", type=float, default=1.0, help="the journal's lease")
+    parser.add_argument("--no-reconcile", dest="reconcile", action="store_false")
+    parser.add_argument("--timeout-s", type=float, default=600.0)
+    parser.add_argument("--tag", default=f"{os.getpid()}", help="what the request keys carry")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    counts = run(argparse_options(argv))
+    for name, value in counts.items():
+        print(f"{name:>34}: {value}")
+    return 0 if counts["ran twice"] == 0 and counts["approvals spent without a record"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
