@@ -81,7 +81,10 @@ def run(settings: Settings) -> list[Row]:
     with psycopg.connect(url, autocommit=True) as connection:
         connection.execute(f"CREATE SCHEMA {schema}")
     try:
+        from dsh_tools_plugins.approval_postgres import create_schema
+
         clients = CLIENTS // 4 if settings.quick else CLIENTS
+        create_schema(f"{url}?options=-csearch_path%3D{schema}")
         return _measure(f"{url}?options=-csearch_path%3D{schema}", clients)
     finally:
         with psycopg.connect(url, autocommit=True) as connection:

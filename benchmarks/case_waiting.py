@@ -48,7 +48,7 @@ def _stores(kind: str, folder: Path) -> tuple[Any, Any] | None:
         return None
     from dsh_tools_plugins.approval_postgres import PostgresApprovalStore
 
-    waiting = PostgresApprovalStore(url, timeout_s=30)
+    waiting = PostgresApprovalStore(url, timeout_s=30, create_schema=True)
     waiting.check()
     return waiting, PostgresApprovalStore(url, timeout_s=30)
 

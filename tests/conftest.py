@@ -48,9 +48,21 @@ POSTGRES_URL_VARIABLE = "DSH_TOOLS_TEST_POSTGRES_URL"
 
 
 @pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """The test server's URL with a schema of this test's own first in ``search_path``
-    (dropped afterwards). Skips without a server, except under CI, where it fails."""
+def postgres_url(empty_postgres_url: str) -> str:
+    """The test server's URL with a schema of this test's own first in ``search_path``,
+    holding the approval store's tables (:func:`create_schema`, as a deployment's first
+    step does)."""
+    from dsh_tools_plugins.approval_postgres import create_schema
+
+    create_schema(empty_postgres_url)
+    return empty_postgres_url
+
+
+@pytest.fixture
+def empty_postgres_url() -> Iterator[str]:
+    """The test server's URL with an empty schema of this test's own first in
+    ``search_path`` (dropped afterwards). Skips without a server, except under CI, where
+    it fails."""
     url = os.environ.get(POSTGRES_URL_VARIABLE, "")
     missing = "" if url else f"no PostgreSQL server: {POSTGRES_URL_VARIABLE} is not set"
     try:

@@ -8,10 +8,17 @@ import itertools
 from typing import Any
 
 from approval_helpers import code
-from dsh_tools import Ask, ToolExecutionInput, ToolRegistry, define_tool, hookimpl
+from dsh_tools import (
+    Ask,
+    ToolExecutionInput,
+    ToolExecutionResult,
+    ToolRegistry,
+    define_tool,
+    hookimpl,
+)
 from dsh_tools.testing import ScriptedApproval
 
-__all__ = ["AskAlways", "code", "deploy", "make_registry"]
+__all__ = ["AskAlways", "allowed_deploy", "code", "deploy", "make_registry"]
 
 
 class AskAlways:
@@ -43,3 +50,11 @@ def deploy(service: str = "web", agent: str = "ops") -> ToolExecutionInput:
     """A new call of ``deploy`` (its own call id: a call id names one call, and the call
     journal of a durable store replays a repeat of one)."""
     return ToolExecutionInput(f"c{next(_CALL_IDS)}", "deploy", {"service": service}, agent=agent)
+
+
+def allowed_deploy(store: Any) -> tuple[ToolExecutionResult, list[str]]:
+    """One deploy call on a registry over ``store`` whose person allows it always: its
+    result, and the services its body deployed."""
+    registry, approval, ran = make_registry(store)
+    approval.answer("allowed-always")
+    return registry.execute_sync(deploy()), ran

@@ -151,3 +151,38 @@ def test_without_psycopg_the_hint_installs_the_extra_as_every_other_hint(
         "dsh-tools: error: --approvals-store: the PostgreSQL approval store needs psycopg: "
         "install dsh-tools with its postgres extra (in a clone: pip install '.[postgres]')\n"
     )
+
+
+def test_init_store_creates_the_postgresql_schema_the_workers_then_only_check(
+    workspace: Path, empty_postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dsh_tools_plugins.approval_postgres import PostgresApprovalStore
+
+    shown = PostgresApprovalStore(empty_postgres_url).url
+    code, out, err = dsh("--approvals-store", empty_postgres_url, "approvals", "list")
+    assert code == EXIT_USAGE
+    assert err.startswith(f"dsh-tools: error: --approvals-store: approval store {shown}: no ")
+    assert "`dsh-tools approvals init-store --approvals-store URL`" in err
+    code, out, err = dsh("approvals", "init-store", "--approvals-store", empty_postgres_url)
+    assert (code, err) == (EXIT_OK, "")
+    assert out == (
+        f"approval store {shown}, named by --approvals-store\n"
+        "approvals: created at version 2\n"
+        "limits: created at version 1\n"
+        "journal: created at version 1\n"
+    )
+    monkeypatch.setenv("DSH_TOOLS_APPROVALS_URL", empty_postgres_url)
+    code, out, err = dsh("approvals", "init-store", "--json")
+    assert code == EXIT_OK, err
+    assert '"found": 2' in out
+    assert dsh("approvals", "list") == (EXIT_OK, "no approval tickets waiting\n", "")
+
+
+def test_init_store_on_a_sqlite_file_opens_it_and_its_schema_is_made(
+    workspace: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "state" / "approvals.sqlite3"
+    code, out, err = dsh("--approvals-store", str(path), "approvals", "init-store")
+    assert (code, err) == (EXIT_OK, "")
+    assert out == f"approval store {path}, named by --approvals-store\n"
+    assert SqliteApprovalStore(path).list_tickets() == []

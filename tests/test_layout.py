@@ -78,6 +78,7 @@ KNOWN_CIRCLES = (
             "dsh_tools_plugins._stores.postgres_journal",
             "dsh_tools_plugins._stores.postgres_limits",
             "dsh_tools_plugins._stores.postgres_listen",
+            "dsh_tools_plugins._stores.postgres_schema",
             "dsh_tools_plugins._stores.postgres_tickets",
             "dsh_tools_plugins.approval_postgres",
             "dsh_tools_plugins.approval_store",

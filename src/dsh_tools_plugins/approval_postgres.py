@@ -11,15 +11,19 @@ about on one machine can be answered from a second and resumed, exactly once, fr
 third, and a process waiting for an answer is woken by ``LISTEN``/``NOTIFY`` as soon as
 it is given.
 
-It creates its tables on first use (``dsh_tools_approvals``,
-``dsh_tools_approval_tickets``, and ``dsh_tools_schema`` with the schema's version) in
-the first schema of the connection's ``search_path``. When a grant ends, and whether a
+Its tables live in the first schema of the connection's ``search_path``. Creating and
+upgrading them is an explicit step, :func:`create_schema` (or ``dsh-tools approvals
+init-store``), run once by a role that may create tables; a store only checks them when
+it first connects, so it runs as a role that may only read and write their rows (a
+missing or older schema fails closed, naming the command that fixes it).
+``PostgresApprovalStore(url, create_schema=True)`` does the step itself, for a
+developer's database and tests. When a grant ends, and whether a
 ticket has expired, is judged by the server's clock (``now()``), never the client's. A
 use of a counted grant, an answer and a resume are each one ``UPDATE`` that only matches
 a row in the state it expects, so concurrent callers never share one.
 
 A server that cannot be reached, a statement that fails or times out (``timeout_s``), or
-a database of an unknown schema version raises
+a database whose schema is missing, older or newer raises
 :class:`~dsh_tools_plugins.approval_store.ApprovalStoreError`, whose message names the
 store by its URL without the password; the pipeline then fails closed.
 """
@@ -41,13 +45,17 @@ from dsh_tools.models import ApprovalOutcome
 from ._stores.postgres import Connections
 from ._stores.postgres_journal import PostgresJournal
 from ._stores.postgres_listen import Listener
+from ._stores.postgres_schema import SchemaStep, check_schema
+from ._stores.postgres_schema import create_schema as _create
 from ._stores.postgres_tickets import CHANNEL, RECHECK_S, PostgresTickets
 from .approval_store import ApprovalStoreError
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["PostgresApprovalStore", "is_postgres_url"]
+    from ._stores.postgres import Prepare
+
+__all__ = ["PostgresApprovalStore", "SchemaStep", "create_schema", "is_postgres_url"]
 
 _ANY_ARGUMENTS = "*"
 _KEY = "agent = %s AND tool = %s AND arguments_sha256 = %s"
@@ -60,34 +68,34 @@ def is_postgres_url(location: str) -> bool:
     return location.lower().startswith(("postgresql://", "postgres://"))
 
 
+def create_schema(url: str, *, timeout_s: float = 5.0) -> list[SchemaStep]:
+    """Create the store's tables in the database at ``url``, or upgrade them to this
+    version, in one transaction, and say what was done to each component. The role in
+    ``url`` needs ``CREATE`` on the schema (the first of its ``search_path``); a schema a
+    newer version made is refused. Running it again changes nothing. Raises
+    :class:`ApprovalStoreError` naming the store (never its password)."""
+    connections = _connections(url, timeout_s, None)
+    try:
+        return connections.run(_create)
+    finally:
+        connections.close()
+
+
 class PostgresApprovalStore(PostgresTickets, PostgresJournal):
     """Remembered approvals in the PostgreSQL database at ``url`` (a libpq connection
     URI; ``?options=-csearch_path%3Dname`` picks the schema).
 
     :param timeout_s: how long connecting, or any one statement, may take before the
         operation fails (closed).
+    :param create_schema: create or upgrade the tables on the first connection (as
+        :func:`create_schema` does) rather than only check them: for a database the
+        process's own role owns, such as a developer's or a test's.
     """
 
-    def __init__(self, url: str, *, timeout_s: float = 5.0) -> None:
-        if type(url) is not str or not is_postgres_url(url):
-            # Not echoed: a location of another kind may hold a password too.
-            raise ApprovalStoreError(
-                "a PostgreSQL approval store needs a postgresql:// URL, got another location"
-            )
-        try:
-            import psycopg  # noqa: F401
-        except ImportError:
-            raise ApprovalStoreError(
-                "the PostgreSQL approval store needs psycopg: install dsh-tools with its "
-                "postgres extra (in a clone: pip install '.[postgres]')"
-            ) from None
-        self._connections = Connections(url, timeout_s)
+    def __init__(self, url: str, *, timeout_s: float = 5.0, create_schema: bool = False) -> None:
+        self._connections = _connections(url, timeout_s, _create if create_schema else check_schema)
         self._watchers = TicketWatchers(self.settled, RECHECK_S)
         self._listener = Listener(self._connections, CHANNEL, self._watchers)
-        with self._connections.errors():
-            from psycopg.conninfo import conninfo_to_dict
-
-            conninfo_to_dict(url)  # a malformed URL fails here, not at the first call
 
     @property
     def url(self) -> str:
@@ -98,7 +106,7 @@ class PostgresApprovalStore(PostgresTickets, PostgresJournal):
         return f"PostgresApprovalStore({self.url!r})"
 
     def check(self) -> None:
-        """Connect and create the tables now: raise :class:`ApprovalStoreError` when the
+        """Connect and check the tables now: raise :class:`ApprovalStoreError` when the
         store cannot be used."""
         self._connections.run(lambda connection: connection.execute("SELECT 1"))
 
@@ -160,6 +168,29 @@ class PostgresApprovalStore(PostgresTickets, PostgresJournal):
             return cursor.fetchall() if cursor.description is not None else []
 
         return self._connections.run(work)
+
+
+def _connections(url: str, timeout_s: float, prepare: Prepare | None) -> Connections:
+    """Connections to ``url``, a PostgreSQL URL psycopg can read (else the store's error,
+    at once rather than at the first call)."""
+    if type(url) is not str or not is_postgres_url(url):
+        # Not echoed: a location of another kind may hold a password too.
+        raise ApprovalStoreError(
+            "a PostgreSQL approval store needs a postgresql:// URL, got another location"
+        )
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        raise ApprovalStoreError(
+            "the PostgreSQL approval store needs psycopg: install dsh-tools with its "
+            "postgres extra (in a clone: pip install '.[postgres]')"
+        ) from None
+    connections = Connections(url, timeout_s, prepare)
+    with connections.errors():
+        from psycopg.conninfo import conninfo_to_dict
+
+        conninfo_to_dict(url)
+    return connections
 
 
 def _columns(key: ApprovalKey) -> tuple[str, str, str]:

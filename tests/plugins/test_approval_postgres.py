@@ -15,18 +15,20 @@ from typing import Any
 
 import pytest
 
-from deploy_calls import code, make_registry
+from deploy_calls import allowed_deploy, code
 from dsh_tools import (
     ApprovalKey,
     ApprovalOutcome,
-    ToolExecutionInput,
 )
 from dsh_tools_plugins.approval_store import ApprovalStoreError
 from store_contract import StoreContract
 
 psycopg = pytest.importorskip("psycopg", reason="PostgreSQL driver psycopg is not installed")
 
-from dsh_tools_plugins.approval_postgres import PostgresApprovalStore  # noqa: E402
+from dsh_tools_plugins.approval_postgres import (  # noqa: E402
+    PostgresApprovalStore,
+    create_schema,
+)
 
 ALLOWED = ApprovalOutcome.ALLOWED_ALWAYS
 KEY = ApprovalKey.for_call("ops", "deploy", {"service": "web"})
@@ -48,11 +50,7 @@ def test_an_unreachable_server_fails_closed_and_never_shows_the_password() -> No
     assert message.startswith(f"approval store postgresql://dsh@127.0.0.1:{port}/approvals: ")
     assert "Connection refused" in message
     assert SECRET not in message
-    registry, approval, ran = make_registry(store)
-    approval.answer("allowed-always")
-    result = registry.execute_sync(
-        ToolExecutionInput("c1", "deploy", {"service": "web"}, agent="ops")
-    )
+    result, ran = allowed_deploy(store)
     assert code(result) == "POLICY_ERROR"
     assert "approval store postgresql://dsh@127.0.0.1" in result.error.message
     assert SECRET not in result.error.message
@@ -163,6 +161,13 @@ def test_a_version_1_database_is_upgraded_keeping_its_tickets(postgres_url: str)
     with psycopg.connect(postgres_url, autocommit=True) as connection:  # as version 1 left it
         connection.execute("UPDATE dsh_tools_approval_tickets SET answer = %s", (old_answer,))
         connection.execute("UPDATE dsh_tools_schema SET version = 1 WHERE component = 'approvals'")
+    with pytest.raises(ApprovalStoreError, match=r"older .*approvals at version 1, needs 2"):
+        PostgresApprovalStore(postgres_url).check()  # opening a store never upgrades it
+    assert [str(step) for step in create_schema(postgres_url)] == [
+        "approvals: upgraded from version 1 to 2",
+        "limits: at version 1 already",
+        "journal: at version 1 already",
+    ]
     again = PostgresApprovalStore(postgres_url)
     kept = again.get_ticket(ticket.id)
     assert kept is not None
@@ -174,6 +179,62 @@ def test_a_version_1_database_is_upgraded_keeping_its_tickets(postgres_url: str)
         # that never does.
         version = "SELECT version FROM dsh_tools_schema WHERE component = 'approvals'"
         assert connection.execute(version).fetchone() == (2,)
+
+
+def tables(url: str) -> list[str]:
+    with psycopg.connect(url, autocommit=True) as connection:
+        rows = connection.execute(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = current_schema() ORDER BY table_name"
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+def test_opening_a_store_runs_no_ddl_and_names_the_command_that_creates_it(
+    empty_postgres_url: str,
+) -> None:
+    store = PostgresApprovalStore(empty_postgres_url)
+    with pytest.raises(ApprovalStoreError) as raised:
+        store.recall(KEY)
+    message = str(raised.value)
+    assert message.startswith(f"approval store {store.url}: no dsh-tools schema in this database")
+    assert "`dsh-tools approvals init-store --approvals-store URL`" in message
+    assert tables(empty_postgres_url) == []
+    result, ran = allowed_deploy(store)
+    assert code(result) == "POLICY_ERROR"
+    assert "approvals init-store" in result.error.message
+    assert ran == []
+
+
+def test_a_missing_component_is_named_and_created_by_the_explicit_step(
+    empty_postgres_url: str,
+) -> None:
+    steps = create_schema(empty_postgres_url)
+    assert [str(step) for step in steps] == [
+        "approvals: created at version 2",
+        "limits: created at version 1",
+        "journal: created at version 1",
+    ]
+    with psycopg.connect(empty_postgres_url, autocommit=True) as connection:
+        connection.execute("DROP TABLE dsh_tools_call_journal")
+        connection.execute("DELETE FROM dsh_tools_schema WHERE component = 'journal'")
+    with pytest.raises(ApprovalStoreError, match=r"older .*journal missing, needs 1.*init-store"):
+        PostgresApprovalStore(empty_postgres_url).check()
+    assert [str(step) for step in create_schema(empty_postgres_url)][2] == (
+        "journal: created at version 1"
+    )
+    PostgresApprovalStore(empty_postgres_url).check()
+    assert "dsh_tools_call_journal" in tables(empty_postgres_url)
+
+
+def test_a_store_asked_to_create_its_schema_does_so_once(empty_postgres_url: str) -> None:
+    first = PostgresApprovalStore(empty_postgres_url, create_schema=True)
+    second = PostgresApprovalStore(empty_postgres_url, create_schema=True)
+    first.remember(KEY, ALLOWED)
+    assert second.recall(KEY) is ALLOWED
+    assert PostgresApprovalStore(empty_postgres_url).recall(KEY) is ALLOWED
+    first.close()
+    second.close()
 
 
 def test_a_tampered_outcome_is_refused(postgres_url: str) -> None:

@@ -30,13 +30,14 @@ from ..approvals import (
 from ..json import thaw
 from ..safetext import safe_text
 from ._exits import EXIT_OK, Refused, UsageError, needs_mcp_extra
-from ._store import STORE_ERROR, ChosenStore, ticket_store
+from ._store import STORE_ERROR, ChosenStore, named_location, ticket_store
 
 __all__ = ["cmd_approvals", "ticket_json"]
 
 
 def cmd_approvals(options: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """``approvals list | show TICKET | approve TICKET | reject TICKET | serve``.
+    """``approvals list | show TICKET | approve TICKET | reject TICKET | serve |
+    init-store``.
 
     Whatever stops it names the store it read: a ticket that cannot be shown or answered
     is :class:`~dsh_tools.cli._exits.Refused` (exit 1), with the code of its
@@ -44,6 +45,8 @@ def cmd_approvals(options: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     ``APPROVAL_EXPIRED``)."""
     from dsh_tools_plugins.approval_store import ApprovalStoreError
 
+    if options.approvals_command == "init-store":
+        return _init_store(options, out)
     chosen = ticket_store(options)
     try:
         return _act(chosen, options, out, err)
@@ -70,6 +73,32 @@ def _act(chosen: ChosenStore, options: argparse.Namespace, out: TextIO, err: Tex
         _write(out, ticket_json(ticket, entry)) if options.json else _shown(ticket, entry, out)
         return EXIT_OK
     return _answered(store, options, out)
+
+
+def _init_store(options: argparse.Namespace, out: TextIO) -> int:
+    """``approvals init-store``: create or upgrade the tables of the PostgreSQL store the
+    options name (the explicit step; the role needs ``CREATE``), then open it as a worker
+    would. A SQLite store, the one named or the workspace's, makes its own file's schema
+    when it is opened, so opening it is all this does."""
+    from dsh_tools_plugins.approval_postgres import create_schema, is_postgres_url
+    from dsh_tools_plugins.approval_store import ApprovalStoreError
+
+    named = named_location(options)
+    steps = []
+    if named is not None and is_postgres_url(named[1]):
+        try:
+            steps = create_schema(named[1])
+        except ApprovalStoreError as error:
+            raise UsageError(f"{named[0].lstrip('$')}: {error}", code=STORE_ERROR) from None
+    chosen = ticket_store(options)
+    if options.json:
+        components = [
+            {"component": s.component, "found": s.found, "version": s.version} for s in steps
+        ]
+        _write(out, {"store": chosen.location, "components": components})
+    else:
+        out.write(f"approval store {chosen}\n" + "".join(f"{step}\n" for step in steps))
+    return EXIT_OK
 
 
 def _answered(store: TicketStore, options: argparse.Namespace, out: TextIO) -> int:

@@ -126,8 +126,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _commands(commands)
     for command in commands.choices.values():
-        _global_options_after(command)
+        for chosen in (command, *_actions(command)):
+            _global_options_after(chosen)
     return parser
+
+
+def _actions(command: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The subcommands of ``command`` (``approvals list``, ``approvals init-store``)."""
+    group = command._subparsers
+    if group is None:
+        return []
+    return [
+        parser
+        for action in group._group_actions
+        if isinstance(action, argparse._SubParsersAction)
+        for parser in action.choices.values()
+    ]
 
 
 def _global_options_after(command: argparse.ArgumentParser) -> None:
@@ -282,8 +296,8 @@ def _serve_mcp_command(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _approvals_command(commands: argparse._SubParsersAction[_Parser]) -> None:
-    """``approvals list | show | approve | reject``: the tickets of calls waiting for a
-    person, in the approval store."""
+    """``approvals list | show | approve | reject | serve``: the tickets of calls waiting
+    for a person, in the approval store; ``init-store`` makes the store's tables."""
     approvals = _command(commands, "approvals", "list, show, approve or reject tickets")
     actions = approvals.add_subparsers(dest="approvals_command", required=True, metavar="ACTION")
     listing = _command(actions, "list", "the tickets waiting for an answer")
@@ -311,6 +325,12 @@ def _approvals_command(commands: argparse._SubParsersAction[_Parser]) -> None:
         action.add_argument("--by", metavar="NAME", help="who answers (default: your user name)")
     for action in (listing, show, approve, reject):
         action.add_argument("--json", action="store_true", help="print JSON")
+    init = _command(
+        actions,
+        "init-store",
+        "create or upgrade the approval store's tables (PostgreSQL: as a role that may)",
+    )
+    init.add_argument("--json", action="store_true", help="print JSON")
     serve = _command(actions, "serve", "the web inbox, guarded by a token it prints")
     serve.add_argument("--host", default="127.0.0.1", help="host (loopback by default)")
     serve.add_argument("--port", type=int, default=8765, help="port (0: any free one)")

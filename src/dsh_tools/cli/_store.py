@@ -19,7 +19,7 @@ from ._exits import UsageError
 if TYPE_CHECKING:
     from ..approvals import ApprovalStore
 
-__all__ = ["ChosenStore", "chosen_store", "store_location", "ticket_store"]
+__all__ = ["ChosenStore", "chosen_store", "named_location", "store_location", "ticket_store"]
 
 STORE_ERROR = "STORE_ERROR"
 """What ``--json`` reports for an approval store that cannot be used."""
@@ -53,21 +53,27 @@ def workspace_root() -> str:
     return os.environ.get("DSH_TOOLS_WORKSPACE") or os.getcwd()
 
 
+def named_location(options: argparse.Namespace) -> tuple[str, str] | None:
+    """What names the store and where it is: ``--approvals-store``, else
+    ``$DSH_TOOLS_APPROVALS_URL``; ``None`` when neither is set."""
+    from dsh_tools_plugins.approval_store import APPROVALS_URL_ENV
+
+    if options.approvals_store is not None:
+        return "--approvals-store", options.approvals_store
+    location = os.environ.get(APPROVALS_URL_ENV)
+    return None if location is None else (f"${APPROVALS_URL_ENV}", location)
+
+
 def chosen_store(options: argparse.Namespace) -> ChosenStore | None:
     """The store ``--approvals-store`` (else ``$DSH_TOOLS_APPROVALS_URL``) names, checked
     now; ``None`` when neither is set. A store that cannot be used stops the command
     (exit 2): it never falls back to another."""
-    from dsh_tools_plugins.approval_store import (
-        APPROVALS_URL_ENV,
-        ApprovalStoreError,
-        open_approval_store,
-    )
+    from dsh_tools_plugins.approval_store import ApprovalStoreError, open_approval_store
 
-    given, location = "--approvals-store", options.approvals_store
-    if location is None:
-        given, location = f"${APPROVALS_URL_ENV}", os.environ.get(APPROVALS_URL_ENV)
-    if location is None:
+    named = named_location(options)
+    if named is None:
         return None
+    given, location = named
     try:
         store = open_approval_store(location, workspace=workspace_root())
     except ApprovalStoreError as error:

@@ -1,6 +1,6 @@
 """Connections to the PostgreSQL approval store: the URL (shown without its password),
 a few idle connections kept for reuse, errors turned into the store's error, and the
-schema created once per database.
+schema checked (or, when asked, created) on the first connection.
 
 :mod:`dsh_tools_plugins.approval_postgres` is the public face.
 """
@@ -15,35 +15,20 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
 from ..approval_store import ApprovalStoreError
-from .postgres_journal import create_journal_schema
-from .postgres_limits import create_limits_schema
-from .postgres_tickets import TICKETS_SCHEMA
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["SCHEMA_VERSION", "Connections", "shown_url"]
+    Prepare = Callable[[psycopg.Connection[tuple[object, ...]]], object]
+
+__all__ = ["Connections", "shown_url"]
 
 _T = TypeVar("_T")
-
-SCHEMA_VERSION = 2
-"""Version 2: a ticket's answer may end (``expires_in_s`` and ``uses`` in its JSON), which
-version 1 code would read as a grant that never ends; the tables are version 1's."""
-_LOCK = 0x647368746F6F6C73
-"""The advisory lock that orders schema creation between processes ("dshtools")."""
 _IDLE = 4
 """Idle connections kept per store; more are opened while more threads are busy."""
 _BUSY = 12
 """The most connections a store has in use at once; more threads wait for one (however
 many calls a process runs, its share of the server's connection limit stays bounded)."""
-
-_SCHEMA = (
-    "CREATE TABLE dsh_tools_approvals (agent text NOT NULL, tool text NOT NULL, "
-    "arguments_sha256 text NOT NULL, outcome text NOT NULL, "
-    "remembered_at timestamptz NOT NULL DEFAULT now(), expires_at timestamptz, "
-    "uses_left integer CHECK (uses_left >= 0), PRIMARY KEY (agent, tool, arguments_sha256))",
-    *TICKETS_SCHEMA,
-)
 
 _PASSWORD = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@:]*:([^/@]*)@")
 
@@ -73,16 +58,18 @@ def _secrets(url: str) -> list[str]:
 
 
 class Connections:
-    """Connections to one database, each used by one thread at a time."""
+    """Connections to one database, each used by one thread at a time; ``prepare`` runs
+    in a transaction on the first one (checking the schema, or creating it), ``None``
+    runs nothing."""
 
-    def __init__(self, url: str, timeout_s: float) -> None:
+    def __init__(self, url: str, timeout_s: float, prepare: Prepare | None) -> None:
         self.url = url
         self.shown = shown_url(url)
         self.timeout_s = timeout_s
         self._idle: list[psycopg.Connection[tuple[object, ...]]] = []
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(_BUSY)
-        self._ready = False
+        self._prepare = prepare
         # Idle connections close when the store is dropped or the process ends.
         weakref.finalize(self, _close_all, self._idle, self._lock)
 
@@ -153,10 +140,11 @@ class Connections:
             milliseconds = max(1, round(self.timeout_s * 1000))
             connection.execute(f"SET statement_timeout = {milliseconds}")
             connection.execute(f"SET lock_timeout = {milliseconds}")
-            if not self._ready:
+            prepare = self._prepare  # threads connecting at once may each run it
+            if prepare is not None:
                 with connection.transaction():
-                    _create_schema(connection)
-                self._ready = True
+                    prepare(connection)
+                self._prepare = None
         except BaseException:
             connection.close()
             raise
@@ -169,30 +157,3 @@ def _close_all(idle: list[psycopg.Connection[tuple[object, ...]]], lock: threadi
         idle.clear()
     for connection in connections:
         connection.close()
-
-
-def _create_schema(connection: psycopg.Connection[tuple[object, ...]]) -> None:
-    """Create the store's tables once per database (schema); refuse a newer schema."""
-    connection.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
-    connection.execute(
-        "CREATE TABLE IF NOT EXISTS dsh_tools_schema "
-        "(component text PRIMARY KEY, version integer NOT NULL)"
-    )
-    row = connection.execute(
-        "SELECT version FROM dsh_tools_schema WHERE component = 'approvals'"
-    ).fetchone()
-    if row is None:
-        for statement in _SCHEMA:
-            connection.execute(statement)
-        connection.execute(
-            "INSERT INTO dsh_tools_schema VALUES ('approvals', %s)", (SCHEMA_VERSION,)
-        )
-    elif row[0] not in range(1, SCHEMA_VERSION + 1):
-        raise ValueError(f"schema version {row[0]}, expected at most {SCHEMA_VERSION}")
-    elif row[0] != SCHEMA_VERSION:  # version 1: only the version moves on
-        connection.execute(
-            "UPDATE dsh_tools_schema SET version = %s WHERE component = 'approvals'",
-            (SCHEMA_VERSION,),
-        )
-    create_limits_schema(connection)
-    create_journal_schema(connection)

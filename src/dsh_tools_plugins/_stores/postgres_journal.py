@@ -6,8 +6,8 @@ lock on its key first, so two processes (or machines) never both start one key; 
 the ticket happens in the same transaction. Retaking, renewing and finishing are each one
 ``UPDATE`` compare-and-set on the row. Leases are judged by the server's clock.
 
-:data:`JOURNAL_SCHEMA` is the table's DDL; :func:`create_journal_schema` makes it once
-per database, recorded as the component ``journal`` in ``dsh_tools_schema``.
+:data:`JOURNAL_SCHEMA` is the table's DDL, the component ``journal`` of
+:data:`~dsh_tools_plugins._stores.postgres_schema.COMPONENTS`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     Connection = psycopg.Connection[tuple[Any, ...]]
 
-__all__ = ["JOURNAL_SCHEMA", "JOURNAL_SCHEMA_VERSION", "PostgresJournal", "create_journal_schema"]
+__all__ = ["JOURNAL_SCHEMA", "JOURNAL_SCHEMA_VERSION", "PostgresJournal"]
 
 JOURNAL_SCHEMA = (
     "CREATE TABLE dsh_tools_call_journal (seq bigserial NOT NULL, agent text NOT NULL, "
@@ -47,27 +47,6 @@ JOURNAL_SCHEMA_VERSION = 1
 _TABLE = "dsh_tools_call_journal"
 _SELECT = f"SELECT {JOURNAL_COLUMNS}, {NOW} FROM {_TABLE}"
 _MINE = "agent = %s AND key = %s AND owner = %s AND state = 'started'"
-
-
-def create_journal_schema(connection: Connection) -> None:
-    """Create the journal's table unless ``dsh_tools_schema`` says it exists; the caller
-    holds the schema lock and made ``dsh_tools_schema``. Raises ``ValueError`` for another
-    version."""
-    claimed = connection.execute(
-        "INSERT INTO dsh_tools_schema VALUES ('journal', %s) "
-        "ON CONFLICT (component) DO NOTHING RETURNING version",
-        (JOURNAL_SCHEMA_VERSION,),
-    ).fetchone()
-    if claimed is not None:
-        for statement in JOURNAL_SCHEMA:
-            connection.execute(statement)
-        return
-    row = connection.execute(
-        "SELECT version FROM dsh_tools_schema WHERE component = 'journal'"
-    ).fetchone()
-    if row is None or row[0] != JOURNAL_SCHEMA_VERSION:
-        found = None if row is None else row[0]
-        raise ValueError(f"journal schema version {found}, expected {JOURNAL_SCHEMA_VERSION}")
 
 
 class PostgresJournal:

@@ -6,8 +6,8 @@ machines) never both see the last free permit, or the last call of a budget. Exp
 judged by the server's clock (``now()``). Giving a permit back, or leaving the line,
 notifies :data:`CHANNEL`, which wakes the other processes' waiters at once.
 
-:data:`LIMITS_SCHEMA` is the tables' DDL; :func:`create_limits_schema` makes them once per
-database, recorded as the component ``limits`` in ``dsh_tools_schema``.
+:data:`LIMITS_SCHEMA` is the tables' DDL, the component ``limits`` of
+:data:`~dsh_tools_plugins._stores.postgres_schema.COMPONENTS`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ __all__ = [
     "LIMITS_SCHEMA",
     "LIMITS_SCHEMA_VERSION",
     "PostgresLimitRows",
-    "create_limits_schema",
 ]
 
 CHANNEL = "dsh_tools_permits"
@@ -54,24 +53,6 @@ LIMITS_SCHEMA = (
 ``INSERT``, ``UPDATE``, ``DELETE``, and ``USAGE`` on the waiters' sequence)."""
 LIMITS_SCHEMA_VERSION = 1
 _LEASE = "now() + make_interval(secs => %s)"
-
-
-def create_limits_schema(connection: Connection) -> None:
-    """Create the shared limits' tables unless ``dsh_tools_schema`` says they exist; the
-    caller holds the schema lock and made ``dsh_tools_schema``. Raises ``ValueError`` for
-    another version."""
-    claimed = connection.execute(
-        "INSERT INTO dsh_tools_schema VALUES ('limits', %s) "
-        "ON CONFLICT (component) DO NOTHING RETURNING version",
-        (LIMITS_SCHEMA_VERSION,),
-    ).fetchone()
-    if claimed is not None:
-        for statement in LIMITS_SCHEMA:
-            connection.execute(statement)
-        return
-    (version,) = _one(connection, "SELECT version FROM dsh_tools_schema WHERE component = 'limits'")
-    if version != LIMITS_SCHEMA_VERSION:
-        raise ValueError(f"limits schema version {version}, expected {LIMITS_SCHEMA_VERSION}")
 
 
 class PostgresLimitRows:
