@@ -223,7 +223,9 @@ def test_a_missing_component_is_named_and_created_by_the_explicit_step(
     assert [str(step) for step in create_schema(empty_postgres_url)][2] == (
         "journal: created at version 1"
     )
-    PostgresApprovalStore(empty_postgres_url).check()
+    checked = PostgresApprovalStore(empty_postgres_url)
+    checked.check()
+    checked.close()
     assert "dsh_tools_call_journal" in tables(empty_postgres_url)
 
 
@@ -232,9 +234,10 @@ def test_a_store_asked_to_create_its_schema_does_so_once(empty_postgres_url: str
     second = PostgresApprovalStore(empty_postgres_url, create_schema=True)
     first.remember(KEY, ALLOWED)
     assert second.recall(KEY) is ALLOWED
-    assert PostgresApprovalStore(empty_postgres_url).recall(KEY) is ALLOWED
-    first.close()
-    second.close()
+    third = PostgresApprovalStore(empty_postgres_url)
+    assert third.recall(KEY) is ALLOWED
+    for store in (first, second, third):
+        store.close()
 
 
 def test_a_tampered_outcome_is_refused(postgres_url: str) -> None:

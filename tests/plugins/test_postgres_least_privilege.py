@@ -136,7 +136,9 @@ def test_a_role_without_the_rights_fails_calls_closed(role: Role) -> None:
     create_schema(role.owner_url)
     role.owner(f"GRANT USAGE ON SCHEMA {role.schema} TO {role.name}")
     role.owner(f"GRANT SELECT ON {role.schema}.dsh_tools_schema TO {role.name}")
-    result, ran = allowed_deploy(PostgresApprovalStore(role.url))
+    store = PostgresApprovalStore(role.url)
+    result, ran = allowed_deploy(store)
+    store.close()
     assert code(result) == "POLICY_ERROR"
     assert "permission denied for table" in result.error.message
     assert ran == []

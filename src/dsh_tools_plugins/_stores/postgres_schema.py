@@ -128,7 +128,8 @@ def check_schema(connection: Connection) -> None:
             "no dsh-tools schema in this database (the first schema of the URL's "
             f"search_path): create it once with `{INIT_COMMAND}` (this store's URL), as a "
             "role that may create tables; then this role needs only the rights "
-            "docs/approvals-postgres.md lists"
+            "docs/approvals-postgres.md lists (without USAGE on the schema, it cannot "
+            "see the tables either)"
         )
     found = _versions(connection)
     _refuse_newer(found)
