@@ -124,6 +124,7 @@ class Worker:
 
 def run(options: argparse.Namespace) -> dict[str, Any]:
     """One run of the harness; returns the counts it prints."""
+    from dsh_tools_plugins.approval_postgres import create_schema, is_postgres_url
     from dsh_tools_plugins.approval_store import open_approval_store
 
     workdir = Path(tempfile.mkdtemp(prefix="dsh-crash-"))
@@ -138,6 +139,8 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         str(options.body_s),
         "yes" if options.reconcile else "no",
     ]
+    if is_postgres_url(store_at):
+        create_schema(store_at, timeout_s=60)  # a deployment's first step (init-store)
     store = open_approval_store(store_at, timeout_s=60)
     keys = [f"req-{options.tag}-{n}" for n in range(options.requests)]
     waiting = collections.deque(keys)
