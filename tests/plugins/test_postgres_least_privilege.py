@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from deploy_calls import allowed_deploy, code, make_registry
+from deploy_calls import allowed_deploy, code, deploy, make_registry
 from dsh_tools import ToolExecutionInput, ToolRegistry, define_tool
 from dsh_tools_plugins.approval_store import ApprovalStoreError
 from store_contract import StoreContract
@@ -110,10 +110,12 @@ def test_the_role_runs_calls_that_ask_and_are_remembered(worker_url: str) -> Non
     store = PostgresApprovalStore(worker_url)
     registry, approval, ran = make_registry(store)
     approval.answer("allowed-always")
-    call = ToolExecutionInput("c1", "deploy", {"service": "web"}, agent="ops")
-    assert not registry.execute_sync(call).is_error
-    assert not registry.execute_sync(call).is_error  # remembered: asked once
+    first, second = deploy(), deploy()
+    assert not registry.execute_sync(first).is_error
+    assert not registry.execute_sync(second).is_error  # remembered: asked once
+    assert registry.execute_sync(first).text == "deployed"  # the journal replays it
     assert len(ran) == 2
+    assert len(approval.requests) == 1
     store.forget()
     store.close()
 
