@@ -71,6 +71,12 @@ class ErrorCode(str, enum.Enum):
     """The call's approval ticket expired before it was answered and resumed; the call did
     not run. Repeating the call opens a new ticket."""
 
+    APPROVAL_STALE = "APPROVAL_STALE"
+    """What the call would do changed after a person approved it: its card (the diff of
+    an ``edit_file``, say), drawn again when the approved call resumes, differs from the
+    card its ticket showed. The call did not run; repeating it asks again with the new
+    card."""
+
     OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
     """An earlier attempt of the call started and never recorded its end (its process
     died, or an engine's attempt never reported): it may or may not have run, and the

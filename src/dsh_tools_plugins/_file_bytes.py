@@ -5,10 +5,22 @@ tools, with no tool of their own."""
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from dsh_tools.errors import ToolError
 
-__all__ = ["BINARY_SNIFF_BYTES", "is_binary", "read_fd", "read_text", "split_lines", "write_all"]
+if TYPE_CHECKING:
+    from .workspace import Opened
+
+__all__ = [
+    "BINARY_SNIFF_BYTES",
+    "before_image",
+    "is_binary",
+    "read_fd",
+    "read_text",
+    "split_lines",
+    "write_all",
+]
 
 BINARY_SNIFF_BYTES = 8192
 """A NUL byte in this many leading bytes makes a file binary."""
@@ -65,6 +77,17 @@ def read_text(fd: int, display: str, size: int, max_bytes: int, verb: str) -> st
                 f'"{display}" is not valid UTF-8 text (byte {error.start}); cannot {verb} it'
             ) from None
         return data.decode("utf-8", errors="replace")
+
+
+def before_image(opened: Opened, max_bytes: int) -> str | None:
+    """The file's text as a diff shows it before a change, or ``None`` when it has none
+    to show (just created, too large, binary, not UTF-8)."""
+    if opened.created or opened.stat.st_size > max_bytes:
+        return None
+    try:
+        return read_text(opened.fd, opened.display, opened.stat.st_size, max_bytes, "diff")
+    except ToolError:
+        return None
 
 
 def write_all(fd: int, data: bytes) -> None:

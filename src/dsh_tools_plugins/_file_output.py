@@ -8,7 +8,7 @@ their cards from ``meta`` alone, so they stay pure. What the tools do to files i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dsh_tools.json import JsonValue
@@ -36,13 +36,13 @@ __all__ = [
     "WRITE_OUTPUT",
     "change_value",
     "fields",
+    "present_change_call",
     "present_change_result",
     "present_edit_call",
     "present_list_call",
     "present_list_result",
     "present_read_call",
     "present_read_result",
-    "present_write_call",
     "utf8_size",
 ]
 
@@ -215,26 +215,41 @@ def present_change_result(args: object, result: PresentableResult) -> DiffResult
     path = meta["path"]
     title = f"{'Created' if meta['created'] else 'Edited'} {path}"
     omitted = meta.get("diffs_omitted", 0)  # absent in logs written before it existed
-    if omitted:
-        title += f" ({omitted} {'hunk' if omitted == 1 else 'hunks'} too large to show)"
     return DiffResultView(
-        title=title,
-        diffs=[FileDiff(path, diff["old_text"], diff["new_text"]) for diff in meta["diffs"]],
+        title=_shown_hunks(title, omitted), diffs=_file_diffs(path, meta["diffs"])
     )
+
+
+def present_change_call(
+    title: str, path: str, before: str | None, after: str, *, budget: int, line: int | None = None
+) -> DiffCallView:
+    """The card of a write or an edit as it would change the file as it is now: the
+    hunks its result would show (bounded by ``budget`` alike), at ``line``. A person
+    approves this change to this text; if the file changes before the call runs, the
+    card drawn again differs and the call does not run (``APPROVAL_STALE``)."""
+    diffs, omitted = _bounded_diffs(path, before, after, budget)
+    return DiffCallView(
+        _shown_hunks(title, omitted),
+        _file_diffs(path, diffs),
+        locations=[FileLocation(path, line)],
+    )
+
+
+def _shown_hunks(title: str, omitted: int) -> str:
+    """``title``, saying how many hunks were too large to show, if any."""
+    if not omitted:
+        return title
+    return f"{title} ({omitted} {'hunk' if omitted == 1 else 'hunks'} too large to show)"
+
+
+def _file_diffs(path: str, diffs: Sequence[Mapping[str, Any]]) -> list[FileDiff]:
+    return [FileDiff(path, diff["old_text"], diff["new_text"]) for diff in diffs]
 
 
 def _render_write(args: WriteFileArgs, value: Any) -> str:
     value = fields(value)
     verb = "Created" if value["created"] else "Overwrote"
     return f"{verb} {value['path']} ({value['bytes']} bytes)"
-
-
-def present_write_call(args: WriteFileArgs) -> DiffCallView:
-    return DiffCallView(
-        f"Write {args.path}",
-        [FileDiff(args.path, None, args.content)],
-        locations=[FileLocation(args.path)],
-    )
 
 
 def _render_edit(args: EditFileArgs, value: Any) -> str:

@@ -23,6 +23,7 @@ control characters (a newline in a file name) and bidi controls as visible escap
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from typing import Any, TypeVar
 import anyio
 import attrs
 
+from dsh_tools import DshToolsError
 from dsh_tools.context import ToolRunContext
 from dsh_tools.define import define_tool
 from dsh_tools.errors import ToolArgsError, ToolError
@@ -39,7 +41,15 @@ from dsh_tools.paths import PathArgument
 from dsh_tools.presentation import DiffCallView
 from dsh_tools.safetext import safe_text
 
-from ._file_bytes import BINARY_SNIFF_BYTES, is_binary, read_fd, read_text, split_lines, write_all
+from ._file_bytes import (
+    BINARY_SNIFF_BYTES,
+    before_image,
+    is_binary,
+    read_fd,
+    read_text,
+    split_lines,
+    write_all,
+)
 from ._file_output import (
     EDIT_OUTPUT,
     LIST_OUTPUT,
@@ -47,13 +57,13 @@ from ._file_output import (
     WRITE_OUTPUT,
     change_value,
     fields,
+    present_change_call,
     present_change_result,
     present_edit_call,
     present_list_call,
     present_list_result,
     present_read_call,
     present_read_result,
-    present_write_call,
     utf8_size,
 )
 from ._languages import language_of
@@ -205,14 +215,7 @@ def write_file_tool(
     def execute(args: WriteFileArgs, ctx: ToolRunContext) -> dict[str, Any]:
         data = fits(args)
         with workspace.open_for_write(args.path) as opened:
-            before: str | None = None
-            if not opened.created and opened.stat.st_size <= max_bytes:
-                try:
-                    before = read_text(
-                        opened.fd, opened.display, opened.stat.st_size, max_bytes, "diff"
-                    )
-                except ToolError:
-                    before = None
+            before = before_image(opened, max_bytes)
             write_all(opened.fd, data)
         return change_value(
             opened.display,
@@ -234,11 +237,24 @@ def write_file_tool(
         parameters=WriteFileArgs,
         execute=execute,
         output=WRITE_OUTPUT,
-        present_call=present_write_call,
+        present_call=functools.partial(_write_card, workspace, max_bytes),
         title="Write file",
         workspace=workspace,
         preflight=fits,
     )
+
+
+def _write_card(workspace: Workspace, max_bytes: int, args: WriteFileArgs) -> DiffCallView:
+    """The write as it would change the file as it is now (a new file when there is
+    none, or none that can be shown as text)."""
+    before = None
+    try:
+        with workspace.open(args.path) as opened:
+            before = before_image(opened, max_bytes)
+    except (DshToolsError, OSError):  # no file to show: the write creates one
+        pass
+    title = f"Write {args.path}"
+    return present_change_call(title, args.path, before, args.content, budget=max_bytes)
 
 
 # --------------------------------------------------------------------------- edit_file
@@ -292,14 +308,29 @@ def _occurrences(args: EditFileArgs, before: str, display: str, max_bytes: int) 
     return count
 
 
-def _dry_edit(
-    workspace: Workspace,
-    args: EditFileArgs,
-    read: Callable[[EditFileArgs, Opened], tuple[str, int]],
-) -> None:
-    """``read`` on the file opened for reading only (the edit's preflight)."""
+def _dry_edit(workspace: Workspace, args: EditFileArgs, read: _EditRead) -> tuple[str, int]:
+    """``read`` on the file opened for reading only (the edit's preflight, and its card)."""
     with workspace.open(args.path) as opened:
-        read(args, opened)
+        return read(args, opened)
+
+
+_EditRead = Callable[[EditFileArgs, Opened], tuple[str, int]]
+"""How ``edit_file`` reads a file: its text and how many times the edit replaces in it."""
+
+
+def _edit_card(
+    workspace: Workspace, read: _EditRead, max_bytes: int, args: EditFileArgs
+) -> DiffCallView:
+    """The edit as it would change the file as it is now, at its first change; the
+    strings it replaces when it cannot be applied (its preflight says why)."""
+    try:
+        before, _ = _dry_edit(workspace, args, read)
+    except (DshToolsError, OSError):
+        return present_edit_call(args)
+    after = before.replace(args.old_string, args.new_string)
+    line = before.count("\n", 0, before.index(args.old_string)) + 1
+    title = f"Edit {args.path}"
+    return present_change_call(title, args.path, before, after, budget=max_bytes, line=line)
 
 
 def edit_file_tool(
@@ -353,7 +384,7 @@ def edit_file_tool(
         parameters=EditFileArgs,
         execute=execute,
         output=EDIT_OUTPUT,
-        present_call=present_edit_call,
+        present_call=functools.partial(_edit_card, workspace, read, max_bytes),
         title="Edit file",
         workspace=workspace,
         preflight=preflight,

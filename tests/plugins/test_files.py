@@ -86,6 +86,11 @@ def _fail(registry: ToolRegistry, name: str, code: str, **arguments: Any) -> str
     return text
 
 
+def _call_card(registry: ToolRegistry, name: str, **arguments: Any) -> Any:
+    """The call's card as the tool draws it now (a change's card reads the file)."""
+    return _cards(registry, name, PresentableResult(["x"], False, None), **arguments)[0]
+
+
 def _cards(registry: ToolRegistry, name: str, result: Any, **arguments: Any) -> tuple[Any, Any]:
     definition: ToolDefinition[Any] | None = registry.get(name)
     assert definition is not None
@@ -227,11 +232,12 @@ def test_permission_errors_are_clear_failures() -> None:
 def test_write_file_creates_parents_and_presents_diff_cards(
     registry: ToolRegistry, root: Path
 ) -> None:
+    call_view = _call_card(registry, "write_file", path="pkg/deep/mod.py", content="x = 1\n")
     result = _ok(registry, "write_file", path="pkg/deep/mod.py", content="x = 1\n")
     assert (root / "pkg" / "deep" / "mod.py").read_text() == "x = 1\n"
     assert result.text == "Created pkg/deep/mod.py (6 bytes)"
     assert result.value["created"] is True
-    call_view, result_view = _cards(
+    _, result_view = _cards(
         registry, "write_file", result, path="pkg/deep/mod.py", content="x = 1\n"
     )
     assert call_view == DiffCallView(
@@ -250,11 +256,12 @@ def test_write_file_overwrite_diff_uses_the_before_image(
     before = "".join(f"line {n}\n" for n in range(1, 21))
     (root / "f.txt").write_text(before)
     after = before.replace("line 10\n", "LINE TEN\n")
+    call_view = _call_card(registry, "write_file", path="f.txt", content=after)
     result = _ok(registry, "write_file", path="f.txt", content=after)
     assert result.text == f"Overwrote f.txt ({len(after)} bytes)"
     assert (root / "f.txt").read_text() == after
-    call_view, result_view = _cards(registry, "write_file", result, path="f.txt", content=after)
-    assert call_view.diffs == (FileDiff("f.txt", None, after),)  # no before-image at call time
+    _, result_view = _cards(registry, "write_file", result, path="f.txt", content=after)
+    assert call_view.diffs == result_view.diffs  # the person sees the change the call makes
     assert result_view == DiffResultView(
         title="Edited f.txt",
         diffs=[
@@ -292,14 +299,38 @@ def test_failed_results_present_no_card(registry: ToolRegistry) -> None:
 def test_edit_file_replaces_a_unique_string(registry: ToolRegistry, root: Path) -> None:
     (root / "app.py").write_text("def f():\n    return 1\n\ndef g():\n    return 2\n")
     arguments = {"path": "app.py", "old_string": "return 1", "new_string": "return 10"}
+    call_view = _call_card(registry, "edit_file", **arguments)
     result = _ok(registry, "edit_file", **arguments)
     assert result.text == "Edited app.py: replaced 1 occurrence"
     assert (root / "app.py").read_text() == "def f():\n    return 10\n\ndef g():\n    return 2\n"
-    call_view, result_view = _cards(registry, "edit_file", result, **arguments)
+    _, result_view = _cards(registry, "edit_file", result, **arguments)
     assert call_view == DiffCallView(
         "Edit app.py",
-        [FileDiff("app.py", "return 1", "return 10")],
-        locations=[FileLocation("app.py")],
+        [
+            FileDiff(
+                "app.py",
+                "def f():\n    return 1\n\ndef g():\n    return 2\n",
+                "def f():\n    return 10\n\ndef g():\n    return 2\n",
+            )
+        ],
+        locations=[FileLocation("app.py", 2)],  # the file as it is, where the edit lands
+    )
+    assert _call_card(registry, "edit_file", **arguments) == DiffCallView(
+        "Edit app.py",  # the edit no longer applies the same way: "return 10" holds "return 1"
+        [
+            FileDiff(
+                "app.py",
+                "def f():\n    return 10\n\ndef g():\n    return 2\n",
+                "def f():\n    return 100\n\ndef g():\n    return 2\n",
+            )
+        ],
+        locations=[FileLocation("app.py", 2)],
+    )
+    missing = {**arguments, "path": "gone.py"}
+    assert _call_card(registry, "edit_file", **missing) == DiffCallView(
+        "Edit gone.py",  # nothing to edit: the card shows what was asked
+        [FileDiff("gone.py", "return 1", "return 10")],
+        locations=[FileLocation("gone.py")],
     )
     assert isinstance(result_view, DiffResultView)
     assert result_view.title == "Edited app.py"

@@ -49,13 +49,21 @@ from .call import Call, Interrupted, StageFailed
 from .journal import needs_no_answer
 from .loops import is_awaitable
 from .results import message, shown
-from .tickets import TICKETS, answer_of, awaited, pending, stored, taken, ticket_store
+from .tickets import (
+    ALLOWING,
+    TICKETS,
+    answer_of,
+    awaited,
+    pending,
+    stored,
+    taken,
+    ticket_store,
+)
 
 logger = logging.getLogger("dsh_tools")
 
 ALLOW = Allow()
 """The allowance the call path hands on (stage 1 allows most calls)."""
-_ALLOWING = frozenset({ApprovalOutcome.ALLOWED_ONCE, ApprovalOutcome.ALLOWED_ALWAYS})
 APPROVAL = Origin("approval service")
 STORE = Origin("approval store")
 
@@ -221,7 +229,7 @@ async def _asked_now(
     if isinstance(closed, TicketAnsweredError):  # another answer came first: it wins
         return _answered(call, keys, taken(call, tickets, closed.ticket))
     if isinstance(closed, ApprovalTicket):
-        taken(call, tickets, closed)  # this call takes the answer it gave, once
+        taken(call, tickets, closed, shown_now=True)  # it takes the answer it gave, once
     return _kept(call, keys, answer)  # (a ticket that expired meanwhile: the answer decides)
 
 
@@ -447,7 +455,7 @@ def _decision(call: Call, outcome: ApprovalOutcome, *, remembered: bool = False)
     """What an outcome means for the call; an allowance (or a cancelled request) for a
     call the caller cancelled meanwhile is an interruption."""
     name = call.name
-    if outcome in _ALLOWING or outcome is ApprovalOutcome.CANCELLED:
+    if outcome in ALLOWING or outcome is ApprovalOutcome.CANCELLED:
         if call.cancelled():
             raise Interrupted
         if outcome is not ApprovalOutcome.CANCELLED:

@@ -30,7 +30,13 @@ from ..approvals import (
 )
 from ..errors import ErrorCode
 from ..json import FrozenDict, snapshot
-from ..models import Ask, ToolExecutionFailure, ToolExecutionInput, failure_result
+from ..models import (
+    ApprovalOutcome,
+    Ask,
+    ToolExecutionFailure,
+    ToolExecutionInput,
+    failure_result,
+)
 from ..presentation import unstructure_view
 from ..records import Origin
 from .call import Call, Interrupted, StageFailed, Waiting
@@ -40,6 +46,8 @@ from .results import message
 
 T = TypeVar("T")
 TICKETS = Origin("approval tickets")
+ALLOWING = frozenset({ApprovalOutcome.ALLOWED_ONCE, ApprovalOutcome.ALLOWED_ALWAYS})
+"""The outcomes that let a call run."""
 
 
 def ticket_store(call: Call) -> TicketStore | None:
@@ -61,9 +69,14 @@ def stored(call: Call, what: str, operation: Callable[[], T]) -> T:
         raise StageFailed(failure) from None
 
 
-def taken(call: Call, store: TicketStore, ticket: ApprovalTicket) -> ApprovalTicket:
+def taken(
+    call: Call, store: TicketStore, ticket: ApprovalTicket, *, shown_now: bool = False
+) -> ApprovalTicket:
     """``ticket`` answered and resumed by this call, once: pending, expired, already
-    resumed, tampered with or another call's ticket ends the call (``StageFailed``)."""
+    resumed, tampered with or another call's ticket ends the call (``StageFailed``), and
+    so does an allowance given for a card that is no longer the call's
+    (:func:`_check_card`; ``shown_now``: the person answered a service that showed the
+    card as it is now)."""
     execution = call.execution
     arguments: FrozenDict = execution.arguments  # type: ignore[assignment]
     agent = execution.agent or ""
@@ -78,6 +91,8 @@ def taken(call: Call, store: TicketStore, ticket: ApprovalTicket) -> ApprovalTic
         raise _stopped(call, "pending", ticket, pending_result(call, ticket))
     if ticket.state is TicketState.EXPIRED:
         raise _stopped(call, "expired", ticket, expired_result(call, ticket))
+    if ticket.state is TicketState.ANSWERED and not shown_now:
+        _check_card(call, store, ticket)
     won = None
     if ticket.state is TicketState.RESUMED and took(call, ticket):
         won = ticket  # this call took it before: the journal knows what became of it
@@ -270,6 +285,28 @@ def _card(call: Call) -> FrozenDict | None:
         call.caught(error)
         return None
     return card if type(card) is FrozenDict else None
+
+
+def _check_card(call: Call, store: TicketStore, ticket: ApprovalTicket) -> None:
+    """End the call ``APPROVAL_STALE`` (``StageFailed``) when ``ticket`` allows it but
+    the call's card, drawn again now, differs from the card the ticket showed the person:
+    what the call would do changed since (the file an edit's diff was drawn from, say).
+    The ticket is spent first, and no journal entry begins, so the same call made again
+    asks again. A ticket that holds no card showed the arguments alone, which its key
+    pins; a rejection needs no check."""
+    answer = ticket.answer
+    if answer is None or answer.outcome not in ALLOWING or ticket.card is None:
+        return
+    if _card(call) == ticket.card:
+        return
+    stored(call, "resume a ticket", lambda: store.consume_ticket(ticket.id))
+    text = (
+        f'tool "{call.name}" did not run: what it would do changed after a person approved '
+        f"it (approval ticket {ticket.id}; its card, drawn again now, differs from the one "
+        "approved, for example because the file it changes was changed meanwhile). Make the "
+        "same call again to ask the person about it as it is now."
+    )
+    raise _stopped(call, "stale", ticket, failure_result(text, ErrorCode.APPROVAL_STALE))
 
 
 def _seen(ticket: ApprovalTicket) -> dict[str, Any]:
