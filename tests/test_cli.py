@@ -54,6 +54,33 @@ def test_list_shows_the_installed_workspace_tools(workspace: Path) -> None:
     assert "read-only" in next(line for line in run.out.splitlines() if line.startswith("grep"))
 
 
+SETTINGS = ("DSH_TOOLS_WORKSPACE", "DSH_TOOLS_RULES", "DSH_TOOLS_SANDBOX", "DSH_TOOLS_NETWORK")
+
+
+def test_main_leaves_its_process_environment_as_it_found_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DSH_TOOLS_NETWORK", "on")  # the host's own setting
+    root = tmp_path / "ws"
+    root.mkdir()
+    rules = tmp_path / "rules.toml"
+    rules.write_text('default = "ask"\n')
+    argv = ["--workspace", str(root), "--rules", str(rules), "--sandbox", "off", "--no-network"]
+    run = dsh(*argv, "list")
+    assert run.code == 0, run.err
+    assert "run_command" in run.out
+    # A host or a test that runs main() in its own process keeps its settings: a later
+    # load_plugins there, or a command it starts, does not inherit this command's options.
+    assert {name: os.environ.get(name) for name in SETTINGS} == {
+        "DSH_TOOLS_WORKSPACE": None,
+        "DSH_TOOLS_RULES": None,
+        "DSH_TOOLS_SANDBOX": None,
+        "DSH_TOOLS_NETWORK": "on",
+    }
+
+
 def test_no_plugins_means_no_tools() -> None:
     run = dsh("--no-plugins", "list")
     assert run.code == 0

@@ -43,7 +43,7 @@ from ._inspect import cmd_check, cmd_list, cmd_plugins, cmd_schemas
 from ._parser import ArgumentsRejected, build_parser
 from ._run import cmd_call, cmd_explain, cmd_replay
 from ._serve import cmd_serve_mcp
-from ._setup import build
+from ._setup import build, exported_options
 
 if TYPE_CHECKING:
     from ..plugins import LoadReport
@@ -115,8 +115,9 @@ def _run(options: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO) -
         return _failed(options, out, err, error, message, code, exit_code)
 
     try:
-        registry, report = build(options, stdin, err)
-        return _commands(registry, report, options, stdin, out, err)[options.command]()
+        with exported_options(options):
+            registry, report = build(options, stdin, err)
+            return _commands(registry, report, options, stdin, out, err)[options.command]()
     except BrokenPipeError:
         raise  # the reader of our output went away: console_main ends quietly
     except UsageError as error:

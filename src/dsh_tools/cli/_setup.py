@@ -22,7 +22,13 @@ if TYPE_CHECKING:
     from ..plugins import LoadReport
     from ..registry import ToolRegistry
 
-__all__ = ["TerminalApproval", "approval_store", "build", "unmatched_rule_problems"]
+__all__ = [
+    "TerminalApproval",
+    "approval_store",
+    "build",
+    "exported_options",
+    "unmatched_rule_problems",
+]
 
 logger = logging.getLogger("dsh_tools")
 
@@ -71,7 +77,6 @@ def build(
     from ..plugins import LoadReport, load_plugins
     from ..registry import ToolRegistry
 
-    _export_options(options)
     registry = ToolRegistry(approval=TerminalApproval(stdin, stderr))
     if options.command in ("call", "explain"):  # serve-mcp chooses and names its own
         registry.approval_store = approval_store(options)
@@ -105,16 +110,38 @@ def _approvals_location(location: str | None) -> Iterator[None]:
     ``$DSH_TOOLS_APPROVALS_URL``); the environment is restored afterwards."""
     from dsh_tools_plugins.approval_store import APPROVALS_URL_ENV
 
-    before = os.environ.get(APPROVALS_URL_ENV)
-    if location is not None:
-        os.environ[APPROVALS_URL_ENV] = location
+    with _restored((APPROVALS_URL_ENV,)):
+        if location is not None:
+            os.environ[APPROVALS_URL_ENV] = location
+        yield
+
+
+@contextlib.contextmanager
+def exported_options(options: argparse.Namespace) -> Iterator[None]:
+    """While the command runs, its policy options in the environment, where the entry
+    points read them; afterwards the environment as it was, so that a process that runs
+    :func:`~dsh_tools.cli.main` in itself (a host, a test) keeps its own settings."""
+    with _restored(_EXPORTED):
+        _export_options(options)
+        yield
+
+
+_EXPORTED = ("DSH_TOOLS_WORKSPACE", "DSH_TOOLS_RULES", "DSH_TOOLS_SANDBOX", "DSH_TOOLS_NETWORK")
+"""The environment variables :func:`_export_options` may set."""
+
+
+@contextlib.contextmanager
+def _restored(names: tuple[str, ...]) -> Iterator[None]:
+    """The environment variables ``names`` as they were before, once the block ends."""
+    before = {name: os.environ.get(name) for name in names}
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(APPROVALS_URL_ENV, None)
-        else:
-            os.environ[APPROVALS_URL_ENV] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _export_options(options: argparse.Namespace) -> None:
