@@ -23,7 +23,6 @@ scope.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import OrderedDict
@@ -42,6 +41,8 @@ from dsh_tools.models import (
     ToolExecutionSuccess,
 )
 from dsh_tools.tracing import note
+
+from ._numbers import positive_finite
 
 __all__ = ["ResultCache"]
 
@@ -69,11 +70,7 @@ class ResultCache:
     """
 
     def __init__(self, ttl_s: float = 300, max_entries: int = 1024) -> None:
-        if (
-            isinstance(ttl_s, bool)
-            or not isinstance(ttl_s, (int, float))
-            or not 0 < ttl_s < math.inf
-        ):
+        if not positive_finite(ttl_s):
             raise DefinitionError(
                 f"ResultCache ttl_s must be a positive finite number, got {ttl_s!r}"
             )
