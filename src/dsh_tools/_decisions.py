@@ -10,12 +10,12 @@ of this module. Users import them from
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import attrs
 
+from ._numbers import positive_finite
 from .approvals._answers import ApprovalAnswer, ApprovalOutcome
 from .cancel import CancelSignal
 from .content import ContextMessage, content_blocks, context_messages
@@ -65,7 +65,7 @@ class Deny:
 def _lifetime(instance: object, attribute: object, value: Any) -> None:
     if value is None:
         return
-    if type(value) not in (int, float) or not 0 < value < math.inf:
+    if not positive_finite(value):
         raise ValueError(f"expires_in_s must be a positive number of seconds, got {value!r}")
 
 

@@ -18,12 +18,12 @@ one place, where the pipeline runs the body.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+from ._numbers import positive_finite
 from ._pipeline.loops import on_event_loop
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ class Deadline(NamedTuple):
     def after(cls, timeout_ms: float) -> Deadline:
         """The deadline ``timeout_ms`` from now; raises ``ValueError`` for a budget that
         is not a positive finite number."""
-        if type(timeout_ms) not in (int, float) or not 0 < timeout_ms < math.inf:
+        if not positive_finite(timeout_ms):
             raise ValueError(
                 f"a timeout must be a positive finite number of ms, got {timeout_ms!r}"
             )

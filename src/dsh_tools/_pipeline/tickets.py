@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
+from .._numbers import positive_finite
 from ..approvals import (
     ApprovalAnswer,
     ApprovalKey,
@@ -370,10 +371,7 @@ def waiting(timeout_ms: object, on_timeout: object, expiry_s: object) -> Waiting
     """The registry's approval waiting options, checked; raises ``DefinitionError``."""
     from ..errors import DefinitionError
 
-    def positive(value: object) -> bool:
-        return type(value) in (int, float) and 0 < cast(float, value) < math.inf
-
-    if timeout_ms is not None and not (positive(timeout_ms) or timeout_ms == 0):
+    if timeout_ms is not None and not (positive_finite(timeout_ms) or timeout_ms == 0):
         raise DefinitionError(
             f"approval_timeout_ms must be a finite number of milliseconds >= 0, got {timeout_ms!r}"
         )
@@ -381,9 +379,9 @@ def waiting(timeout_ms: object, on_timeout: object, expiry_s: object) -> Waiting
         raise DefinitionError(
             f'approval_timeout must be "pending" or "expired", got {on_timeout!r}'
         )
-    if not positive(expiry_s):
+    if not positive_finite(expiry_s):
         raise DefinitionError(f"approval_expiry_s must be a positive number, got {expiry_s!r}")
-    return cast("float | None", timeout_ms), str(on_timeout), cast(float, expiry_s)
+    return cast("float | None", timeout_ms), str(on_timeout), expiry_s
 
 
 def resumed_call(
