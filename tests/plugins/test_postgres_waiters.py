@@ -22,8 +22,9 @@ WAITERS = 40
 def _store_connections(url: str) -> int:
     with psycopg.connect(url, autocommit=True) as connection:
         row = connection.execute(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE application_name = 'dsh-tools approvals' AND pid <> pg_backend_pid()"
+            # This database only: other test sessions may share the server.
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dsh-tools "
+            "approvals' AND datname = current_database() AND pid <> pg_backend_pid()"
         ).fetchone()
     assert row is not None
     return int(row[0])
