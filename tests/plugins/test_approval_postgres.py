@@ -264,8 +264,9 @@ def test_the_store_reconnects_after_the_server_dropped_its_connections(postgres_
     store.remember(KEY, ALLOWED)
     with psycopg.connect(postgres_url, autocommit=True) as connection:
         connection.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE application_name = 'dsh-tools approvals'"
+            # This database's only: other test sessions may share the server.
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name"
+            " = 'dsh-tools approvals' AND datname = current_database()"
         )
     # The dropped connection fails one operation (closed), never more.
     try:
