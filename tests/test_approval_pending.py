@@ -82,13 +82,14 @@ def approve(store: Any, ticket_id: str, outcome: str = "allowed-once", **more: A
 def test_a_pending_answer_ends_the_call_with_a_ticket() -> None:
     store = MemoryApprovalStore()
     registry, _channel, ran = make_registry(store)
-    result = registry.execute_sync(call())
+    made = call()
+    result = registry.execute_sync(made)
     ticket_id = ticket_of(result)
     assert result.concludes_turn is True
     assert "waiting for a person" in result.error.message
     ticket = store.get_ticket(ticket_id)
     assert ticket is not None
-    assert (ticket.agent, ticket.tool_name, ticket.call_id) == ("coder", "write", "c1")
+    assert (ticket.agent, ticket.tool_name, ticket.call_id) == ("coder", "write", made.call_id)
     assert ticket.arguments == {"path": "a.txt"}
     assert ticket.key.arguments_sha256 == ticket.arguments_sha256
     assert ticket.intact()
