@@ -2,10 +2,10 @@
 
 All through ``execute_sync`` of a plain ``def`` tool, measured interleaved in one run:
 
-* a journaled call (a tool that is not read-only, on a SQLite approval store: one read
-  looks for an earlier unknown attempt of the same call under another key, one write
-  transaction begins its entry, one finishes it with the result; with a host's key, the
-  two writes only), against the floor of
+* a journaled call (a tool that is not read-only, on a SQLite approval store: one write
+  transaction looks for an earlier unknown attempt of the same call under another key
+  and begins its entry, one finishes it with the result; with a host's key, the begin
+  skips the look), against the floor of
   what it does: the same call on the memory store (which journals only keyed calls)
   whose body does the same two SQLite writes itself, a connection each (a row of the
   journal's table inserted, then updated with the result);
@@ -91,7 +91,7 @@ def _registry(store: object, body: Any = _add, read_only: bool = False) -> ToolR
 
 def _calls(reg: ToolRegistry, keyed: bool = False) -> Any:
     """A new call of ``reg`` each time (a new call id: a new journal entry); ``keyed``:
-    with a host's idempotency key (no look for an earlier attempt under another key)."""
+    with a host's idempotency key (its begin skips the look for an earlier attempt)."""
     counter = itertools.count(int(keyed) * 10**9)
     execute_sync = reg.execute_sync
 
@@ -140,7 +140,7 @@ def run(settings: Settings) -> list[Row]:
         ),
         ratio_row(
             "16",
-            "journaled call with a host's key (no look for an earlier attempt)",
+            "journaled call with a host's key (its begin skips the look)",
             timings["journaled, keyed"],
             "a body doing two SQLite writes itself",
             timings["floor"],

@@ -377,6 +377,31 @@ class StoreContract:
         ]
         assert store.list_calls(tool="other") == []
 
+    def test_a_begin_that_looks_first_meets_an_earlier_unknown_attempt(self, store: Any) -> None:
+        store.begin_call(entry("a.txt", key="live"), HOUR)  # running: not an unknown one
+        store.begin_call(entry("b.txt", key="other-args"), 0.0)
+        store.begin_call(entry("a.txt", key="died", call_id="call-0"), 0.0)
+        store.begin_call(entry("a.txt", key="died-later", call_id="call-9"), 0.0)
+        store.begin_call(entry("a.txt", key="reviewers", agent="reviewer"), 0.0)
+        looked = store.begin_call(entry(key="key-1"), HOUR, earlier=True)
+        assert (looked.entry, looked.started, looked.ticket) == (None, False, None)
+        assert looked.earlier.key == "died"  # the oldest; nothing began
+        assert looked.earlier.state is JournalState.UNKNOWN
+        assert store.get_call("coder", "key-1") is None
+        # Its own key's unknown entry is the begin's to find, not an earlier attempt.
+        store.begin_call(entry(key="mine"), 0.0)
+        for key in ("died", "died-later"):
+            store.retake_call("coder", key, "owner-2", HOUR)
+            store.finish_call("coder", key, "owner-2", None)
+        again = store.begin_call(entry(key="mine"), HOUR, earlier=True)
+        assert again.earlier is None
+        assert (again.started, again.entry.key) == (False, "mine")
+        store.retake_call("coder", "mine", "owner-2", HOUR)
+        begun = store.begin_call(entry(key="key-1"), HOUR, earlier=True)
+        assert begun.started
+        assert begun.earlier is None
+        assert store.begin_call(entry(key="key-2"), HOUR).earlier is None  # not asked
+
 
 def entry(
     path: str = "a.txt",

@@ -21,6 +21,7 @@ transaction), one thread per store renews the leases of this process's running e
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
@@ -183,21 +184,22 @@ async def _close(call: Call, attempt: Attempt | None, result: ToolExecutionResul
 async def _begun(call: Call, store: JournalStore) -> ToolExecutionResult | None:
     """Begin the call's entry (``None``: it runs), or what settles it instead. A call
     without a host key first meets an unknown attempt of the same call under another
-    key (a retry with a new call id)."""
-    if call.input.idempotency_key is None:
-        earlier = await _earlier(call, store)
-        if earlier is not None:
-            settled = await _settled(call, store, earlier, "repeat")
-            if settled is not None:
-                return settled
+    key (a retry with a new call id): in the begin's own transaction, so a call that
+    meets none pays one round trip."""
+    look = call.input.idempotency_key is None
     if call.attempt is not None:  # its ticket began it
-        return None
-    owner, lease = journal_owner(), call.handle.journal_lease_s
-    begun = await _io(
-        call, "begin a journal entry", lambda: store.begin_call(_entry(call, owner), lease)
-    )
+        earlier = await _earlier(call, store) if look else None
+        return None if earlier is None else await _settled(call, store, earlier, "repeat")
+    begun = await _begin(call, store, look)
     if isinstance(begun, ToolExecutionFailure):
         return begun
+    if begun.earlier is not None:
+        settled = await _settled(call, store, begun.earlier, "repeat")
+        if settled is not None:
+            return settled
+        begun = await _begin(call, store, False)
+        if isinstance(begun, ToolExecutionFailure):
+            return begun
     assert begun.entry is not None
     if begun.started:
         call.attempt = _hold(call, store, begun.entry)
@@ -208,6 +210,15 @@ async def _begun(call: Call, store: JournalStore) -> ToolExecutionResult | None:
     if kept.state is JournalState.FINISHED:
         return _replayed(call, kept)
     return await _settled(call, store, kept, "key")
+
+
+async def _begin(
+    call: Call, store: JournalStore, earlier: bool
+) -> JournalBegin | ToolExecutionFailure:
+    """One begin of the call's own entry, by a new owner of this attempt."""
+    entry, lease = _entry(call, journal_owner()), call.handle.journal_lease_s
+    begin = functools.partial(store.begin_call, entry, lease, earlier=earlier)
+    return await _io(call, "begin a journal entry", begin)
 
 
 async def _outlived(

@@ -78,11 +78,14 @@ class JournalBegin:
     """What :meth:`JournalStore.begin_call` found: ``entry`` as stored now, whether this
     caller ``started`` it (it owns it; else the entry is an earlier attempt's), and the
     ``ticket`` it took (``None`` when none was asked for, or another caller took it first,
-    in which case ``entry`` is ``None`` too)."""
+    in which case ``entry`` is ``None`` too). ``earlier`` is an unknown attempt of the same
+    call under another key, when the caller asked for one and it exists: then nothing
+    began (``entry`` is ``None``), so the caller settles that attempt first."""
 
     entry: JournalEntry | None
     started: bool
     ticket: ApprovalTicket | None = None
+    earlier: JournalEntry | None = None
 
 
 class JournalConflictError(DshToolsError):
@@ -104,13 +107,21 @@ class JournalStore(Protocol):
     """A store that keeps the call journal; every method is one transaction."""
 
     def begin_call(
-        self, entry: JournalEntry, lease_s: float, ticket_id: str | None = None
+        self,
+        entry: JournalEntry,
+        lease_s: float,
+        ticket_id: str | None = None,
+        *,
+        earlier: bool = False,
     ) -> JournalBegin:
         """Start ``entry`` (stamped by the store's clock, its lease ``lease_s`` long) unless
         its key is taken: then return the entry kept (not started), or raise
         :class:`JournalConflictError` when that one is of another tool or other arguments.
         With ``ticket_id``, take that answered ticket in the same transaction; when it
-        cannot be taken, start nothing."""
+        cannot be taken, start nothing. With ``earlier``, first look (in the same
+        transaction, so a call pays one round trip) for the oldest unknown attempt of the
+        same agent, tool and arguments under another key; when there is one, start nothing
+        and return it as :attr:`JournalBegin.earlier`."""
         ...
 
     def retake_call(self, agent: str, key: str, owner: str, lease_s: float) -> JournalEntry | None:
@@ -160,10 +171,14 @@ def begin_entry(
     take: Callable[[str], ApprovalTicket | None],
     now: Callable[[], float],
     insert: Callable[[JournalEntry], None],
+    earlier: JournalEntry | None = None,
 ) -> JournalBegin:
     """:meth:`JournalStore.begin_call` inside a store's transaction: ``kept`` is the entry
-    its key holds, ``take`` takes a ticket, ``now`` reads the store's clock and ``insert``
-    stores the started entry."""
+    its key holds, ``take`` takes a ticket, ``now`` reads the store's clock, ``insert``
+    stores the started entry and ``earlier`` is the unknown attempt the caller asked to
+    meet first (``None``: none asked for, or none found)."""
+    if earlier is not None:
+        return JournalBegin(None, started=False, earlier=earlier)
     if kept is not None:
         if not kept.same_call(entry):
             raise JournalConflictError(kept, entry)

@@ -33,7 +33,12 @@ class MemoryJournal:
     consume_ticket: Callable[[str], ApprovalTicket | None]
 
     def begin_call(
-        self, entry: JournalEntry, lease_s: float, ticket_id: str | None = None
+        self,
+        entry: JournalEntry,
+        lease_s: float,
+        ticket_id: str | None = None,
+        *,
+        earlier: bool = False,
     ) -> JournalBegin:
         def insert(started: JournalEntry) -> None:
             self._journal[started.agent, started.key] = started
@@ -48,7 +53,18 @@ class MemoryJournal:
                 take=self.consume_ticket,
                 now=self._clock,
                 insert=insert,
+                earlier=self._earlier(entry) if earlier else None,
             )
+
+    def _earlier(self, entry: JournalEntry) -> JournalEntry | None:
+        """The oldest unknown attempt of ``entry``'s call under another key."""
+        found = self.list_calls(
+            agent=entry.agent,
+            state=JournalState.UNKNOWN,
+            tool=entry.tool_name,
+            arguments_sha256=entry.arguments_sha256,
+        )
+        return next((each for each in found if each.key != entry.key), None)
 
     def retake_call(self, agent: str, key: str, owner: str, lease_s: float) -> JournalEntry | None:
         with self._ticket_lock:

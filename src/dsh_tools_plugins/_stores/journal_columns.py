@@ -11,7 +11,7 @@ from dsh_tools.json import snapshot
 
 from .ticket_columns import json_text
 
-__all__ = ["JOURNAL_COLUMNS", "entry_from_row", "entry_row", "filters"]
+__all__ = ["JOURNAL_COLUMNS", "earlier_where", "entry_from_row", "entry_row", "filters"]
 
 JOURNAL_COLUMNS = (
     "agent, key, tool, arguments_sha256, call_id, owner, state, started_at, "
@@ -81,3 +81,12 @@ def filters(
         return "", ()
     clause = " AND ".join(f"{column} = {mark}" for column, _ in asked)
     return f"WHERE {clause}", tuple(value for _, value in asked)
+
+
+def earlier_where(entry: JournalEntry, mark: str, now: str) -> tuple[str, tuple[str, ...]]:
+    """The ``WHERE`` clause (and its parameters, placeholders ``mark``) that keeps the
+    unknown attempts of ``entry``'s call under other keys: started, their lease run out
+    by the store's clock ``now`` (an expression), found through the index by call."""
+    where, parameters = filters(entry.agent, entry.tool_name, entry.arguments_sha256, mark)
+    clause = f"{where} AND key <> {mark} AND state = 'started' AND lease_expires_at <= {now}"
+    return clause, (*parameters, entry.key)

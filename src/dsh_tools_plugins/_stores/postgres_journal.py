@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from dsh_tools.approvals import JournalBegin, JournalEntry, JournalState, begin_entry
 from dsh_tools.json import JsonValue
 
-from .journal_columns import JOURNAL_COLUMNS, entry_from_row, entry_row, filters
+from .journal_columns import JOURNAL_COLUMNS, earlier_where, entry_from_row, entry_row, filters
 from .postgres_tickets import NOW, consume
 from .ticket_columns import json_text
 
@@ -56,7 +56,12 @@ class PostgresJournal:
     _connections: Connections
 
     def begin_call(
-        self, entry: JournalEntry, lease_s: float, ticket_id: str | None = None
+        self,
+        entry: JournalEntry,
+        lease_s: float,
+        ticket_id: str | None = None,
+        *,
+        earlier: bool = False,
     ) -> JournalBegin:
         def run(connection: Connection) -> JournalBegin:
             connection.execute(
@@ -78,6 +83,7 @@ class PostgresJournal:
                 take=lambda ticket: consume(connection, ticket),
                 now=lambda: float(_one(connection, f"SELECT {NOW}")[0]),
                 insert=insert,
+                earlier=_earlier(connection, entry) if earlier else None,
             )
 
         return self._connections.run(run)
@@ -134,6 +140,14 @@ class PostgresJournal:
             return bool(connection.execute(statement, parameters).rowcount == 1)
 
         return self._connections.run(run)
+
+
+def _earlier(connection: Connection, entry: JournalEntry) -> JournalEntry | None:
+    where, parameters = earlier_where(entry, "%s", NOW)
+    row = connection.execute(
+        f"{_SELECT} {where} ORDER BY started_at, seq LIMIT 1", parameters
+    ).fetchone()
+    return None if row is None else entry_from_row(row, row[-1])
 
 
 def _get(connection: Connection, agent: str, key: str) -> JournalEntry | None:

@@ -16,7 +16,7 @@ from typing import Any
 from dsh_tools.approvals import JournalBegin, JournalEntry, JournalState, begin_entry
 from dsh_tools.json import JsonValue
 
-from .journal_columns import JOURNAL_COLUMNS, entry_from_row, entry_row, filters
+from .journal_columns import JOURNAL_COLUMNS, earlier_where, entry_from_row, entry_row, filters
 from .sqlite_tickets import TicketRows, Transaction
 from .ticket_columns import json_text
 
@@ -45,7 +45,12 @@ class SqliteJournal:
     _clock: Callable[[], float]
 
     def begin_call(
-        self, entry: JournalEntry, lease_s: float, ticket_id: str | None = None
+        self,
+        entry: JournalEntry,
+        lease_s: float,
+        ticket_id: str | None = None,
+        *,
+        earlier: bool = False,
     ) -> JournalBegin:
         def run(connection: sqlite3.Connection) -> JournalBegin:
             def insert(started: JournalEntry) -> None:
@@ -62,6 +67,7 @@ class SqliteJournal:
                 take=lambda ticket: self._tickets.consume(connection, ticket),
                 now=self._clock,
                 insert=insert,
+                earlier=self._earlier(connection, entry) if earlier else None,
             )
 
         return self._transaction(run, True)  # type: ignore[no-any-return]
@@ -120,6 +126,16 @@ class SqliteJournal:
             return bool(connection.execute(statement, parameters()).rowcount == 1)
 
         return self._transaction(run, True)  # type: ignore[no-any-return]
+
+    def _earlier(self, connection: sqlite3.Connection, entry: JournalEntry) -> JournalEntry | None:
+        where, parameters = earlier_where(entry, "?", "?")
+        now = self._clock()
+        row = connection.execute(
+            f"SELECT {JOURNAL_COLUMNS} FROM call_journal {where} "
+            "ORDER BY started_at, rowid LIMIT 1",
+            (*parameters, now),
+        ).fetchone()
+        return None if row is None else entry_from_row(row, now)
 
     def _get(self, connection: sqlite3.Connection, agent: str, key: str) -> JournalEntry | None:
         row = connection.execute(
