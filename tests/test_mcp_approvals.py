@@ -374,3 +374,37 @@ async def test_an_ask_elicits_over_streamable_http(anyio_backend: str, mode: str
     assert not result.is_error
     assert runs == ["web.txt"]
     assert len(user.asked) == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_an_elicitation_shows_an_earlier_attempt_and_a_yes_settles_it(
+    tmp_path: Path, mode: str
+) -> None:
+    """A repeat (a new call id) of a call whose earlier attempt died is put to the user
+    with that attempt, as a ticket shows it; their yes runs the call and settles it."""
+    from dsh_tools.approvals import JournalEntry, JournalState, call_digest
+    from dsh_tools_plugins.approval_store import SqliteApprovalStore
+
+    store = SqliteApprovalStore(tmp_path / "approvals.sqlite3")
+    registry, runs = asking_registry()
+    registry.approval_store = store
+    user = User(accept("allow-once"), accept("allow-once"))
+    with anyio.fail_after(20):
+        server = build_mcp_server(registry)
+        async with Client(server, mode=mode, elicitation_callback=user) as client:
+            first = await client.call_tool("write", {"path": "a.txt"})
+            [journaled] = store.list_calls(tool="write")
+            digest = call_digest("write", {"path": "b.txt"})
+            dead = JournalEntry(journaled.agent, "dead", "write", digest, "c0", "host-a:42:x")
+            assert store.begin_call(dead, 0.0).started  # its owner died at once
+            second = await client.call_tool("write", {"path": "b.txt"})
+    assert (first.is_error, second.is_error) == (False, False), texts(second)
+    assert runs == ["a.txt", "b.txt"]
+    assert "Earlier attempt" not in user.asked[0].message
+    shown = user.asked[1].message
+    assert "Earlier attempt: call c0 started " in shown
+    assert "on host-a:42:x and stopped without recording its end: it may have run" in shown
+    settled = store.get_call(journaled.agent, "dead")
+    assert settled.state is JournalState.FINISHED  # settled by the user's answer
+    assert settled.result["error"]["info"]["code"] == "OUTCOME_UNKNOWN"

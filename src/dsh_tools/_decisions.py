@@ -162,6 +162,11 @@ class ApprovalRequest:
     arguments: FrozenDict
     reason: str | None
     signal: CancelSignal | None
+    earlier_attempt: FrozenDict | None = None
+    """An earlier attempt of the same call whose outcome is unknown (it may have run):
+    its ``key``, ``call_id``, ``started_at`` and ``owner``, from the call journal;
+    ``None`` when there is none. A channel that shows it to the person (see
+    :meth:`ApprovalService.request`) settles it with an allowing answer."""
 
 
 ApprovalReply = ApprovalOutcome | str | ApprovalAnswer
@@ -176,7 +181,13 @@ class ApprovalService(Protocol):
     A service may also have ``answers_now(request) -> bool``: ``True`` when a person can
     answer this request now (an MCP client that elicits, a terminal). Such a service is
     asked even when an approval ticket of the same call is still pending, and a person's
-    answer closes that ticket; without the method, the call waits on the ticket."""
+    answer closes that ticket; without the method, the call waits on the ticket.
+
+    A service may also have ``shows_earlier_attempt(request) -> bool``: ``True`` when the
+    person who answers ``request`` is shown its ``earlier_attempt`` (the MCP elicitation
+    does). Their allowing answer then runs the call although that attempt may have run,
+    as approving a ticket that shows it does; without the method (or with ``False``), a
+    tool that cannot settle the attempt itself ends ``OUTCOME_UNKNOWN``."""
 
     def request(self, request: ApprovalRequest) -> Awaitable[ApprovalReply] | ApprovalReply: ...
 

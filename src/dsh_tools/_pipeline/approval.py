@@ -32,7 +32,7 @@ from ..approvals import (
     exact_outcome,
 )
 from ..errors import ErrorCode, RegistrationError
-from ..json import FrozenDict
+from ..json import FrozenDict, snapshot
 from ..models import (
     Allow,
     ApprovalOutcome,
@@ -46,7 +46,7 @@ from ..models import (
 from ..records import Origin
 from ..safetext import safe_text
 from .call import Call, Interrupted, StageFailed
-from .journal import needs_no_answer
+from .journal import earlier_attempt, needs_no_answer
 from .loops import is_awaitable
 from .results import message, shown
 from .tickets import (
@@ -152,7 +152,6 @@ async def approve(call: Call, ask: Ask) -> Allow | Deny:
     # unroutable() denied a call without either:
     assert service is not None
     assert agent is not None
-    arguments: FrozenDict = execution.arguments  # type: ignore[assignment]
     if await needs_no_answer(call):  # the journal ends it without running: ask nobody
         return ALLOW
     keys = approval_keys(call)
@@ -161,7 +160,7 @@ async def approve(call: Call, ask: Ask) -> Allow | Deny:
         known = None  # the grant ran out since it was recalled: ask again
     if known is not None:
         return known
-    request = ApprovalRequest(agent, name, execution.call_id, arguments, ask.reason, call.signal)
+    request = await _request(call, ask)
     tickets = ticket_store(call)
     if tickets is not None:
         ticket = stored(call, "find a ticket", lambda: tickets.find_ticket(keys[0]))
@@ -171,6 +170,7 @@ async def approve(call: Call, ask: Ask) -> Allow | Deny:
                 return now
             ticket = await awaited(call, tickets, ticket)
             return _answered(call, keys, taken(call, tickets, ticket))
+    call.shown_earlier = _shown_key(service, request)  # (its yes settles that attempt)
     answer = await _answer(call, service, request)
     _said(call, APPROVAL, answer)
     if answer.outcome is ApprovalOutcome.PENDING:
@@ -198,6 +198,38 @@ def answers_now(service: object, request: ApprovalRequest) -> bool:
         logger.warning("approval service %s failed to say whether it answers now: %s",
                        type(service).__qualname__, message(error))  # fmt: skip
         return False
+
+
+async def _request(call: Call, ask: Ask) -> ApprovalRequest:
+    """What the approval service is asked, with an unknown earlier attempt of the call
+    (kept on the call for its ticket)."""
+    execution = call.execution
+    earlier = call.earlier = await earlier_attempt(call)
+    shown = None if earlier is None else snapshot(earlier)
+    assert execution.agent is not None  # a call with no agent is unroutable()
+    arguments: FrozenDict = execution.arguments  # type: ignore[assignment]
+    return ApprovalRequest(
+        execution.agent, call.name, execution.call_id, arguments, ask.reason, call.signal,
+        shown,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def _shown_key(service: object, request: ApprovalRequest) -> str | None:
+    """The journal key of ``request``'s earlier attempt when ``service`` says the person
+    answering sees it (its optional ``shows_earlier_attempt(request)`` returns ``True``);
+    ``None`` when there is none, or the service does not, or fails to say."""
+    earlier = request.earlier_attempt
+    method = getattr(service, "shows_earlier_attempt", None)
+    if earlier is None or not callable(method):
+        return None
+    try:
+        shows = method(request) is True
+    except Exception as error:
+        logger.warning("approval service %s failed to say whether it shows an earlier "
+                       "attempt: %s", type(service).__qualname__, message(error))  # fmt: skip
+        return None
+    key = earlier.get("key")
+    return key if shows and isinstance(key, str) else None
 
 
 async def _asked_now(

@@ -102,6 +102,7 @@ class Call:
         "attempt",
         "concluded",
         "contexts",
+        "earlier",
         "entry",
         "events",
         "execution",
@@ -111,6 +112,7 @@ class Call:
         "parsed_by",
         "plan",
         "resumes",
+        "shown_earlier",
         "signal",
         "started",
         "stream",
@@ -159,6 +161,12 @@ class Call:
         """The pre-execute implementation whose ``Ask`` stage 1 returned."""
         self.ticket: ApprovalTicket | None = None
         """The approval ticket whose answer this call took."""
+        self.earlier: dict[str, Any] | None = None
+        """What a person asked about this call is shown of an unknown earlier attempt
+        of it (:func:`dsh_tools._pipeline.journal.earlier_attempt`)."""
+        self.shown_earlier: str | None = None
+        """The journal key of an earlier attempt the approval service showed the person
+        who answered (:mod:`dsh_tools._pipeline.journal` lets their yes settle it)."""
         self.attempt: Attempt | None = None
         """The call journal's entry this call owns (:mod:`dsh_tools._pipeline.journal`)."""
 

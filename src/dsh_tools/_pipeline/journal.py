@@ -340,7 +340,10 @@ async def _reconciled(
 
 
 def _shown(call: Call, earlier: JournalEntry) -> bool:
-    """Whether a person approved this call on a ticket that showed ``earlier``."""
+    """Whether a person approved this call on a ticket, or through a channel, that
+    showed ``earlier``."""
+    if call.shown_earlier == earlier.key:
+        return True
     ticket = call.ticket
     shown = None if ticket is None else _asked(ticket).get("earlier_attempt")
     return isinstance(shown, FrozenDict) and shown.get("key") == earlier.key
@@ -351,17 +354,15 @@ def _asked(ticket: ApprovalTicket) -> FrozenDict:
     return asked if isinstance(asked, FrozenDict) else FrozenDict()
 
 
-def earlier_attempt(call: Call) -> dict[str, Any] | None:
-    """What a new ticket shows of an unknown earlier attempt of the same call (when,
-    where, that it may have run), or ``None``: the person's answer then settles it."""
+async def earlier_attempt(call: Call) -> dict[str, Any] | None:
+    """What a person asked about the call (its ticket, an approval service) is shown of
+    an unknown earlier attempt of it (when, where: it may have run), or ``None``; their
+    yes then settles it. A courtesy: the begin step reads the journal again."""
     store = journal_of(call)
     if store is None:
         return None
-    try:
-        found = _unknown_attempts(call, store)
-    except Exception:  # a courtesy on the card; the begin step reads the journal again
-        return None
-    if not found:
+    found = await _io(call, "read the journal", lambda: _unknown_attempts(call, store))
+    if isinstance(found, ToolExecutionFailure) or not found:
         return None
     entry = found[0]
     return {

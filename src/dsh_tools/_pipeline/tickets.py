@@ -41,7 +41,7 @@ from ..models import (
 from ..presentation import unstructure_view
 from ..records import Origin
 from .call import Call, Interrupted, StageFailed, Waiting
-from .journal import earlier_attempt, journal_of, took, with_ticket
+from .journal import journal_of, took, with_ticket
 from .loops import on_event_loop, soon
 from .results import message
 
@@ -255,9 +255,8 @@ def _new_ticket(
     asked_by: dict[str, Any] = {} if asker is None else _origin(asker)
     if ask.detail is not None:
         asked_by.update(ask.detail)
-    earlier = earlier_attempt(call)
-    if earlier is not None:  # the person's answer settles it: the ticket shows it
-        asked_by["earlier_attempt"] = earlier
+    if call.earlier is not None:  # the person's answer settles it: the ticket shows it
+        asked_by["earlier_attempt"] = call.earlier
     return ApprovalTicket.new(
         key,
         execution.call_id,

@@ -14,6 +14,7 @@ from . import ApprovalTicket, JournalEntry, JournalState
 
 __all__ = [
     "asked_by_text",
+    "attempt_text",
     "earlier_attempt_text",
     "grant_text",
     "outcome",
@@ -64,7 +65,12 @@ unknown (the call journal puts it there; a person's answer settles it)."""
 def earlier_attempt_text(ticket: ApprovalTicket) -> str | None:
     """What the ticket shows of an earlier attempt of the same call that may have run:
     when, where, and what approving means; ``None`` when there was none."""
-    earlier = None if ticket.asked_by is None else ticket.asked_by.get(EARLIER)
+    return attempt_text(None if ticket.asked_by is None else ticket.asked_by.get(EARLIER))
+
+
+def attempt_text(earlier: object) -> str | None:
+    """:func:`earlier_attempt_text` of the earlier attempt itself (as a ticket or an
+    :class:`~dsh_tools.ApprovalRequest` holds it): every channel shows it this way."""
     if not isinstance(earlier, FrozenDict):
         return None
     started = earlier.get("started_at")

@@ -26,6 +26,7 @@ from mcp.shared.exceptions import NoBackChannelError
 from .._decisions import ApprovalReply
 from .._pipeline.approval import answers_now, channel
 from ..approvals import ApprovalAnswer, ApprovalKey
+from ..approvals._text import attempt_text
 from ..content import TextContent
 from ..errors import ErrorCode
 from ..models import (
@@ -100,6 +101,9 @@ class _Caller:
     view: ToolRegistry | ToolScope
     answer: mcp_types.ElicitResult | None = None
     question: mcp_types.ElicitRequest | None = None
+    shown: str | None = None
+    """The key of the earlier attempt the question (asked, or answered in this retried
+    request) showed the user."""
 
     def decided(self, answer: mcp_types.ElicitResult) -> ApprovalAnswer:
         """The user's answer with what they wrote (the pipeline tells the model a
@@ -139,8 +143,10 @@ def _message(request: ApprovalRequest, view: ToolRegistry | ToolScope) -> str:
     call = ToolExecutionInput(request.call_id, request.tool_name, request.arguments)
     card = render_call_view(view.present_call(call))
     reason = f"Why it asks: {request.reason}\n" if request.reason else ""
+    earlier = attempt_text(request.earlier_attempt)
+    attempt = f"Earlier attempt: {earlier}\n" if earlier else ""
     return safe_text(
-        f'Allow the tool "{request.tool_name}" to run this call?\n\n{card}\n{reason}',
+        f'Allow the tool "{request.tool_name}" to run this call?\n\n{card}\n{reason}{attempt}',
         multiline=True,
     )
 
@@ -200,9 +206,8 @@ class McpApprovals:
     ) -> _Calling:
         """While the call runs (``with``), an ask about it goes to the client of ``ctx``;
         the caller's ``question`` is set when the answer must come in a retried request."""
-        return _Calling(
-            self._calls, call.call_id, _Caller(ctx, view, _carried_answer(params, call))
-        )
+        answer, shown = _carried_answer(params, call)
+        return _Calling(self._calls, call.call_id, _Caller(ctx, view, answer, shown=shown))
 
     def answers_now(self, request: ApprovalRequest) -> bool:
         """Whether the call's client can answer now (its request carries an answer, or it
@@ -212,6 +217,16 @@ class McpApprovals:
         if caller is None:
             return answers_now(self.fallback, request)
         return caller.answer is not None or _elicits(caller.ctx.session)
+
+    def shows_earlier_attempt(self, request: ApprovalRequest) -> bool:
+        """Whether the call's client is asked by elicitation now (its message shows the
+        request's earlier attempt), or answered a question that showed that attempt."""
+        caller = self._calls.get(request.call_id)
+        if caller is None:
+            return False
+        if caller.answer is not None:
+            return caller.shown is not None and caller.shown == _key(request.earlier_attempt)
+        return _elicits(caller.ctx.session)
 
     async def request(self, request: ApprovalRequest) -> ApprovalReply:
         caller = self._calls.get(request.call_id)
@@ -235,6 +250,7 @@ class McpApprovals:
                 message=message, requested_schema=ANSWER_SCHEMA
             )
             caller.question = mcp_types.ElicitRequest(params=params)
+            caller.shown = _key(request.earlier_attempt)
             return ApprovalOutcome.UNAVAILABLE
         return caller.decided(answer)
 
@@ -265,21 +281,31 @@ def with_approval_hint(result: ToolExecutionResult) -> ToolExecutionResult:
 _ANSWER_KEY = "dsh-tools/approval"
 
 
-def _state(call: ToolExecutionInput) -> str:
-    """What binds a retried request's answer to the call it was asked about."""
+def _state(call: ToolExecutionInput, shown: str | None = None) -> str:
+    """What binds a retried request's answer to the call it was asked about, and to the
+    earlier attempt its question ``shown`` (a journal key)."""
     arguments = call.arguments if isinstance(call.arguments, Mapping) else {}
-    return ApprovalKey.for_call("", call.name, arguments).arguments_sha256 or ""
+    digest = ApprovalKey.for_call("", call.name, arguments).arguments_sha256 or ""
+    return digest if shown is None else f"{digest}:{shown}"
+
+
+def _key(earlier: object) -> str | None:
+    """The journal key of a request's earlier attempt, or ``None``."""
+    key = earlier.get("key") if isinstance(earlier, Mapping) else None
+    return key if isinstance(key, str) else None
 
 
 def _carried_answer(
     params: mcp_types.CallToolRequestParams, call: ToolExecutionInput
-) -> mcp_types.ElicitResult | None:
+) -> tuple[mcp_types.ElicitResult | None, str | None]:
     """The answer a retried request carries for this very call (same tool, same
-    arguments), or ``None``."""
+    arguments), and the earlier attempt its question showed; ``None`` for what it does
+    not carry."""
     answer = (params.input_responses or {}).get(_ANSWER_KEY)
-    if not isinstance(answer, mcp_types.ElicitResult) or params.request_state != _state(call):
-        return None
-    return answer
+    state, digest = params.request_state or "", _state(call)
+    if not isinstance(answer, mcp_types.ElicitResult) or state.split(":", 1)[0] != digest:
+        return None, None
+    return answer, state[len(digest) + 1 :] or None
 
 
 def input_required(
@@ -290,5 +316,5 @@ def input_required(
     if caller.question is None:
         return None
     return mcp_types.InputRequiredResult(
-        input_requests={_ANSWER_KEY: caller.question}, request_state=_state(call)
+        input_requests={_ANSWER_KEY: caller.question}, request_state=_state(call, caller.shown)
     )
