@@ -25,10 +25,10 @@ from dsh_tools import (
     define_tool,
     hookimpl,
 )
+from dsh_tools._cancel import NEVER_CANCELLED
+from dsh_tools._context import ToolRunContext
+from dsh_tools._json import NEG_SMALL_INT, SMALL_INT, FrozenDict, FrozenList
 from dsh_tools._pipeline.results import success_result
-from dsh_tools.cancel import NEVER_CANCELLED
-from dsh_tools.context import ToolRunContext
-from dsh_tools.json import NEG_SMALL_INT, SMALL_INT, FrozenDict, FrozenList
 from dsh_tools_plugins.retry import RetryPolicy
 
 PARAMETERS: dict[str, Any] = {"a": {"type": "integer"}, "b": {"type": "integer"}}

@@ -13,7 +13,7 @@ from dsh_tools import (
     hookimpl,
     tool,
 )
-from dsh_tools.json import thaw
+from dsh_tools._json import thaw
 
 
 @tool

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 COMMON = """
-from dsh_tools.define import define_tool
+from dsh_tools._define import define_tool
 
 
 def tool(name, description=None):

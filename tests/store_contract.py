@@ -18,6 +18,8 @@ from typing import Any
 import attrs
 import pytest
 
+from dsh_tools._json import snapshot
+from dsh_tools._models import ApprovalOutcome
 from dsh_tools.approvals import (
     ApprovalKey,
     ApprovalTicket,
@@ -32,8 +34,6 @@ from dsh_tools.approvals import (
     TicketState,
     call_digest,
 )
-from dsh_tools.json import snapshot
-from dsh_tools.models import ApprovalOutcome
 
 HOUR = 3600.0
 

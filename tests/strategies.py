@@ -173,8 +173,8 @@ def dsl_parameter_specs() -> st.SearchStrategy[dict[str, Any]]:
 
 def raw_schemas() -> st.SearchStrategy[dict[str, Any]]:
     """Raw schemas of the enforced subset (compiled from random DSL specs, plus ``{}``)."""
-    from dsh_tools.json import thaw
-    from dsh_tools.schema import value_spec_to_json_schema
+    from dsh_tools._json import thaw
+    from dsh_tools._schema import value_spec_to_json_schema
 
     return dsl_value_specs().map(lambda spec: thaw(value_spec_to_json_schema(spec)))
 
@@ -207,7 +207,7 @@ def is_inert(text: str, *, multiline: bool = False) -> bool:
     """Whether ``text`` holds nothing a terminal or a reader acts on: no control character
     (newline, tab and a line-ending carriage return allowed when ``multiline``), no bidi
     control, no line separator, no tag character, no lone surrogate. Written apart from
-    :func:`dsh_tools.safetext.safe_text` (by Unicode category), to check it."""
+    :func:`dsh_tools._safetext.safe_text` (by Unicode category), to check it."""
     import unicodedata
 
     bidi = {"LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI", "FSI", "PDI"}

@@ -25,6 +25,7 @@ from dsh_tools import (
     failure_result,
     hookimpl,
 )
+from dsh_tools._json import FrozenDict
 from dsh_tools.bridges.acp import (
     ALLOW_ALWAYS,
     ALLOW_ONCE,
@@ -40,7 +41,6 @@ from dsh_tools.bridges.acp import (
     execute_with_acp,
     result_view_to_acp,
 )
-from dsh_tools.json import FrozenDict
 from dsh_tools.presentation import (
     DiffCallView,
     DiffResultView,

@@ -18,8 +18,8 @@ from dsh_tools import (
     ToolRegistry,
     define_tool,
 )
+from dsh_tools._json import thaw
 from dsh_tools.approvals import ApprovalTicket
-from dsh_tools.json import thaw
 from dsh_tools.presentation import GenericCallView, structure_call_view
 from dsh_tools_plugins.files import edit_file_tool, write_file_tool
 from dsh_tools_plugins.workspace import Workspace

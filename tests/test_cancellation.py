@@ -16,13 +16,11 @@ import anyio
 import attrs
 import pytest
 
-from dsh_tools.cancel import CancelSignal, CancelSource
-from dsh_tools.content import ContextMessage
-from dsh_tools.context import ToolRunContext
-from dsh_tools.define import define_tool
-from dsh_tools.errors import ToolError
-from dsh_tools.hookspecs import hookimpl
-from dsh_tools.models import (
+from dsh_tools._cancel import CancelSignal, CancelSource
+from dsh_tools._content import ContextMessage
+from dsh_tools._context import ToolRunContext
+from dsh_tools._define import define_tool
+from dsh_tools._models import (
     Accept,
     Allow,
     ApprovalRequest,
@@ -36,7 +34,9 @@ from dsh_tools.models import (
     ToolExecutionSuccess,
     failure_result,
 )
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._registry import ToolRegistry
+from dsh_tools.errors import ToolError
+from dsh_tools.hookspecs import hookimpl
 
 BEFORE = "ABORTED_BEFORE_DISPATCH"
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from dsh_tools import ApprovalRequest, ToolExecutionInput, ToolRegistry, define_tool
+from dsh_tools._json import FrozenDict
 from dsh_tools.cli import main
 from dsh_tools.cli._console import library_log
 from dsh_tools.cli._run import cmd_explain
 from dsh_tools.cli._setup import TerminalApproval
-from dsh_tools.json import FrozenDict
 from dsh_tools_plugins.audit import AuditLog
 from strategies import HOSTILE_TEXTS, is_inert
 

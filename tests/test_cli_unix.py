@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh_tools.plugins import GUARDS_GROUP, PLUGINS_GROUP, TOOLS_GROUP
+from dsh_tools._plugins import GUARDS_GROUP, PLUGINS_GROUP, TOOLS_GROUP
 from fake_dists import Site, installed_command, on_sys_path, run_dsh
 
 
@@ -354,9 +354,9 @@ def test_schemas_fails_for_the_formats_that_refuse_a_declaration(
 
 
 def test_declaration_rules_per_format() -> None:
-    from dsh_tools.checks import declaration_problems
-    from dsh_tools.json import FrozenDict
-    from dsh_tools.models import ToolSchema
+    from dsh_tools._checks import declaration_problems
+    from dsh_tools._json import FrozenDict
+    from dsh_tools._models import ToolSchema
 
     def refused(name: str, format: str, description: str = "Does things.") -> bool:
         return bool(declaration_problems([ToolSchema(name, description, FrozenDict())], format))

@@ -7,9 +7,9 @@ import base64
 import pytest
 
 from dsh_tools import ContextMessage, ImageContent, TextContent
-from dsh_tools.content import content_blocks, content_text
+from dsh_tools._content import content_blocks, content_text
+from dsh_tools._json import FrozenList
 from dsh_tools.errors import JsonValueError
-from dsh_tools.json import FrozenList
 
 PNG = base64.b64encode(b"\x89PNG fake").decode()
 

@@ -19,11 +19,11 @@ from typing import Any
 import anyio
 import pytest
 
-from dsh_tools.cancel import NEVER_CANCELLED, CancelSource, Deadline
-from dsh_tools.context import ToolRunContext
-from dsh_tools.define import define_tool
-from dsh_tools.models import ToolExecutionFailure, ToolExecutionInput, ToolExecutionResult
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._cancel import NEVER_CANCELLED, CancelSource, Deadline
+from dsh_tools._context import ToolRunContext
+from dsh_tools._define import define_tool
+from dsh_tools._models import ToolExecutionFailure, ToolExecutionInput, ToolExecutionResult
+from dsh_tools._registry import ToolRegistry
 from dsh_tools_plugins.timeouts import TimeoutPolicy
 
 SLEEP_S = 0.4

@@ -30,9 +30,9 @@ import pytest
 
 import dsh_tools
 from dsh_tools import hookspecs
-from dsh_tools.content import ImageContent
+from dsh_tools._content import ImageContent
+from dsh_tools._registry import ToolRegistry, ToolScope
 from dsh_tools.errors import ErrorCode
-from dsh_tools.registry import ToolRegistry, ToolScope
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -165,7 +165,7 @@ def test_the_api_reference_shows_every_public_member_of_the_registry(
     api = (site / "reference" / "api" / "index.html").read_text(encoding="utf-8")
     public = sorted(name for name in dir(view) if not name.startswith("_"))
     missing = [
-        name for name in public if f'id="dsh_tools.registry.{view.__name__}.{name}"' not in api
+        name for name in public if f'id="dsh_tools._registry.{view.__name__}.{name}"' not in api
     ]
     assert "execute_sync" in public
     assert not missing, f"{view.__name__} members missing from the API page: {missing}"

@@ -17,18 +17,18 @@ import anyio
 import pytest
 import trio
 
-from dsh_tools.cancel import CancelSignal
-from dsh_tools.context import ToolRunContext
-from dsh_tools.define import define_tool
-from dsh_tools.errors import ErrorCode, ToolError
-from dsh_tools.hookspecs import Dispatch, hookimpl
-from dsh_tools.models import (
+from dsh_tools._cancel import CancelSignal
+from dsh_tools._context import ToolRunContext
+from dsh_tools._define import define_tool
+from dsh_tools._models import (
     ToolExecution,
     ToolExecutionFailure,
     ToolExecutionInput,
     ToolExecutionResult,
 )
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._registry import ToolRegistry
+from dsh_tools.errors import ErrorCode, ToolError
+from dsh_tools.hookspecs import Dispatch, hookimpl
 from dsh_tools_plugins.retry import RetryPolicy
 from dsh_tools_plugins.timeouts import TimeoutPolicy
 

@@ -10,8 +10,8 @@ import anyio
 import pytest
 
 from dsh_tools import Ask, Deny, ToolRegistry, hookimpl
-from dsh_tools.define import define_tool
-from dsh_tools.models import ToolExecution, ToolExecutionInput
+from dsh_tools._define import define_tool
+from dsh_tools._models import ToolExecution, ToolExecutionInput
 from dsh_tools.testing import CallRecorder, ScriptedApproval, assert_failure
 from dsh_tools_plugins.audit import AuditLog
 from dsh_tools_plugins.permissions import PermissionRules

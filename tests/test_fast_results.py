@@ -15,18 +15,18 @@ import attrs
 import pytest
 
 from dsh_tools import hookimpl
-from dsh_tools._pipeline.results import success_result, trusted_constructor
-from dsh_tools.content import ImageContent, TextContent, text_blocks
-from dsh_tools.define import define_tool
-from dsh_tools.json import FrozenDict, FrozenList
-from dsh_tools.models import (
+from dsh_tools._content import ImageContent, TextContent, text_blocks
+from dsh_tools._define import define_tool
+from dsh_tools._json import FrozenDict, FrozenList
+from dsh_tools._models import (
     ToolExecution,
     ToolExecutionInput,
     ToolExecutionResult,
     ToolExecutionSuccess,
     ToolOutput,
 )
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._pipeline.results import success_result, trusted_constructor
+from dsh_tools._registry import ToolRegistry
 
 SUCCESS_PARTS = ("value", "content", "meta", "additional_contexts", "concludes_turn")
 

@@ -29,8 +29,8 @@ from dsh_tools import (
     tool,
     tool_from_function,
 )
+from dsh_tools._schema import SchemaSpec, schema_spec_to_json_schema, validate_args
 from dsh_tools.errors import DefinitionError
-from dsh_tools.schema import SchemaSpec, schema_spec_to_json_schema, validate_args
 from strategies import Point, Tone, TypedParameter, any_values, typed_parameters
 
 

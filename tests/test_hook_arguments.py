@@ -15,10 +15,10 @@ import pluggy
 import pytest
 
 from dsh_tools import hookspecs
-from dsh_tools.define import define_tool
+from dsh_tools._define import define_tool
+from dsh_tools._models import ToolExecutionInput
+from dsh_tools._registry import ToolRegistry
 from dsh_tools.hookspecs import PROJECT_NAME, hookimpl
-from dsh_tools.models import ToolExecutionInput
-from dsh_tools.registry import ToolRegistry
 
 HOOKS = sorted(
     name for name in dir(hookspecs) if hasattr(getattr(hookspecs, name), "dsh_tools_spec")

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from dsh_tools import hookspecs
-from dsh_tools.models import (
+from dsh_tools._models import (
     Accept,
     Allow,
     Ask,
@@ -30,8 +30,8 @@ from dsh_tools.models import (
     ToolDefinition,
     ToolExecutionInput,
 )
+from dsh_tools._registry import ToolRegistry
 from dsh_tools.progress import Output, Progress
-from dsh_tools.registry import ToolRegistry
 
 TESTS = Path(__file__).parent
 DOCS_HOOKS = TESTS.parent / "docs" / "hooks.md"

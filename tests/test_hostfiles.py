@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dsh_tools import hostfiles
-from dsh_tools.hostfiles import (
+from dsh_tools import _hostfiles as hostfiles
+from dsh_tools._hostfiles import (
     WORKSPACE_ENV,
     HostFileError,
     check_host_file,

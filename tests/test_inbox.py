@@ -18,6 +18,8 @@ pytest.importorskip("uvicorn")
 
 from anyio.from_thread import start_blocking_portal
 
+from dsh_tools._json import snapshot
+from dsh_tools._models import ApprovalOutcome
 from dsh_tools.approvals import (
     ApprovalKey,
     ApprovalTicket,
@@ -26,8 +28,6 @@ from dsh_tools.approvals import (
     TicketState,
 )
 from dsh_tools.cli._inbox import InboxSecrets, serve_inbox
-from dsh_tools.json import snapshot
-from dsh_tools.models import ApprovalOutcome
 from dsh_tools.presentation import DiffCallView, TerminalCallView, file_diffs, unstructure_view
 
 CHROMIUM = "/usr/lib/chromium/chromium"
@@ -339,9 +339,9 @@ def test_the_inbox_approves_a_pending_call_end_to_end(browser: Any) -> None:
     person approves it in the inbox; resuming the ticket runs the body exactly once."""
     from approval_helpers import add_write_tool
     from dsh_tools import ToolRegistry
+    from dsh_tools._models import Ask, ToolExecution, ToolExecutionInput
     from dsh_tools.errors import ErrorCode
     from dsh_tools.hookspecs import hookimpl
-    from dsh_tools.models import Ask, ToolExecution, ToolExecutionInput
 
     store = MemoryApprovalStore()
     registry = ToolRegistry(approval=lambda request: "pending", approval_store=store)
@@ -392,7 +392,7 @@ def test_every_argument_of_a_call_without_a_card_is_shown(browser: Any) -> None:
         assert_every_argument_shown,
     )
     from dsh_tools import ToolRegistry
-    from dsh_tools.models import ToolExecutionInput
+    from dsh_tools._models import ToolExecutionInput
 
     store = MemoryApprovalStore()
     registry = ToolRegistry(approval=lambda request: "pending", approval_store=store)

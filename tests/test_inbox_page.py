@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import html.parser
 
+from dsh_tools._json import snapshot
 from dsh_tools.approvals import ApprovalKey, ApprovalTicket
 from dsh_tools.cli._inbox_page import fragment
-from dsh_tools.json import snapshot
 
 
 class _Articles(html.parser.HTMLParser):

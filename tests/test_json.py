@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 
-from dsh_tools.errors import DshToolsError, JsonValueError
-from dsh_tools.json import (
+from dsh_tools._json import (
     MAX_DEPTH,
     FrozenDict,
     FrozenList,
@@ -27,6 +26,7 @@ from dsh_tools.json import (
     thaw,
     unicode_text,
 )
+from dsh_tools.errors import DshToolsError, JsonValueError
 from strategies import any_values, json_values
 
 

@@ -14,10 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh_tools._validation.codegen import compile_admitter
-from dsh_tools.errors import JsonSchemaError, OutputSchemaError
-from dsh_tools.json import MAX_DEPTH, FrozenDict, FrozenList, snapshot
-from dsh_tools.jsonschema import (
+from dsh_tools._json import MAX_DEPTH, FrozenDict, FrozenList, snapshot
+from dsh_tools._jsonschema import (
     _compile_closures,
     _compile_predicate,
     assert_supported_json_schema,
@@ -26,6 +24,8 @@ from dsh_tools.jsonschema import (
     validate_json_schema_value,
     validate_structured_value,
 )
+from dsh_tools._validation.codegen import compile_admitter
+from dsh_tools.errors import JsonSchemaError, OutputSchemaError
 from strategies import KEYS, any_values, json_values, raw_schemas
 
 SUBSET = "type/oneOf/properties/required/additionalProperties/items/enum/const + annotations"

@@ -28,19 +28,8 @@ from mcp import types as mcp_types
 from mcp.server.lowlevel import Server
 
 from dsh_tools import ToolRegistry, define_tool
-from dsh_tools.bridges.mcp import (
-    McpConnectionError,
-    McpToolSource,
-    build_mcp_server,
-    load_mcp_tools,
-    mcp_tools,
-    register_mcp_server,
-    serve_http,
-)
-from dsh_tools.content import ImageContent, TextContent
-from dsh_tools.errors import RegistrationError
-from dsh_tools.hookspecs import hookimpl
-from dsh_tools.models import (
+from dsh_tools._content import ImageContent, TextContent
+from dsh_tools._models import (
     Accept,
     Deny,
     ToolExecution,
@@ -50,6 +39,17 @@ from dsh_tools.models import (
     ToolExecutionSuccess,
     ToolOutput,
 )
+from dsh_tools.bridges.mcp import (
+    McpConnectionError,
+    McpToolSource,
+    build_mcp_server,
+    load_mcp_tools,
+    mcp_tools,
+    register_mcp_server,
+    serve_http,
+)
+from dsh_tools.errors import RegistrationError
+from dsh_tools.hookspecs import hookimpl
 
 SERVERS = Path(__file__).parent / "fixtures" / "mcp_servers"
 STDIO_SERVER = SERVERS / "dsh_stdio_server.py"

@@ -15,8 +15,8 @@ from mcp import types as mcp_types
 from mcp.server.lowlevel import Server
 
 from dsh_tools import ToolRegistry, define_tool
+from dsh_tools._models import Allow, Ask
 from dsh_tools.bridges.mcp import McpToolSource, build_mcp_server
-from dsh_tools.models import Allow, Ask
 from dsh_tools_plugins.permissions import PermissionRules, RulesError
 
 

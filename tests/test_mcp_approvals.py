@@ -21,9 +21,9 @@ from mcp import types as mcp_types
 
 from approval_helpers import add_write_tool
 from dsh_tools import MemoryApprovalStore, TicketState, ToolRegistry
+from dsh_tools._models import ApprovalRequest, Ask, ToolExecution, ToolExecutionInput
 from dsh_tools.bridges.mcp import McpToolSource, build_mcp_server, serve_http
 from dsh_tools.hookspecs import hookimpl
-from dsh_tools.models import ApprovalRequest, Ask, ToolExecution, ToolExecutionInput
 
 
 def asking_registry() -> tuple[ToolRegistry, list[str]]:

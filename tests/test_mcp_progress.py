@@ -103,8 +103,8 @@ async def test_a_million_reports_give_few_notifications_none_after_the_result_no
 
 
 async def test_a_proxied_tool_streams_its_remote_progress_to_local_listeners() -> None:
+    from dsh_tools._models import ToolExecutionInput
     from dsh_tools.bridges.mcp import load_mcp_tools
-    from dsh_tools.models import ToolExecutionInput
     from dsh_tools.testing import ProgressRecorder
 
     async def steps(args: Any, ctx: ToolRunContext) -> str:

@@ -19,12 +19,11 @@ from typing import Any
 import anyio
 import pytest
 
-from dsh_tools.cancel import CancelSignal
-from dsh_tools.context import ToolRunContext
-from dsh_tools.define import define_tool
-from dsh_tools.hookspecs import hookimpl
-from dsh_tools.json import FrozenDict
-from dsh_tools.models import (
+from dsh_tools._cancel import CancelSignal
+from dsh_tools._context import ToolRunContext
+from dsh_tools._define import define_tool
+from dsh_tools._json import FrozenDict
+from dsh_tools._models import (
     ApprovalRequest,
     Ask,
     ExecutionToken,
@@ -34,7 +33,8 @@ from dsh_tools.models import (
     ToolExecutionInput,
     ToolExecutionResult,
 )
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._registry import ToolRegistry
+from dsh_tools.hookspecs import hookimpl
 
 
 def tool(

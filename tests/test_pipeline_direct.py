@@ -26,11 +26,11 @@ from dsh_tools import (
     define_tool,
     hookimpl,
 )
+from dsh_tools._arguments import ArgumentsModel
+from dsh_tools._json import FrozenDict
+from dsh_tools._models import result_to_json
 from dsh_tools._pipeline import drivers as _drivers
-from dsh_tools.arguments import ArgumentsModel
 from dsh_tools.errors import ToolError
-from dsh_tools.json import FrozenDict
-from dsh_tools.models import result_to_json
 
 PNG = "iVBORw0KGgo="
 

@@ -13,13 +13,11 @@ from typing import Any
 import attrs
 import pytest
 
-from dsh_tools.cancel import CancelSignal, CancelSource
-from dsh_tools.content import ContextMessage
-from dsh_tools.context import ToolRunContext
-from dsh_tools.define import define_tool
-from dsh_tools.errors import ToolArgsError, ToolError, ToolNotFoundError
-from dsh_tools.hookspecs import hookimpl
-from dsh_tools.models import (
+from dsh_tools._cancel import CancelSignal, CancelSource
+from dsh_tools._content import ContextMessage
+from dsh_tools._context import ToolRunContext
+from dsh_tools._define import define_tool
+from dsh_tools._models import (
     Accept,
     Block,
     Deny,
@@ -33,7 +31,9 @@ from dsh_tools.models import (
     ToolOutput,
     failure_result,
 )
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._registry import ToolRegistry
+from dsh_tools.errors import ToolArgsError, ToolError, ToolNotFoundError
+from dsh_tools.hookspecs import hookimpl
 
 Body = Callable[[Any, ToolRunContext], Any]
 
@@ -783,7 +783,7 @@ def test_success_shape_of_an_output_tool() -> None:
 
 def test_body_without_output_may_return_text_blocks_or_json() -> None:
     # design.md §1: str -> one text block; typed blocks -> content; JSON -> JSON text.
-    from dsh_tools.content import ImageContent, TextContent
+    from dsh_tools._content import ImageContent, TextContent
 
     image = ImageContent(data="aGk=", mime_type="image/png")
     for returned, content, value in (

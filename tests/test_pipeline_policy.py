@@ -11,10 +11,8 @@ from typing import Any
 import anyio
 import pytest
 
-from dsh_tools.define import define_tool
-from dsh_tools.errors import ToolError
-from dsh_tools.hookspecs import hookimpl
-from dsh_tools.models import (
+from dsh_tools._define import define_tool
+from dsh_tools._models import (
     Accept,
     Allow,
     ApprovalOutcome,
@@ -26,7 +24,9 @@ from dsh_tools.models import (
     ToolExecutionInput,
     ToolExecutionResult,
 )
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._registry import ToolRegistry
+from dsh_tools.errors import ToolError
+from dsh_tools.hookspecs import hookimpl
 
 
 def text(value: str) -> dict[str, str]:

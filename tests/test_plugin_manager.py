@@ -19,9 +19,7 @@ from typing import Any
 import pluggy
 import pytest
 
-from dsh_tools.errors import RegistrationError
-from dsh_tools.hookspecs import hookimpl
-from dsh_tools.models import (
+from dsh_tools._models import (
     Allow,
     Deny,
     ToolDefinition,
@@ -29,8 +27,10 @@ from dsh_tools.models import (
     ToolExecutionInput,
     ToolExecutionResult,
 )
-from dsh_tools.plugins import PLUGINS_GROUP, load_plugins
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._plugins import PLUGINS_GROUP, load_plugins
+from dsh_tools._registry import ToolRegistry
+from dsh_tools.errors import RegistrationError
+from dsh_tools.hookspecs import hookimpl
 
 
 def echo() -> ToolDefinition[Any]:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from dsh_tools import ToolExecutionInput, ToolRegistry
+from dsh_tools._plugins import load_plugins, plugin_settings
 from dsh_tools.errors import PluginConfigError
-from dsh_tools.plugins import load_plugins, plugin_settings
 
 ONLY = ["workspace", "default_permissions", "limits", "budgets", "cache"]
 

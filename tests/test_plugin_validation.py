@@ -13,10 +13,8 @@ from typing import Any
 
 import pytest
 
-from dsh_tools.context import ToolRunContext
-from dsh_tools.errors import RegistrationError
-from dsh_tools.hookspecs import hookimpl
-from dsh_tools.models import (
+from dsh_tools._context import ToolRunContext
+from dsh_tools._models import (
     Allow,
     Deny,
     ToolDefinition,
@@ -24,7 +22,9 @@ from dsh_tools.models import (
     ToolExecutionInput,
     ToolExecutionResult,
 )
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._registry import ToolRegistry
+from dsh_tools.errors import RegistrationError
+from dsh_tools.hookspecs import hookimpl
 
 DECISION_HOOKS = [
     "dsh_tools_pre_execute",

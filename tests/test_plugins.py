@@ -26,9 +26,8 @@ import importlib_metadata
 import pytest
 
 import dsh_tools
-from dsh_tools.errors import PluginError
-from dsh_tools.models import ToolExecutionInput
-from dsh_tools.plugins import (
+from dsh_tools._models import ToolExecutionInput
+from dsh_tools._plugins import (
     BLOCK_ENV_VAR,
     GROUPS,
     GUARDS_GROUP,
@@ -39,7 +38,8 @@ from dsh_tools.plugins import (
     PluginRecord,
     load_plugins,
 )
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._registry import ToolRegistry
+from dsh_tools.errors import PluginError
 from fake_dists import Site, on_sys_path
 
 FIXTURES = Path(__file__).parent / "fixtures" / "plugin_dists"
@@ -90,7 +90,7 @@ def test_importing_dsh_tools_discovers_and_imports_no_plugin(site: Site, tmp_pat
     marker = tmp_path / "imported"
     module = site.module("eager", f"open({str(marker)!r}, 'w').close()\nTOOLS = []\n")
     site.dist("eager-dist", {TOOLS_GROUP: {"eager": f"{module}:TOOLS"}})
-    code = "import dsh_tools, dsh_tools.plugins, dsh_tools.registry"
+    code = "import dsh_tools, dsh_tools._plugins, dsh_tools._registry"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site.root), *sys.path])}
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
     assert not marker.exists()
@@ -141,9 +141,9 @@ def test_loads_every_kind_of_target_and_runs_it(site: Site) -> None:
     plugins = site.module(
         "plugins",
         """
-        from dsh_tools.content import content_text
+        from dsh_tools._content import content_text
         from dsh_tools.hookspecs import hookimpl
-        from dsh_tools.models import Accept, Deny
+        from dsh_tools._models import Accept, Deny
 
         class Suffix:
             def __init__(self):
@@ -411,7 +411,7 @@ def test_an_entry_point_is_all_or_nothing(site: Site) -> None:
 
 
 def _tool(name: str) -> Any:
-    from dsh_tools.define import define_tool
+    from dsh_tools._define import define_tool
 
     return define_tool(name=name, description=name, parameters={}, execute=lambda a, c: name)
 
@@ -629,9 +629,9 @@ import json, os, sys
 import attrs
 
 from dsh_tools.errors import PluginError
-from dsh_tools.models import ToolExecutionInput
-from dsh_tools.plugins import load_plugins
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._models import ToolExecutionInput
+from dsh_tools._plugins import load_plugins
+from dsh_tools._registry import ToolRegistry
 
 
 def report_json(report):

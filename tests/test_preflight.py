@@ -20,7 +20,7 @@ from dsh_tools import (
     define_tool,
     hookimpl,
 )
-from dsh_tools.checks import check_registry
+from dsh_tools._checks import check_registry
 from dsh_tools.cli import EXIT_CALL_FAILED, main
 from dsh_tools.errors import ErrorCode
 from dsh_tools_plugins.command import run_command_tool

@@ -19,7 +19,7 @@ from dsh_tools import (
     define_tool,
     failure_result,
 )
-from dsh_tools.json import FrozenDict, dumps
+from dsh_tools._json import FrozenDict, dumps
 from dsh_tools.presentation import (
     DiffCallView,
     DiffResultView,
@@ -29,8 +29,10 @@ from dsh_tools.presentation import (
     TerminalResultView,
     ToolCallKind,
     fallback_call_view,
+    present_call,
+    present_result,
+    presentable_result,
 )
-from dsh_tools.presenting import present_call, present_result, presentable_result
 from strategies import any_values, json_values
 
 

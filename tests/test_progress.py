@@ -20,8 +20,8 @@ from dsh_tools import (
     define_tool,
     hookimpl,
 )
-from dsh_tools.cancel import CancelSource
-from dsh_tools.models import ToolExecution
+from dsh_tools._cancel import CancelSource
+from dsh_tools._models import ToolExecution
 from dsh_tools.progress import DROP, Output, Progress, StreamSummary
 from dsh_tools.testing import ProgressRecorder
 from streaming import SECRET, Redact

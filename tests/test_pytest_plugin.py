@@ -109,7 +109,7 @@ def test_the_plugin_is_inert_until_a_fixture_is_used(pytester: pytest.Pytester) 
         import sys
 
         def test_nothing_imported():
-            assert "dsh_tools.registry" not in sys.modules
+            assert "dsh_tools._registry" not in sys.modules
         """
     )
     result = pytester.runpytest_subprocess()

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from dsh_tools import Ask, Deny, ToolRegistry, hookimpl
-from dsh_tools.define import define_tool
-from dsh_tools.models import Block, ToolExecutionInput
-from dsh_tools.plugins import load_plugins
+from dsh_tools._define import define_tool
+from dsh_tools._models import Block, ToolExecutionInput
+from dsh_tools._plugins import load_plugins
 from dsh_tools.records import DecisionRecord
 from dsh_tools.testing import CallRecorder, ScriptedApproval
 from fake_dists import Site, on_sys_path
@@ -165,7 +165,7 @@ def test_the_body_step_takes_the_body_run_s_own_time(driver: str) -> None:
 
     import anyio
 
-    from dsh_tools import cancel
+    from dsh_tools import _cancel as cancel
 
     def slow(arguments: Any, context: Any) -> str:
         context.report_progress(1, 2)

@@ -17,12 +17,10 @@ import attrs
 import pluggy
 import pytest
 
-from dsh_tools.context import ToolRunContext
-from dsh_tools.define import define_tool
-from dsh_tools.errors import DefinitionError, JsonSchemaError, JsonValueError, RegistrationError
-from dsh_tools.hookspecs import hookimpl
-from dsh_tools.json import FrozenDict, FrozenList, thaw
-from dsh_tools.models import (
+from dsh_tools._context import ToolRunContext
+from dsh_tools._define import define_tool
+from dsh_tools._json import FrozenDict, FrozenList, thaw
+from dsh_tools._models import (
     Deny,
     ToolDefinition,
     ToolExecution,
@@ -33,7 +31,9 @@ from dsh_tools.models import (
     ToolSchema,
     failure_result,
 )
-from dsh_tools.registry import ToolRegistry, ToolScope
+from dsh_tools._registry import ToolRegistry, ToolScope
+from dsh_tools.errors import DefinitionError, JsonSchemaError, JsonValueError, RegistrationError
+from dsh_tools.hookspecs import hookimpl
 
 # --------------------------------------------------------------------------- helpers
 
@@ -1408,7 +1408,7 @@ def test_execute_sync_awaits_a_decision_returned_as_an_awaitable(registry: ToolR
 
 
 def test_execute_sync_awaits_an_approval_returned_as_an_awaitable() -> None:
-    from dsh_tools.models import ApprovalOutcome, ApprovalRequest, Ask
+    from dsh_tools._models import ApprovalOutcome, ApprovalRequest, Ask
 
     class Service:
         def request(self, request: ApprovalRequest) -> Any:
@@ -1434,7 +1434,7 @@ def test_execute_sync_awaits_an_approval_returned_as_an_awaitable() -> None:
 
 def test_replacing_the_approval_service_applies_to_the_next_call() -> None:
     """B071 through the registry: the service is not frozen into cached plans."""
-    from dsh_tools.models import ApprovalOutcome, ApprovalRequest, Ask
+    from dsh_tools._models import ApprovalOutcome, ApprovalRequest, Ask
 
     class Service:
         def request(self, request: ApprovalRequest) -> ApprovalOutcome:
@@ -1510,7 +1510,7 @@ def test_definition_for_resolves_like_execution(registry: ToolRegistry) -> None:
 def test_a_raw_definition_with_non_json_data_is_refused_naming_the_tool(field: str) -> None:
     import math
 
-    from dsh_tools.models import ToolDefinition
+    from dsh_tools._models import ToolDefinition
 
     bad = {"type": "object", "properties": {"n": {"type": "number", "default": math.nan}}}
     fields: dict[str, Any] = {"parameters": {"type": "object"}, field: bad}

@@ -148,7 +148,7 @@ def test_the_wheel_installs_with_its_dependencies_into_a_fresh_venv(
         tmp_path,
         timeout=300,
     )
-    probe = "import dsh_tools, dsh_tools.registry, dsh_tools_plugins.tools; "
+    probe = "import dsh_tools, dsh_tools._registry, dsh_tools_plugins.tools; "
     probe += "print(dsh_tools.__version__, dsh_tools.__file__)"
     version, location = _run([str(python), "-c", probe], tmp_path).split()
     assert version == dsh_tools.__version__

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dsh_tools import ToolRegistry
-from dsh_tools.models import (
+from dsh_tools._models import (
     ToolErrorInfo,
     ToolExecutionFailure,
     ToolExecutionInput,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 
-from dsh_tools.safetext import safe_text
+from dsh_tools._safetext import safe_text
 from strategies import HOSTILE_TEXTS, hostile_texts, is_inert
 
 

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from dsh_tools.models import PresentableResult, failure_result
+from dsh_tools._models import PresentableResult, failure_result
 from dsh_tools.presentation import (
     DiffCallView,
     DiffResultView,
@@ -25,8 +25,10 @@ from dsh_tools.presentation import (
     WebFetchView,
     WebSearchView,
     WebSource,
+    emit_card,
+    render_call_view,
+    render_result,
 )
-from dsh_tools.terminal import emit_card, render_call_view, render_result
 from strategies import HOSTILE_TEXTS, is_inert
 
 DONE = PresentableResult(content=["raw output"], is_error=False)

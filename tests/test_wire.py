@@ -25,6 +25,9 @@ from dsh_tools import (
     define_tool,
     hookimpl,
 )
+from dsh_tools._content import ImageContent
+from dsh_tools._json import FrozenDict, thaw
+from dsh_tools._models import ToolExecutionInput, ToolExecutionSuccess, ToolSchema, failure_result
 from dsh_tools.bridges.wire import (
     CALL_FORMATS,
     DECLARATION_FORMATS,
@@ -48,10 +51,7 @@ from dsh_tools.bridges.wire import (
     to_openai_responses_output,
     to_openai_responses_tools,
 )
-from dsh_tools.content import ImageContent
 from dsh_tools.errors import DshToolsError, ErrorCode
-from dsh_tools.json import FrozenDict, thaw
-from dsh_tools.models import ToolExecutionInput, ToolExecutionSuccess, ToolSchema, failure_result
 
 FIXTURES = Path(__file__).parent / "fixtures" / "wire"
 PNG = "iVBORw0KGgo="

@@ -17,8 +17,8 @@ import pluggy
 import pytest
 
 from dsh_tools._pipeline.wrappers import chain
+from dsh_tools._registry import ToolRegistry
 from dsh_tools.hookspecs import PROJECT_NAME, hookimpl
-from dsh_tools.registry import ToolRegistry
 
 BEHAVIORS = [
     "passes",

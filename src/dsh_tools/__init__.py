@@ -1,7 +1,7 @@
 """dsh-tools: host LLM tools as plugins and run every call through a guarded pipeline.
 
-The names below are the public API; submodules hold the details (``dsh_tools.schema`` for
-the DSL, ``dsh_tools.presentation`` for UI cards, ``dsh_tools.json`` for frozen JSON).
+The names below are the public API; submodules hold the details (``dsh_tools._schema`` for
+the DSL, ``dsh_tools.presentation`` for UI cards, ``dsh_tools._json`` for frozen JSON).
 Names are imported on first use (PEP 562), so ``import dsh_tools`` (and the pytest plugin,
 which every pytest run in an environment with dsh-tools loads) stays cheap.
 """
@@ -14,64 +14,36 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from .approvals import (
-        ApprovalAnswer,
-        ApprovalKey,
-        ApprovalStore,
-        ApprovalTicket,
-        MemoryApprovalStore,
-        TicketAnswer,
-        TicketState,
-        TicketStore,
-    )
-    from .arguments import (
+    from ._arguments import (
         ArgumentsModel,
         arguments_model,
     )
-    from .cancel import (
+    from ._cancel import (
         CancelSignal,
         CancelSource,
     )
-    from .content import (
+    from ._content import (
         ContextMessage,
         ImageContent,
         TextContent,
     )
-    from .context import (
+    from ._context import (
         ToolRunContext,
     )
-    from .define import (
+    from ._define import (
         define_tool,
         tool,
         tool_from_function,
     )
-    from .errors import (
-        DefinitionError,
-        DshToolsError,
-        ErrorCode,
-        JsonSchemaError,
-        JsonValueError,
-        OutputSchemaError,
-        PluginConfigError,
-        PluginError,
-        RegistrationError,
-        ToolArgsError,
-        ToolError,
-        ToolNotFoundError,
-        ToolOutputError,
-    )
-    from .hookspecs import (
-        hookimpl,
-    )
-    from .json import (
+    from ._json import (
         FrozenDict,
         FrozenList,
         JsonValue,
     )
-    from .jsonschema import (
+    from ._jsonschema import (
         StructuredOutputSchema,
     )
-    from .models import (
+    from ._models import (
         Accept,
         Allow,
         ApprovalChannel,
@@ -95,11 +67,11 @@ if TYPE_CHECKING:
         UnreadableArguments,
         failure_result,
     )
-    from .paths import (
+    from ._paths import (
         PathArgument,
         ToolPaths,
     )
-    from .plugins import (
+    from ._plugins import (
         BLOCK_ENV_VAR,
         GUARDS_GROUP,
         PLUGINS_GROUP,
@@ -109,95 +81,123 @@ if TYPE_CHECKING:
         PluginRecord,
         load_plugins,
     )
-    from .registry import (
+    from ._registry import (
         ToolRegistry,
         ToolScope,
     )
-    from .safetext import (
+    from ._safetext import (
         safe_text,
     )
-    from .schema import (
+    from ._schema import (
         PropertySpec,
         SchemaSpec,
         ValueSpec,
     )
+    from .approvals import (
+        ApprovalAnswer,
+        ApprovalKey,
+        ApprovalStore,
+        ApprovalTicket,
+        MemoryApprovalStore,
+        TicketAnswer,
+        TicketState,
+        TicketStore,
+    )
+    from .errors import (
+        DefinitionError,
+        DshToolsError,
+        ErrorCode,
+        JsonSchemaError,
+        JsonValueError,
+        OutputSchemaError,
+        PluginConfigError,
+        PluginError,
+        RegistrationError,
+        ToolArgsError,
+        ToolError,
+        ToolNotFoundError,
+        ToolOutputError,
+    )
+    from .hookspecs import (
+        hookimpl,
+    )
 
 _LOCATIONS: dict[str, str] = {
-    "Accept": "models",
-    "Allow": "models",
+    "Accept": "_models",
+    "Allow": "_models",
     "ApprovalAnswer": "approvals",
-    "ApprovalChannel": "models",
+    "ApprovalChannel": "_models",
     "ApprovalKey": "approvals",
-    "ApprovalOutcome": "models",
-    "ApprovalRequest": "models",
-    "ApprovalService": "models",
+    "ApprovalOutcome": "_models",
+    "ApprovalRequest": "_models",
+    "ApprovalService": "_models",
     "ApprovalStore": "approvals",
     "ApprovalTicket": "approvals",
-    "ArgumentsModel": "arguments",
-    "Ask": "models",
-    "BLOCK_ENV_VAR": "plugins",
-    "Block": "models",
-    "CancelSignal": "cancel",
-    "CancelSource": "cancel",
-    "ContextMessage": "content",
+    "ArgumentsModel": "_arguments",
+    "Ask": "_models",
+    "BLOCK_ENV_VAR": "_plugins",
+    "Block": "_models",
+    "CancelSignal": "_cancel",
+    "CancelSource": "_cancel",
+    "ContextMessage": "_content",
     "DefinitionError": "errors",
-    "Deny": "models",
+    "Deny": "_models",
     "DshToolsError": "errors",
     "ErrorCode": "errors",
-    "FrozenDict": "json",
-    "FrozenList": "json",
-    "GUARDS_GROUP": "plugins",
-    "ImageContent": "content",
+    "FrozenDict": "_json",
+    "FrozenList": "_json",
+    "GUARDS_GROUP": "_plugins",
+    "ImageContent": "_content",
     "JsonSchemaError": "errors",
-    "JsonValue": "json",
+    "JsonValue": "_json",
     "JsonValueError": "errors",
-    "LoadReport": "plugins",
+    "LoadReport": "_plugins",
     "MemoryApprovalStore": "approvals",
     "OutputSchemaError": "errors",
-    "PLUGINS_GROUP": "plugins",
-    "PathArgument": "paths",
+    "PLUGINS_GROUP": "_plugins",
+    "PathArgument": "_paths",
     "PluginConfigError": "errors",
     "PluginError": "errors",
-    "PluginFailure": "plugins",
-    "PluginRecord": "plugins",
-    "PresentableResult": "models",
-    "PropertySpec": "schema",
+    "PluginFailure": "_plugins",
+    "PluginRecord": "_plugins",
+    "PresentableResult": "_models",
+    "PropertySpec": "_schema",
     "RegistrationError": "errors",
-    "SchemaSpec": "schema",
-    "StructuredOutputSchema": "jsonschema",
-    "TOOLS_GROUP": "plugins",
-    "TextContent": "content",
+    "SchemaSpec": "_schema",
+    "StructuredOutputSchema": "_jsonschema",
+    "TOOLS_GROUP": "_plugins",
+    "TextContent": "_content",
     "TicketAnswer": "approvals",
     "TicketState": "approvals",
     "TicketStore": "approvals",
     "ToolArgsError": "errors",
-    "ToolDefinition": "models",
+    "ToolDefinition": "_models",
     "ToolError": "errors",
-    "ToolErrorInfo": "models",
-    "ToolExecution": "models",
-    "ToolExecutionFailure": "models",
-    "ToolExecutionInput": "models",
-    "ToolExecutionResult": "models",
-    "ToolExecutionSuccess": "models",
-    "ToolFailure": "models",
+    "ToolErrorInfo": "_models",
+    "ToolExecution": "_models",
+    "ToolExecutionFailure": "_models",
+    "ToolExecutionInput": "_models",
+    "ToolExecutionResult": "_models",
+    "ToolExecutionSuccess": "_models",
+    "ToolFailure": "_models",
     "ToolNotFoundError": "errors",
-    "ToolOutput": "models",
+    "ToolOutput": "_models",
     "ToolOutputError": "errors",
-    "ToolPaths": "paths",
-    "ToolRegistry": "registry",
-    "ToolRunContext": "context",
-    "ToolSchema": "models",
-    "ToolScope": "registry",
-    "UnreadableArguments": "models",
-    "ValueSpec": "schema",
-    "arguments_model": "arguments",
-    "define_tool": "define",
-    "failure_result": "models",
+    "ToolPaths": "_paths",
+    "ToolRegistry": "_registry",
+    "ToolRunContext": "_context",
+    "ToolSchema": "_models",
+    "ToolScope": "_registry",
+    "UnreadableArguments": "_models",
+    "ValueSpec": "_schema",
+    "arguments_model": "_arguments",
+    "define_tool": "_define",
+    "failure_result": "_models",
     "hookimpl": "hookspecs",
-    "load_plugins": "plugins",
-    "safe_text": "safetext",
-    "tool": "define",
-    "tool_from_function": "define",
+    "load_plugins": "_plugins",
+    "safe_text": "_safetext",
+    "tool": "_define",
+    "tool_from_function": "_define",
 }
 
 __all__ = [

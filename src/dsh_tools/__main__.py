@@ -18,8 +18,8 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
+from ._hostfiles import WORKSPACE_ENV
 from .cli._exits import EXIT_USAGE
-from .hostfiles import WORKSPACE_ENV
 
 _OURS = ("dsh_tools", "dsh_tools_plugins")
 

@@ -5,7 +5,7 @@ The pre-execute decisions (``Allow``, ``Deny``, ``Ask``), the post-execute ones
 may answer, and the protocol it implements. The outcomes themselves
 (``ApprovalOutcome``) belong to :mod:`dsh_tools.approvals`' answers, which import nothing
 of this module. Users import them from
-:mod:`dsh_tools.models` (``detail_object`` from :mod:`dsh_tools.records`).
+:mod:`dsh_tools._models` (``detail_object`` from :mod:`dsh_tools.records`).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import Any, Protocol
 
 import attrs
 
+from ._cancel import CancelSignal
+from ._content import ContextMessage, content_blocks, context_messages
+from ._json import FrozenDict, FrozenList, JsonValue, snapshot
 from ._numbers import positive_finite
 from .approvals._answers import ApprovalAnswer, ApprovalOutcome
-from .cancel import CancelSignal
-from .content import ContextMessage, content_blocks, context_messages
 from .errors import JsonValueError
-from .json import FrozenDict, FrozenList, JsonValue, snapshot
 
 # --------------------------------------------------------------------------- decisions
 

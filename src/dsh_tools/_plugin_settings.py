@@ -1,5 +1,5 @@
 """What a host configures the entry points with: the workspace, the rules file, the
-sandbox. :func:`~dsh_tools.plugins.load_plugins` takes them as arguments and hands them to
+sandbox. :func:`~dsh_tools._plugins.load_plugins` takes them as arguments and hands them to
 the entry points it calls (which take no arguments) through :func:`plugin_settings`, so
 two registries of one process may load plugins for two workspaces; what it was not given
 comes from the environment, which is how the ``dsh-tools`` command sets them.
@@ -63,13 +63,13 @@ class PluginSettings:
 _GIVEN: contextvars.ContextVar[PluginSettings | None] = contextvars.ContextVar(
     "dsh_tools_plugin_settings", default=None
 )
-"""What the running :func:`~dsh_tools.plugins.load_plugins` was given."""
+"""What the running :func:`~dsh_tools._plugins.load_plugins` was given."""
 _NOTHING: Final = PluginSettings()
 
 
 def plugin_settings() -> PluginSettings:
     """The settings an entry point is configured with: each one the running
-    :func:`~dsh_tools.plugins.load_plugins` call was given, else its environment
+    :func:`~dsh_tools._plugins.load_plugins` call was given, else its environment
     variable (:data:`WORKSPACE_ENV`, :data:`RULES_ENV`, :data:`SANDBOX_ENV`,
     :data:`NETWORK_ENV`; empty counts as unset), else ``None``."""
     given = _GIVEN.get() or _NOTHING
@@ -93,7 +93,7 @@ def given_settings(
     network: bool | None,
 ) -> Iterator[None]:
     """While entry points load, :func:`plugin_settings` answers with these arguments of
-    :func:`~dsh_tools.plugins.load_plugins`, checked; raises
+    :func:`~dsh_tools._plugins.load_plugins`, checked; raises
     :class:`~dsh_tools.errors.PluginConfigError` naming a bad one."""
     if workspace is not None and not os.path.isdir(workspace):
         raise PluginConfigError(

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 import attrs
 
 if TYPE_CHECKING:
-    from .models import ToolExecution
+    from ._models import ToolExecution
 
 __all__ = [
     "DROP",

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from .models import ToolExecutionResult
-    from .registry import ToolRegistry
+    from ._models import ToolExecutionResult
+    from ._registry import ToolRegistry
     from .testing import CallRecorder, ScriptedApproval
 
 MARKER = "dsh_tools_plugins"
@@ -57,7 +57,7 @@ def tool_registry_factory(
 ) -> Callable[..., ToolRegistry]:
     """Makes fresh, isolated registries (no installed plugins loaded), wired to
     ``approval_script`` and ``call_recorder`` unless you pass ``approval=``/``tracer=``."""
-    from .registry import ToolRegistry
+    from ._registry import ToolRegistry
 
     def make(**options: Any) -> ToolRegistry:
         options.setdefault("approval", approval_script)
@@ -76,7 +76,7 @@ def tool_registry(
     registry = tool_registry_factory()
     marker = request.node.get_closest_marker(MARKER)
     if marker is not None:
-        from .plugins import load_plugins
+        from ._plugins import load_plugins
 
         names = [str(name) for name in marker.args]
         report = load_plugins(registry, only=names, strict=True)
@@ -95,7 +95,7 @@ def call_tool(
     streams is kept by ``call_recorder`` (``call_recorder.last.output``, ``.streamed``)."""
     from itertools import count
 
-    from .models import ToolExecutionInput
+    from ._models import ToolExecutionInput
 
     ids = count(1)
 

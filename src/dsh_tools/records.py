@@ -1,7 +1,7 @@
 """Decision records: what decided one call's fate, stage by stage, as frozen JSON-safe data.
 
 A :class:`DecisionRecord` is made from the very trace events a tracer receives (one per
-step of the call, :class:`~dsh_tools.tracing.TraceEvent`), so there is one trace and two
+step of the call, :class:`~dsh_tools._tracing.TraceEvent`), so there is one trace and two
 ways to read it:
 
 * a result observer that names a ``record`` parameter gets the record of each call it
@@ -23,11 +23,10 @@ from typing import Any, NamedTuple
 
 import attrs
 
+from ._content import content_text
 from ._decisions import detail_object
-from ._pipeline.results import message
-from .content import content_text
-from .json import FrozenDict, thaw
-from .models import (
+from ._json import FrozenDict, thaw
+from ._models import (
     Accept,
     Allow,
     ApprovalOutcome,
@@ -38,8 +37,9 @@ from .models import (
     ToolExecutionFailure,
     ToolExecutionSuccess,
 )
+from ._pipeline.results import message
+from ._tracing import Origin, TraceEvent
 from .progress import StreamSummary
-from .tracing import Origin, TraceEvent
 
 __all__ = ["DecisionRecord", "DecisionStep", "Explanation", "Origin", "detail_object"]
 

@@ -12,10 +12,7 @@ from typing import Any
 
 import attrs
 
-from .approvals import ApprovalAnswer
-from .errors import ErrorCode
-from .hookspecs import hookimpl
-from .models import (
+from ._models import (
     ApprovalOutcome,
     ApprovalRequest,
     ToolExecution,
@@ -24,9 +21,12 @@ from .models import (
     ToolExecutionSuccess,
     result_to_json,
 )
+from ._tracing import TraceEvent
+from .approvals import ApprovalAnswer
+from .errors import ErrorCode
+from .hookspecs import hookimpl
 from .progress import Output, Progress
 from .records import DecisionRecord
-from .tracing import TraceEvent
 
 __all__ = [
     "CallRecorder",

@@ -33,8 +33,8 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
+from dsh_tools._hostfiles import open_host_file
 from dsh_tools._pipeline.loops import on_host_loop
-from dsh_tools.hostfiles import open_host_file
 
 __all__ = ["AuditFile"]
 

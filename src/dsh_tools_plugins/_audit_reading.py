@@ -10,15 +10,20 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import attrs
 
+from dsh_tools._json import FrozenDict, FrozenList, loads
+from dsh_tools._models import PresentableResult, ToolErrorInfo, ToolExecutionInput, ToolFailure
 from dsh_tools.errors import DshToolsError, ErrorCode, JsonValueError
-from dsh_tools.json import FrozenDict, FrozenList, loads
-from dsh_tools.models import PresentableResult, ToolErrorInfo, ToolExecutionInput, ToolFailure
-from dsh_tools.presentation import GenericResultView, ToolCallView, ToolResultView
-from dsh_tools.presenting import present_call, present_result
+from dsh_tools.presentation import (
+    GenericResultView,
+    ToolCallView,
+    ToolResultView,
+    present_call,
+    present_result,
+)
 
 if TYPE_CHECKING:
+    from dsh_tools._registry import ToolRegistry, ToolScope
     from dsh_tools.records import DecisionRecord
-    from dsh_tools.registry import ToolRegistry, ToolScope
 
 __all__ = [
     "CALL_EVENT",
@@ -160,7 +165,7 @@ def replay(
 
     Calls come in the order they were made; each is yielded when its result is read (or
     at the end, without a result, when it has none). Cards come from
-    :func:`dsh_tools.presenting.present_call` / :func:`~dsh_tools.presenting.present_result`
+    :func:`dsh_tools.presentation.present_call` / :func:`~dsh_tools.presentation.present_result`
     against ``view`` (the tools registered now), falling back to the generic cards; a
     result with no presenter gets ``GenericResultView()`` (show the raw content). Never
     raises for a bad event: the reader's tolerance applies.

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dsh_tools.json import JsonValue
-from dsh_tools.models import PresentableResult, ToolOutput
+from dsh_tools._json import JsonValue
+from dsh_tools._models import PresentableResult, ToolOutput
 from dsh_tools.presentation import (
     DiffCallView,
     DiffResultView,

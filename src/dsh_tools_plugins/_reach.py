@@ -22,8 +22,8 @@ from typing import Final
 
 import attrs
 
-from dsh_tools.json import FrozenDict
-from dsh_tools.paths import PathArgument, ToolPaths
+from dsh_tools._json import FrozenDict
+from dsh_tools._paths import PathArgument, ToolPaths
 
 __all__ = ["CallReach", "Reach", "inside", "split_glob"]
 

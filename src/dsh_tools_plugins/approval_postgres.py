@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dsh_tools._models import ApprovalOutcome
 from dsh_tools.approvals import (
     REMEMBERED_OUTCOMES,
     ApprovalKey,
@@ -40,7 +41,6 @@ from dsh_tools.approvals import (
     grant_limits,
     remembered_outcome,
 )
-from dsh_tools.models import ApprovalOutcome
 
 from ._stores.postgres import Connections
 from ._stores.postgres_journal import PostgresJournal

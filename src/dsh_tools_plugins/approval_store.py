@@ -19,7 +19,7 @@ user's state directory (``$XDG_STATE_HOME/dsh-tools/approvals``, else
 ``~/.local/state/dsh-tools/approvals``), named by a hash of the workspace's real path: a
 file inside the workspace could be written by the very agent whose calls it approves.
 Before each connection the file is checked as a host file
-(:func:`dsh_tools.hostfiles.check_host_file`): no symbolic link on its path, a regular
+(:func:`dsh_tools._hostfiles.check_host_file`): no symbolic link on its path, a regular
 file if it exists, and nowhere inside the workspace (the current one,
 ``$DSH_TOOLS_WORKSPACE`` or the current directory, and for :meth:`~SqliteApprovalStore.
 for_workspace` the ``root`` it was given); missing folders are made with mode ``0700``.
@@ -36,6 +36,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from dsh_tools._hostfiles import HostFileError, check_host_file, writable_trees
+from dsh_tools._models import ApprovalOutcome
 from dsh_tools.approvals import (
     REMEMBERED_OUTCOMES,
     ApprovalKey,
@@ -49,8 +51,6 @@ from dsh_tools.approvals import (
     remembered_outcome,
     wait_watched,
 )
-from dsh_tools.hostfiles import HostFileError, check_host_file, writable_trees
-from dsh_tools.models import ApprovalOutcome
 
 from ._stores.sqlite_journal import SqliteJournal
 from ._stores.sqlite_schema import SchemaError, upgrade
@@ -230,7 +230,7 @@ class SqliteApprovalStore(SqliteJournal):
 
     def _check_file(self) -> None:
         """Refuse the file, before every operation, when it lies where a tool writes or is
-        reached through a link (see :mod:`dsh_tools.hostfiles`)."""
+        reached through a link (see :mod:`dsh_tools._hostfiles`)."""
         try:
             check_host_file(self.path, what="approval store", trees=self._trees, make_parents=0o700)
         except HostFileError as error:

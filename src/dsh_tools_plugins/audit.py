@@ -40,7 +40,7 @@ No event is ever dropped for its text. ``call_id``, ``root_call_id``, ``agent`` 
 ``name`` are always written as strings (a host's integer call id ``7`` as ``"7"``), and
 text that is not valid Unicode (lone surrogates, as Python decodes file names whose bytes
 are not UTF-8) is written with U+FFFD in their place, the project's one rule
-(:func:`dsh_tools.json.unicode_text`).
+(:func:`dsh_tools._json.unicode_text`).
 
 Rotation is by size: before a write would take the file past ``max_bytes``, ``path`` is
 renamed to ``path.1`` (``path.1`` to ``path.2`` and so on, the oldest beyond ``backups``
@@ -50,7 +50,7 @@ so several processes appending to one file rotate it in turn.
 :func:`read_audit_log` reads events back, tolerating a torn line (a process killed in the
 middle of a write) and reading the integer call ids that version 0.1.0 wrote as their
 strings; :func:`replay` pairs calls with their results and turns them into presentation
-cards through :mod:`dsh_tools.presenting`.
+cards through :mod:`dsh_tools.presentation`.
 """
 
 from __future__ import annotations
@@ -65,17 +65,17 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from dsh_tools import CancelSignal
-from dsh_tools.errors import ErrorCode
-from dsh_tools.hookspecs import WrapperGenerator, hookimpl
-from dsh_tools.hostfiles import check_host_file
-from dsh_tools.json import thaw, unicode_text
-from dsh_tools.models import (
+from dsh_tools._hostfiles import check_host_file
+from dsh_tools._json import thaw, unicode_text
+from dsh_tools._models import (
     ExecutionToken,
     ToolExecution,
     ToolExecutionFailure,
     ToolExecutionResult,
     failure_result,
 )
+from dsh_tools.errors import ErrorCode
+from dsh_tools.hookspecs import WrapperGenerator, hookimpl
 
 from ._audit_file import AuditFile
 from ._audit_reading import (
@@ -145,9 +145,9 @@ class AuditLog:
     """Appends ``tool/call`` and ``tool/result`` events for every call to ``path``.
 
     :param path: the log file (created with mode ``0600``, and its missing parent
-        directories with ``0700``). It is a host file (:mod:`dsh_tools.hostfiles`): a
+        directories with ``0700``). It is a host file (:mod:`dsh_tools._hostfiles`): a
         path inside the workspace, through a symbolic link or to anything but a regular
-        file raises :class:`~dsh_tools.hostfiles.HostFileError` here, and each event opens
+        file raises :class:`~dsh_tools._hostfiles.HostFileError` here, and each event opens
         it again the same way and appends to that descriptor, so a link planted later
         fails the write (and the call) rather than being followed.
     :param max_bytes: rotate before the file would grow past this size.
@@ -159,7 +159,7 @@ class AuditLog:
     tools may rotate or truncate the file between events.
 
     What it remembers of a call in flight lives as long as the call's
-    :class:`~dsh_tools.models.ToolExecution`: a call whose result is never observed (a
+    :class:`~dsh_tools._models.ToolExecution`: a call whose result is never observed (a
     host dropping it, an exception the pipeline does not contain) leaves nothing behind.
     """
 

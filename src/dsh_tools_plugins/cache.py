@@ -3,7 +3,7 @@
 :class:`ResultCache` is a ``dsh_tools_execute`` wrapper. It caches only the successes of
 tools whose definition says ``metadata={"read_only": True}`` or ``{"idempotent": True}``,
 per agent id, tool name and arguments: an entry answers a call whose arguments have the
-same canonical JSON (:func:`dsh_tools.json.canonical`, what remembered approvals hash).
+same canonical JSON (:func:`dsh_tools._json.canonical`, what remembered approvals hash).
 It is found by their hash, so a miss never encodes them; a hit compares them exactly
 (``1``, ``1.0`` and ``true`` are equal Python values, not the same JSON). An entry lives
 ``ttl_s`` seconds; past ``max_entries`` the least recently used one goes.
@@ -30,17 +30,17 @@ from typing import Any
 
 import attrs
 
-from dsh_tools.cancel import CancelSignal
-from dsh_tools.errors import DefinitionError
-from dsh_tools.hookspecs import WrapperGenerator, hookimpl
-from dsh_tools.json import FrozenDict, canonical
-from dsh_tools.models import (
+from dsh_tools._cancel import CancelSignal
+from dsh_tools._json import FrozenDict, canonical
+from dsh_tools._models import (
     ToolDefinition,
     ToolExecution,
     ToolExecutionResult,
     ToolExecutionSuccess,
 )
-from dsh_tools.tracing import note
+from dsh_tools._tracing import note
+from dsh_tools.errors import DefinitionError
+from dsh_tools.hookspecs import WrapperGenerator, hookimpl
 
 from ._numbers import positive_finite
 

@@ -36,11 +36,11 @@ import anyio
 import anyio.abc
 import attrs
 
-from dsh_tools.context import ToolRunContext
-from dsh_tools.define import define_tool
+from dsh_tools._context import ToolRunContext
+from dsh_tools._define import define_tool
+from dsh_tools._models import PresentableResult, ToolDefinition, ToolOutput
+from dsh_tools._paths import PathArgument
 from dsh_tools.errors import ToolArgsError, ToolError
-from dsh_tools.models import PresentableResult, ToolDefinition, ToolOutput
-from dsh_tools.paths import PathArgument
 from dsh_tools.presentation import TerminalCallView, TerminalResultView
 
 from .files import fields

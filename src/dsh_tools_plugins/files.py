@@ -17,7 +17,7 @@ does the work.
 The tools are ``blocking=True``: an async host runs them in a worker thread (about
 100 µs a call), so a slow disk, a large file or a large directory never stalls its event
 loop; ``execute_sync`` runs them inline. Names are shown as
-:func:`~dsh_tools.safetext.safe_text` writes them: bytes that are not UTF-8 as U+FFFD,
+:func:`~dsh_tools._safetext.safe_text` writes them: bytes that are not UTF-8 as U+FFFD,
 control characters (a newline in a file name) and bidi controls as visible escapes.
 """
 
@@ -33,13 +33,13 @@ import anyio
 import attrs
 
 from dsh_tools import DshToolsError
-from dsh_tools.context import ToolRunContext
-from dsh_tools.define import define_tool
+from dsh_tools._context import ToolRunContext
+from dsh_tools._define import define_tool
+from dsh_tools._models import ToolDefinition, ToolOutput
+from dsh_tools._paths import PathArgument
+from dsh_tools._safetext import safe_text
 from dsh_tools.errors import ToolArgsError, ToolError
-from dsh_tools.models import ToolDefinition, ToolOutput
-from dsh_tools.paths import PathArgument
 from dsh_tools.presentation import DiffCallView
-from dsh_tools.safetext import safe_text
 
 from ._file_bytes import (
     BINARY_SNIFF_BYTES,

@@ -8,7 +8,7 @@ first-out. Time spent waiting counts against the call's timeout (the deadlines o
 caller's signal and of an outer wrapper's, and the tool's ``timeout_ms``, which starts when
 the call begins waiting): a call whose deadline passes in the queue ends ``TOOL_TIMEOUT``,
 one whose signal fires there ends ``ABORTED_BEFORE_DISPATCH``, and neither holds anything.
-Waiting goes through :class:`dsh_tools.permits.Permits`, which blocks the calling thread
+Waiting goes through :class:`dsh_tools._permits.Permits`, which blocks the calling thread
 under ``execute_sync`` instead of needing an event loop. The permits belong to the plugin
 instance, so every plan the registry builds shares them. A wait is noted in the call's
 decision record (``waited 3.2 ms for a permit``).
@@ -35,19 +35,19 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from dsh_tools._accounts import account
-from dsh_tools.cancel import NEVER_CANCELLED, CancelSignal, Deadline
-from dsh_tools.errors import DefinitionError, ErrorCode
-from dsh_tools.hookspecs import WrapperGenerator, hookimpl
-from dsh_tools.lingering import watching
-from dsh_tools.models import (
+from dsh_tools._cancel import NEVER_CANCELLED, CancelSignal, Deadline
+from dsh_tools._lingering import watching
+from dsh_tools._models import (
     Deny,
     ToolDefinition,
     ToolExecution,
     ToolExecutionResult,
     failure_result,
 )
-from dsh_tools.permits import Permits, Retired
-from dsh_tools.tracing import note
+from dsh_tools._permits import Permits, Retired
+from dsh_tools._tracing import note
+from dsh_tools.errors import DefinitionError, ErrorCode
+from dsh_tools.hookspecs import WrapperGenerator, hookimpl
 
 from ._globs import by_glob
 from ._limits.shared import SharedLimits
@@ -158,7 +158,7 @@ class ConcurrencyLimit:
     def _sweep(self) -> None:
         """Drop the per-agent pools nobody holds or waits for (under the lock): behind MCP
         over HTTP every client is an agent. A call that still reaches a dropped pool gets
-        :class:`~dsh_tools.permits.Retired` and takes the route again."""
+        :class:`~dsh_tools._permits.Retired` and takes the route again."""
         for key, pool in list(self._pools.items()):
             if key[0] == "agent" and pool.retire():
                 del self._pools[key]

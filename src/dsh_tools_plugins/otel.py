@@ -42,10 +42,10 @@ import time
 from typing import TYPE_CHECKING, Any, Final
 
 from dsh_tools import __version__
+from dsh_tools._json import dumps
+from dsh_tools._models import ToolDefinition, ToolExecution, ToolExecutionResult
 from dsh_tools.errors import PluginConfigError
 from dsh_tools.hookspecs import hookimpl
-from dsh_tools.json import dumps
-from dsh_tools.models import ToolDefinition, ToolExecution, ToolExecutionResult
 from dsh_tools.progress import Output, Progress
 
 if TYPE_CHECKING:

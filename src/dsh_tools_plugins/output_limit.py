@@ -31,9 +31,9 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from dsh_tools._json import FrozenList
+from dsh_tools._models import Accept, ToolExecution, ToolExecutionResult
 from dsh_tools.hookspecs import hookimpl
-from dsh_tools.json import FrozenList
-from dsh_tools.models import Accept, ToolExecution, ToolExecutionResult
 from dsh_tools.progress import Output, Progress
 
 __all__ = ["OutputLimit"]

@@ -20,7 +20,7 @@ which is what makes ``TOOL_TIMEOUT`` retryable at all.
 
 It reads the tool's definition from the hook's ``tool`` argument, so it needs no
 registry: ship it through the ``dsh_tools.plugins`` entry point and it loads with no
-arguments. Its waits go through :func:`dsh_tools.cancel.sleep`, so under
+arguments. Its waits go through :func:`dsh_tools._cancel.sleep`, so under
 ``execute_sync`` a retry runs with no event loop (a backoff blocks the calling thread).
 """
 
@@ -31,11 +31,11 @@ import random
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from dsh_tools import cancel
-from dsh_tools.cancel import CancelSignal
+from dsh_tools import _cancel as cancel
+from dsh_tools._cancel import CancelSignal
+from dsh_tools._models import ToolDefinition, ToolExecution, ToolExecutionResult
 from dsh_tools.errors import DefinitionError, ErrorCode
 from dsh_tools.hookspecs import WrapperGenerator, hookimpl
-from dsh_tools.models import ToolDefinition, ToolExecution, ToolExecutionResult
 
 __all__ = ["RetryPolicy"]
 
@@ -67,7 +67,7 @@ class RetryPolicy:
     :param rng: the random source for jitter (pass a seeded ``random.Random`` in tests).
     :param sleep: an awaitable sleep taking seconds, instead of waiting for real (for
         tests); a cancellation still stops the retries. By default the wait is
-        :func:`dsh_tools.cancel.sleep`, which a cancellation cuts short.
+        :func:`dsh_tools._cancel.sleep`, which a cancellation cuts short.
 
     Raises :class:`~dsh_tools.DefinitionError` for an invalid setting.
     """

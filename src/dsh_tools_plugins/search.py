@@ -30,11 +30,12 @@ from typing import Any
 
 import attrs
 
-from dsh_tools.context import ToolRunContext
-from dsh_tools.define import define_tool
+from dsh_tools._context import ToolRunContext
+from dsh_tools._define import define_tool
+from dsh_tools._models import PresentableResult, ToolDefinition, ToolOutput
+from dsh_tools._paths import PathArgument
+from dsh_tools._safetext import safe_text
 from dsh_tools.errors import ToolArgsError, ToolError
-from dsh_tools.models import PresentableResult, ToolDefinition, ToolOutput
-from dsh_tools.paths import PathArgument
 from dsh_tools.presentation import (
     GenericCallView,
     SearchFileMatches,
@@ -43,7 +44,6 @@ from dsh_tools.presentation import (
     SearchPathsView,
     ToolCallKind,
 )
-from dsh_tools.safetext import safe_text
 
 from ._host_programs import inside, system_program
 from ._reach import split_glob

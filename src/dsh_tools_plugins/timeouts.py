@@ -27,10 +27,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from dsh_tools.cancel import NEVER_CANCELLED, CancelSignal
+from dsh_tools._cancel import NEVER_CANCELLED, CancelSignal
+from dsh_tools._models import ToolDefinition, ToolExecution, ToolExecutionResult
 from dsh_tools.errors import DefinitionError
 from dsh_tools.hookspecs import WrapperGenerator, hookimpl
-from dsh_tools.models import ToolDefinition, ToolExecution, ToolExecutionResult
 
 from ._globs import by_glob
 

@@ -23,7 +23,7 @@ The root's descriptor is proven to be the directory the workspace started with (
 Every walk takes one system call per component, each on a single name relative to a
 descriptor, so checking and opening a path cost time linear in its length.
 
-Names are shown with :func:`~dsh_tools.safetext.safe_text`: bytes that are not UTF-8
+Names are shown with :func:`~dsh_tools._safetext.safe_text`: bytes that are not UTF-8
 (which Python decodes to lone surrogates) appear as U+FFFD, and control characters (a
 newline, an escape sequence) and bidi controls as visible escapes, so a message or
 listing is always valid Unicode and a name cannot forge a line of it.
@@ -45,10 +45,10 @@ from pathlib import Path, PurePosixPath
 
 import attrs
 
+from dsh_tools._hostfiles import add_writable_tree
+from dsh_tools._paths import PathArgument, ToolPaths
+from dsh_tools._safetext import safe_text
 from dsh_tools.errors import ErrorCode, ToolError
-from dsh_tools.hostfiles import add_writable_tree
-from dsh_tools.paths import PathArgument, ToolPaths
-from dsh_tools.safetext import safe_text
 
 from . import _walk
 from ._walk import WALK_OPEN_DIRECTORIES, WalkFilter, WorkspaceFile

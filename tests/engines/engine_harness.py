@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from engine_tools import STORE, build_registry, wait_for_line
 
 from dsh_tools import CancelSource
-from dsh_tools.models import result_to_json
+from dsh_tools._models import result_to_json
 from dsh_tools_plugins.engines._calls import (
     Attempt,
     CallRequest,

@@ -19,7 +19,7 @@ from typing import Any
 from engine_tools import build_registry, dumps
 
 from dsh_tools import ToolExecutionInput
-from dsh_tools.models import result_to_json
+from dsh_tools._models import result_to_json
 
 
 def inline(state: Path, call_id: str, call: dict[str, Any]) -> None:

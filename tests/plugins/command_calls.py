@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 
 from dsh_tools import CancelSource, PresentableResult, ToolExecutionInput, ToolRegistry
-from dsh_tools.models import ToolDefinition, ToolExecutionSuccess
+from dsh_tools._models import ToolDefinition, ToolExecutionSuccess
 from dsh_tools.presentation import unstructure_view
 from dsh_tools_plugins.command import run_command_tool
 from dsh_tools_plugins.workspace import Workspace

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from dsh_tools.cancel import CancelSource
-from dsh_tools.define import define_tool
+from dsh_tools._cancel import CancelSource
+from dsh_tools._define import define_tool
+from dsh_tools._models import Allow, Deny, ToolExecution, ToolExecutionInput
+from dsh_tools._registry import ToolRegistry
 from dsh_tools.errors import ErrorCode, ToolError
 from dsh_tools.hookspecs import hookimpl
-from dsh_tools.models import Allow, Deny, ToolExecution, ToolExecutionInput
 from dsh_tools.presentation import GenericCallView, GenericResultView, TerminalCallView
-from dsh_tools.registry import ToolRegistry
 from dsh_tools_plugins.audit import AuditLog, AuditLogError, read_audit_log, replay
 from dsh_tools_plugins.retry import RetryPolicy
 
@@ -134,9 +134,9 @@ def test_calls_that_never_reach_policy_are_logged_with_their_result(tmp_path: Pa
 
 CHILD = """
 import os, signal, sys
-from dsh_tools.define import define_tool
-from dsh_tools.models import ToolExecutionInput
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._define import define_tool
+from dsh_tools._models import ToolExecutionInput
+from dsh_tools._registry import ToolRegistry
 from dsh_tools_plugins.audit import AuditLog
 
 def body(args, ctx):
@@ -535,7 +535,7 @@ def test_each_result_event_holds_the_decision_record_and_replay_reads_it(tmp_pat
 def test_an_audit_log_inside_the_workspace_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dsh_tools.hostfiles import HostFileError
+    from dsh_tools._hostfiles import HostFileError
 
     monkeypatch.setenv("DSH_TOOLS_WORKSPACE", str(tmp_path))
     with pytest.raises(HostFileError, match="keep it outside the workspace") as info:
@@ -569,7 +569,7 @@ def test_a_link_planted_later_is_never_written_through(tmp_path: Path, swap: str
 
 
 def test_an_audit_log_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
-    from dsh_tools.hostfiles import HostFileError
+    from dsh_tools._hostfiles import HostFileError
 
     os.mkfifo(tmp_path / "fifo")
     with pytest.raises(HostFileError, match="is not a regular file"):

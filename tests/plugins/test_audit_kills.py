@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._registry import ToolRegistry
 from dsh_tools_plugins.audit import read_audit_log, replay
 
 WRITER = """
 import logging, sys
-from dsh_tools.define import define_tool
-from dsh_tools.models import ToolExecutionInput
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._define import define_tool
+from dsh_tools._models import ToolExecutionInput
+from dsh_tools._registry import ToolRegistry
 from dsh_tools_plugins.audit import AuditLog
 
 logging.basicConfig(stream=sys.stderr, level=logging.WARNING)

@@ -7,11 +7,11 @@ from typing import Any
 import anyio
 import pytest
 
-from dsh_tools.define import define_tool
+from dsh_tools._define import define_tool
+from dsh_tools._models import Block, ToolExecution, ToolExecutionInput, ToolExecutionResult
+from dsh_tools._registry import ToolRegistry
 from dsh_tools.errors import DefinitionError
 from dsh_tools.hookspecs import hookimpl
-from dsh_tools.models import Block, ToolExecution, ToolExecutionInput, ToolExecutionResult
-from dsh_tools.registry import ToolRegistry
 from dsh_tools.testing import CallRecorder
 from dsh_tools_plugins.cache import ResultCache
 

@@ -11,7 +11,7 @@ import pytest
 from command_calls import command_registry
 
 from dsh_tools import ToolExecutionInput
-from dsh_tools.models import ToolExecution
+from dsh_tools._models import ToolExecution
 from dsh_tools.progress import Output, Progress
 from dsh_tools_plugins.sandbox import Sandbox
 from sandbox_owner import give_away

@@ -17,7 +17,7 @@ import pytest
 
 import dsh_tools_plugins._file_bytes as file_bytes
 from dsh_tools import PresentableResult, ToolExecutionInput, ToolRegistry
-from dsh_tools.models import (
+from dsh_tools._models import (
     ToolDefinition,
     ToolExecutionFailure,
     ToolExecutionSuccess,

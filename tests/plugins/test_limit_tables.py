@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from dsh_tools.define import define_tool
-from dsh_tools.models import ToolExecutionInput
-from dsh_tools.plugins import load_plugins
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._define import define_tool
+from dsh_tools._models import ToolExecutionInput
+from dsh_tools._plugins import load_plugins
+from dsh_tools._registry import ToolRegistry
 from dsh_tools_plugins.permissions import RULES_ENV_VAR, PermissionRules, RulesError
 
 TABLES = """\

@@ -11,13 +11,13 @@ from typing import Any
 import anyio
 import pytest
 
-from dsh_tools.cancel import CancelSource
-from dsh_tools.context import ToolRunContext
-from dsh_tools.define import define_tool
+from dsh_tools._cancel import CancelSource
+from dsh_tools._context import ToolRunContext
+from dsh_tools._define import define_tool
+from dsh_tools._models import ToolExecutionFailure, ToolExecutionInput, ToolExecutionResult
+from dsh_tools._permits import Permits, Retired
+from dsh_tools._registry import ToolRegistry
 from dsh_tools.errors import DefinitionError, ErrorCode
-from dsh_tools.models import ToolExecutionFailure, ToolExecutionInput, ToolExecutionResult
-from dsh_tools.permits import Permits, Retired
-from dsh_tools.registry import ToolRegistry
 from dsh_tools.testing import CallRecorder
 from dsh_tools_plugins.limits import CallBudget, ConcurrencyLimit
 
@@ -419,7 +419,7 @@ def test_the_per_agent_tables_do_not_grow_with_the_number_of_agents() -> None:
     mine = [
         tracemalloc.Filter(True, "*dsh_tools_plugins/limits.py"),
         tracemalloc.Filter(True, "*dsh_tools_plugins/_limits/*"),
-        tracemalloc.Filter(True, "*dsh_tools/permits.py"),
+        tracemalloc.Filter(True, "*dsh_tools/_permits.py"),
     ]
     tracemalloc.start()
     try:

@@ -35,9 +35,9 @@ from dsh_tools import (
     define_tool,
     hookimpl,
 )
-from dsh_tools.cancel import CancelSource
+from dsh_tools._cancel import CancelSource
+from dsh_tools._plugins import load_plugins
 from dsh_tools.errors import ErrorCode, PluginConfigError, ToolError
-from dsh_tools.plugins import load_plugins
 from dsh_tools_plugins.otel import (
     DURATION_METRIC,
     ENV_VAR,

@@ -6,11 +6,9 @@ from typing import Any
 
 import pytest
 
-from dsh_tools.content import ImageContent, TextContent
-from dsh_tools.define import define_tool
-from dsh_tools.errors import ToolError
-from dsh_tools.hookspecs import hookimpl
-from dsh_tools.models import (
+from dsh_tools._content import ImageContent, TextContent
+from dsh_tools._define import define_tool
+from dsh_tools._models import (
     Accept,
     ToolExecution,
     ToolExecutionFailure,
@@ -18,7 +16,9 @@ from dsh_tools.models import (
     ToolExecutionResult,
     ToolExecutionSuccess,
 )
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._registry import ToolRegistry
+from dsh_tools.errors import ToolError
+from dsh_tools.hookspecs import hookimpl
 from dsh_tools_plugins.output_limit import OutputLimit
 
 PIXEL = {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dsh_tools.models import ToolExecutionFailure, ToolExecutionInput, ToolExecutionResult
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._models import ToolExecutionFailure, ToolExecutionInput, ToolExecutionResult
+from dsh_tools._registry import ToolRegistry
 from dsh_tools_plugins.permissions import PermissionRules
 from dsh_tools_plugins.tools import workspace_tools
 

@@ -8,10 +8,8 @@ from typing import Any
 
 import pytest
 
-from dsh_tools.define import define_tool
-from dsh_tools.errors import DshToolsError
-from dsh_tools.hookspecs import hookimpl
-from dsh_tools.models import (
+from dsh_tools._define import define_tool
+from dsh_tools._models import (
     Allow,
     ApprovalOutcome,
     ApprovalRequest,
@@ -23,7 +21,9 @@ from dsh_tools.models import (
     ToolExecutionResult,
     ToolExecutionSuccess,
 )
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._registry import ToolRegistry
+from dsh_tools.errors import DshToolsError
+from dsh_tools.hookspecs import hookimpl
 from dsh_tools_plugins.permissions import (
     PermissionRules,
     Rule,

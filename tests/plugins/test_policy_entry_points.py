@@ -13,12 +13,12 @@ from typing import Any
 import anyio
 import pytest
 
-from dsh_tools.context import ToolRunContext
-from dsh_tools.define import define_tool
+from dsh_tools._context import ToolRunContext
+from dsh_tools._define import define_tool
+from dsh_tools._models import ToolExecutionInput, ToolExecutionResult
+from dsh_tools._plugins import PLUGINS_GROUP, load_plugins
+from dsh_tools._registry import ToolRegistry
 from dsh_tools.errors import ErrorCode, ToolError
-from dsh_tools.models import ToolExecutionInput, ToolExecutionResult
-from dsh_tools.plugins import PLUGINS_GROUP, load_plugins
-from dsh_tools.registry import ToolRegistry
 from dsh_tools_plugins.retry import RetryPolicy
 
 BUDGETS = """

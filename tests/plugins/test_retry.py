@@ -8,17 +8,17 @@ from typing import Any
 import anyio
 import pytest
 
-from dsh_tools.cancel import CancelSource
-from dsh_tools.context import ToolRunContext
-from dsh_tools.define import define_tool
-from dsh_tools.errors import DefinitionError, ErrorCode, ToolError
-from dsh_tools.models import (
+from dsh_tools._cancel import CancelSource
+from dsh_tools._context import ToolRunContext
+from dsh_tools._define import define_tool
+from dsh_tools._models import (
     ToolExecutionFailure,
     ToolExecutionInput,
     ToolExecutionResult,
     ToolExecutionSuccess,
 )
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._registry import ToolRegistry
+from dsh_tools.errors import DefinitionError, ErrorCode, ToolError
 from dsh_tools_plugins.retry import RetryPolicy
 from dsh_tools_plugins.timeouts import TimeoutPolicy
 

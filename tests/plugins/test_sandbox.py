@@ -35,11 +35,12 @@ from dsh_tools.presentation import (
     CardError,
     TerminalCallView,
     TerminalResultView,
+    render_call_view,
+    render_result,
     structure_call_view,
     structure_result_view,
     unstructure_view,
 )
-from dsh_tools.terminal import render_call_view, render_result
 from dsh_tools_plugins.command import run_command_tool
 from dsh_tools_plugins.sandbox import (
     Sandbox,

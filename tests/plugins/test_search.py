@@ -29,8 +29,8 @@ from dsh_tools import (
     ToolExecutionInput,
     ToolRegistry,
 )
-from dsh_tools.json import is_unicode
-from dsh_tools.models import ToolDefinition, ToolExecutionFailure, ToolExecutionSuccess
+from dsh_tools._json import is_unicode
+from dsh_tools._models import ToolDefinition, ToolExecutionFailure, ToolExecutionSuccess
 from dsh_tools.presentation import (
     GenericCallView,
     SearchFileMatches,

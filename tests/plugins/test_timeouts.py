@@ -10,19 +10,19 @@ from typing import Any
 import anyio
 import pytest
 
-from dsh_tools.cancel import CancelSignal, CancelSource
-from dsh_tools.context import ToolRunContext
-from dsh_tools.define import define_tool
-from dsh_tools.errors import DefinitionError
-from dsh_tools.hookspecs import Dispatch, hookimpl
-from dsh_tools.models import (
+from dsh_tools._cancel import CancelSignal, CancelSource
+from dsh_tools._context import ToolRunContext
+from dsh_tools._define import define_tool
+from dsh_tools._models import (
     ToolExecution,
     ToolExecutionFailure,
     ToolExecutionInput,
     ToolExecutionResult,
     ToolExecutionSuccess,
 )
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._registry import ToolRegistry
+from dsh_tools.errors import DefinitionError
+from dsh_tools.hookspecs import Dispatch, hookimpl
 from dsh_tools_plugins.timeouts import TimeoutPolicy
 
 SLOW_S = 5.0  # a body that would take this long is always cut by a 30-50 ms budget

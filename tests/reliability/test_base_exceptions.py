@@ -37,8 +37,8 @@ from dsh_tools import (
     define_tool,
     hookimpl,
 )
+from dsh_tools._cancel import CancelSource
 from dsh_tools.approvals import MemoryApprovalStore
-from dsh_tools.cancel import CancelSource
 
 
 class Escaped(BaseException):

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from dsh_tools._plugins import GUARDS_GROUP, PLUGINS_GROUP, TOOLS_GROUP, load_plugins
+from dsh_tools._registry import ToolRegistry
 from dsh_tools.errors import PluginConfigError
-from dsh_tools.plugins import GUARDS_GROUP, PLUGINS_GROUP, TOOLS_GROUP, load_plugins
-from dsh_tools.registry import ToolRegistry
 from dsh_tools_plugins.permissions import RulesError
 from fake_dists import Site, on_sys_path, run_dsh
 

@@ -29,13 +29,12 @@ import anyio.lowlevel
 import attrs
 import pytest
 
-from dsh_tools import cancel
-from dsh_tools.cancel import CancelSignal, CancelSource
-from dsh_tools.content import ContextMessage
-from dsh_tools.context import ToolRunContext
-from dsh_tools.define import define_tool
-from dsh_tools.hookspecs import hookimpl
-from dsh_tools.models import (
+from dsh_tools import _cancel as cancel
+from dsh_tools._cancel import CancelSignal, CancelSource
+from dsh_tools._content import ContextMessage
+from dsh_tools._context import ToolRunContext
+from dsh_tools._define import define_tool
+from dsh_tools._models import (
     ApprovalRequest,
     Ask,
     Deny,
@@ -43,7 +42,8 @@ from dsh_tools.models import (
     ToolExecutionInput,
     ToolExecutionResult,
 )
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._registry import ToolRegistry
+from dsh_tools.hookspecs import hookimpl
 
 POINTS = (
     "pre_execute",

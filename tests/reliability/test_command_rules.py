@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh_tools.models import Allow
+from dsh_tools._models import Allow
 from dsh_tools_plugins._shell import simple_argv
 from dsh_tools_plugins.permissions import PermissionRules, Rule, RulesError
 from fake_dists import run_dsh

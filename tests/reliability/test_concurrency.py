@@ -27,18 +27,20 @@ from dsh_tools import (
     CancelSource,
     ToolExecutionInput,
     ToolRegistry,
-    cancel,
     define_tool,
     hookimpl,
 )
-from dsh_tools.json import FrozenList
-from dsh_tools.models import (
+from dsh_tools import (
+    _cancel as cancel,
+)
+from dsh_tools._json import FrozenList
+from dsh_tools._models import (
     ToolExecution,
     ToolExecutionFailure,
     ToolExecutionResult,
     ToolExecutionSuccess,
 )
-from dsh_tools.registry import ToolScope
+from dsh_tools._registry import ToolScope
 
 CALLS = int(os.environ.get("DSH_TOOLS_CONCURRENT_CALLS", "10000"))
 TRIO_SHARE = 5

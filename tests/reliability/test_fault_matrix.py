@@ -39,12 +39,11 @@ import anyio
 import attrs
 import pytest
 
-from dsh_tools import cancel
-from dsh_tools.cancel import CancelSignal, CancelSource
-from dsh_tools.context import ToolRunContext
-from dsh_tools.define import define_tool
-from dsh_tools.hookspecs import hookimpl
-from dsh_tools.models import (
+from dsh_tools import _cancel as cancel
+from dsh_tools._cancel import CancelSignal, CancelSource
+from dsh_tools._context import ToolRunContext
+from dsh_tools._define import define_tool
+from dsh_tools._models import (
     Accept,
     ApprovalRequest,
     Ask,
@@ -55,7 +54,8 @@ from dsh_tools.models import (
     ToolExecutionSuccess,
     ToolOutput,
 )
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._registry import ToolRegistry
+from dsh_tools.hookspecs import hookimpl
 from dsh_tools.testing import CallRecorder
 from strategies import AgreesWithEverything
 

@@ -59,11 +59,10 @@ from dsh_tools import (
     define_tool,
     hookimpl,
 )
-from dsh_tools.content import ContextMessage, TextContent
-from dsh_tools.errors import DshToolsError, ErrorCode, JsonSchemaError, JsonValueError
-from dsh_tools.json import FrozenDict, FrozenList, dumps, loads, snapshot, thaw
-from dsh_tools.jsonschema import assert_supported_json_schema, compile_validator
-from dsh_tools.models import (
+from dsh_tools._content import ContextMessage, TextContent
+from dsh_tools._json import FrozenDict, FrozenList, dumps, loads, snapshot, thaw
+from dsh_tools._jsonschema import assert_supported_json_schema, compile_validator
+from dsh_tools._models import (
     ToolDefinition,
     ToolExecution,
     ToolExecutionFailure,
@@ -72,13 +71,14 @@ from dsh_tools.models import (
     ToolOutput,
     result_to_json,
 )
+from dsh_tools._schema import schema_spec_to_json_schema, value_spec_to_json_schema
+from dsh_tools.errors import DshToolsError, ErrorCode, JsonSchemaError, JsonValueError
 from dsh_tools.presentation import (
     CardError,
     structure_call_view,
     structure_result_view,
     unstructure_view,
 )
-from dsh_tools.schema import schema_spec_to_json_schema, value_spec_to_json_schema
 from dsh_tools_plugins.audit import AuditLog, read_audit_log
 from dsh_tools_plugins.permissions import PermissionRules
 from dsh_tools_plugins.tools import workspace_tools

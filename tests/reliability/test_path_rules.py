@@ -26,7 +26,7 @@ from dsh_tools import (
     define_tool,
     hookimpl,
 )
-from dsh_tools.models import ToolExecution, ToolExecutionFailure, ToolExecutionResult
+from dsh_tools._models import ToolExecution, ToolExecutionFailure, ToolExecutionResult
 from dsh_tools_plugins.permissions import PermissionRules
 from dsh_tools_plugins.tools import workspace_tools
 

@@ -27,11 +27,11 @@ from dsh_tools import (
     ToolRegistry,
     hookimpl,
 )
+from dsh_tools._json import thaw
+from dsh_tools._models import result_to_json
 from dsh_tools.bridges import wire
 from dsh_tools.bridges.acp import result_view_to_acp
-from dsh_tools.json import thaw
-from dsh_tools.models import result_to_json
-from dsh_tools.presenting import present_result
+from dsh_tools.presentation import present_result
 from dsh_tools_plugins.audit import AuditLog
 from dsh_tools_plugins.output_limit import OutputLimit
 from dsh_tools_plugins.tools import workspace_tools

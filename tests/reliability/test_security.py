@@ -46,16 +46,16 @@ from dsh_tools import (
     define_tool,
     hookimpl,
 )
-from dsh_tools.bridges.wire import DECLARATION_FORMATS, declarations
-from dsh_tools.json import FrozenDict
-from dsh_tools.models import (
+from dsh_tools._json import FrozenDict
+from dsh_tools._models import (
     ToolExecution,
     ToolExecutionFailure,
     ToolExecutionResult,
     ToolExecutionSuccess,
     ToolOutput,
 )
-from dsh_tools.plugins import BLOCK_ENV_VAR, GUARDS_GROUP, PLUGINS_GROUP, load_plugins
+from dsh_tools._plugins import BLOCK_ENV_VAR, GUARDS_GROUP, PLUGINS_GROUP, load_plugins
+from dsh_tools.bridges.wire import DECLARATION_FORMATS, declarations
 from dsh_tools.presentation import GenericCallView, GenericResultView
 from dsh_tools_plugins.audit import read_audit_log
 from dsh_tools_plugins.command import run_command_tool
@@ -550,9 +550,9 @@ CHILD = """
 import os, signal, sys
 import anyio
 from dsh_tools import hookimpl
-from dsh_tools.define import define_tool
-from dsh_tools.models import ToolExecutionInput
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._define import define_tool
+from dsh_tools._models import ToolExecutionInput
+from dsh_tools._registry import ToolRegistry
 from dsh_tools_plugins.audit import AuditLog
 
 path, total, kill_after = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

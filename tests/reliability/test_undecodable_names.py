@@ -1,7 +1,7 @@
 """A file whose name is not UTF-8 in the workspace: every wire still carries the answer.
 
 The project's rule: a name the OS gives as bytes that do not decode is shown with U+FFFD
-(``dsh_tools.json.unicode_text``). These tests hold the end-to-end promises: an MCP server
+(``dsh_tools._json.unicode_text``). These tests hold the end-to-end promises: an MCP server
 on stdio answers ``list_dir`` and keeps serving, and the audit log records every call.
 """
 

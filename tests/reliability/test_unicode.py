@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from dsh_tools import Accept, ToolExecutionInput, ToolRegistry, define_tool, hookimpl
-from dsh_tools.models import ToolExecutionResult
+from dsh_tools._models import ToolExecutionResult
 
 NAME = os.fsdecode(b"caf\xe9.txt")  # a latin-1 file name, as the OS hands it over
 

@@ -17,6 +17,18 @@ import logging
 from collections.abc import Callable
 from typing import Any, cast
 
+from .._json import FrozenDict, snapshot
+from .._models import (
+    Allow,
+    ApprovalOutcome,
+    ApprovalRequest,
+    ApprovalService,
+    Ask,
+    Deny,
+    ToolExecutionFailure,
+    failure_result,
+)
+from .._safetext import safe_text
 from ..approvals import (
     ANSWERS,
     REMEMBERED_OUTCOMES,
@@ -32,19 +44,7 @@ from ..approvals import (
     exact_outcome,
 )
 from ..errors import ErrorCode, RegistrationError
-from ..json import FrozenDict, snapshot
-from ..models import (
-    Allow,
-    ApprovalOutcome,
-    ApprovalRequest,
-    ApprovalService,
-    Ask,
-    Deny,
-    ToolExecutionFailure,
-    failure_result,
-)
 from ..records import Origin
-from ..safetext import safe_text
 from .call import Call, Interrupted, StageFailed
 from .journal import earlier_attempt, needs_no_answer
 from .loops import is_awaitable

@@ -17,10 +17,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..cancel import NEVER_CANCELLED, CancelSignal
-from ..context import ToolRunContext
+from .._cancel import NEVER_CANCELLED, CancelSignal
+from .._context import ToolRunContext
+from .._models import ToolExecutionFailure, ToolExecutionResult
 from ..errors import ErrorCode
-from ..models import ToolExecutionFailure, ToolExecutionResult
 from .call import Call
 from .render import render
 from .results import code, error_result

@@ -19,11 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .. import cancel
-from ..content import ContextMessage
-from ..errors import ErrorCode, JsonValueError
-from ..json import FrozenDict, snapshot
-from ..models import (
+from .. import _cancel as cancel
+from .._content import ContextMessage
+from .._json import FrozenDict, snapshot
+from .._models import (
     ExecutionToken,
     ToolExecution,
     ToolExecutionFailure,
@@ -31,8 +30,9 @@ from ..models import (
     UnreadableArguments,
     failure_result,
 )
+from .._tracing import Stage, TraceEvent
+from ..errors import ErrorCode, JsonValueError
 from ..records import DecisionRecord, Origin
-from ..tracing import Stage, TraceEvent
 from .loops import on_event_loop, run_on_own_loop, stops_the_caller
 from .results import error_result, message, trusted_constructor
 from .stream import Stream
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     import anyio
 
     from ..approvals import ApprovalTicket, JournalEntry, JournalStore
-    from ..presentation import ToolCallView
+    from ..presentation._cards import ToolCallView
     from .plan import Plan, ToolEntry
 
 logger = logging.getLogger("dsh_tools")
@@ -336,7 +336,7 @@ class Call:
     async def settle(
         self, value: Any, deadline: float = math.inf, *, by_signal: bool = True
     ) -> Any:
-        """Await a plugin's awaitable, interrupted :data:`~dsh_tools.cancel.CANCEL_GRACE_S`
+        """Await a plugin's awaitable, interrupted :data:`~dsh_tools._cancel.CANCEL_GRACE_S`
         after the caller's signal fires (unless ``by_signal`` is false: result observers
         record the call, they do not work for it) or at ``deadline``: raises
         :class:`Interrupted`.

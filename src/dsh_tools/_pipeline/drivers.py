@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from .. import cancel
+from .. import _cancel as cancel
+from .._json import FrozenDict
+from .._models import Deny, ToolExecutionInput, ToolExecutionResult, failure_result
 from ..errors import ErrorCode, JsonValueError
-from ..json import FrozenDict
-from ..models import Deny, ToolExecutionInput, ToolExecutionResult, failure_result
 from .approval import ALLOW, unrunnable
 from .body import run_body
 from .call import Call, Handle, Interrupted, StageFailed, frozen_arguments

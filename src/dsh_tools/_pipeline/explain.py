@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .._models import Ask, Deny, ToolExecutionInput
 from ..errors import ErrorCode, JsonValueError
-from ..models import Ask, Deny, ToolExecutionInput
 from ..records import DecisionStep, Explanation
 from .approval import ALLOW, approval_keys, refusal, remembered, unroutable, unrunnable
 from .call import Call, Handle, Interrupted, StageFailed, frozen_arguments

@@ -29,6 +29,18 @@ from typing import Any, TypeVar, cast
 import attrs
 
 from .._accounts import account
+from .._content import ContextMessage
+from .._json import FrozenDict, snapshot, thaw
+from .._models import (
+    ToolDefinition,
+    ToolErrorInfo,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    ToolFailure,
+    failure_result,
+    result_to_json,
+)
 from ..approvals import (
     ApprovalTicket,
     JournalBegin,
@@ -39,19 +51,7 @@ from ..approvals import (
     call_digest,
     journal_owner,
 )
-from ..content import ContextMessage
 from ..errors import ErrorCode
-from ..json import FrozenDict, snapshot, thaw
-from ..models import (
-    ToolDefinition,
-    ToolErrorInfo,
-    ToolExecutionFailure,
-    ToolExecutionResult,
-    ToolExecutionSuccess,
-    ToolFailure,
-    failure_result,
-    result_to_json,
-)
 from ..records import Origin
 from .call import Attempt, Call, StageFailed
 from .loops import is_awaitable, on_event_loop
@@ -418,7 +418,7 @@ def _marked(result: ToolExecutionResult, how: str) -> ToolExecutionResult:
 
 
 def result_from_json(recorded: object) -> ToolExecutionResult:
-    """A result from :func:`~dsh_tools.models.result_to_json`'s JSON (a recorded one)."""
+    """A result from :func:`~dsh_tools._models.result_to_json`'s JSON (a recorded one)."""
     if not isinstance(recorded, FrozenDict):
         return failure_result("the journal holds no readable result", ErrorCode.OUTCOME_UNKNOWN)
     data: dict[str, Any] = thaw(recorded)

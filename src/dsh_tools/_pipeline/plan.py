@@ -35,12 +35,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
+from .._jsonschema import compile_validator
+from .._models import ApprovalService, ToolDefinition, ToolOutput, ToolSchema
+from .._tracing import Tracer
 from .._validation.codegen import Admitter
 from ..errors import DefinitionError, JsonSchemaError, within
-from ..jsonschema import compile_validator
-from ..models import ApprovalService, ToolDefinition, ToolOutput, ToolSchema
 from ..records import Origin
-from ..tracing import Tracer
 
 if TYPE_CHECKING:
     from ..approvals import ApprovalStore, JournalStore

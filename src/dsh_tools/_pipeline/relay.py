@@ -27,7 +27,7 @@ from .loops import Home
 from .results import message
 
 if TYPE_CHECKING:
-    from ..models import ToolExecution
+    from .._models import ToolExecution
 
 logger = logging.getLogger("dsh_tools")
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..content import ContextMessage, ImageContent, TextContent, content_blocks, text_blocks
+from .._content import ContextMessage, ImageContent, TextContent, content_blocks, text_blocks
+from .._json import NEG_SMALL_INT, SMALL_INT, JsonValue, dumps, is_unicode, snapshot
+from .._models import ExecutionToken, ToolExecutionSuccess
 from ..errors import ErrorCode, JsonValueError, ToolOutputError
-from ..json import NEG_SMALL_INT, SMALL_INT, JsonValue, dumps, is_unicode, snapshot
-from ..models import ExecutionToken, ToolExecutionSuccess
 from .call import Call, StageFailed
 from .loops import stops_the_caller
 from .results import message, success_result

@@ -13,11 +13,16 @@ from typing import Any, TypeVar
 
 import attrs
 
+from .._content import ContextMessage
+from .._json import FrozenList, JsonValue
+from .._models import (
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    failure_result,
+)
 from .._validation.codegen import compiled
-from ..content import ContextMessage
 from ..errors import DshToolsError, ErrorCode
-from ..json import FrozenList, JsonValue
-from ..models import ToolExecutionFailure, ToolExecutionResult, ToolExecutionSuccess, failure_result
 from .loops import stops_the_caller
 
 R = TypeVar("R", bound=attrs.AttrsInstance)

@@ -18,7 +18,7 @@ deadline (the earliest of the tool's ``timeout_ms`` or the registry's
   its own (:func:`~dsh_tools._pipeline.loops.on_host_loop` tells the two loops apart);
 * a ``def`` body with a deadline runs in one worker thread wherever it is called; at the
   deadline its signal fires and the call ends ``TOOL_TIMEOUT`` at once. A thread cannot
-  be interrupted: it is left to finish (:func:`dsh_tools.lingering.left_running` says
+  be interrupted: it is left to finish (:func:`dsh_tools._lingering.left_running` says
   so), and what it returns late is logged and dropped.
 
 A body's worker thread runs in a copy of the caller's context variables, as anyio's
@@ -36,8 +36,8 @@ from collections.abc import Callable
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
-from ..cancel import NEVER_CANCELLED, CancelSignal, CancelSource, Deadline, linked_source
-from ..lingering import left_running
+from .._cancel import NEVER_CANCELLED, CancelSignal, CancelSource, Deadline, linked_source
+from .._lingering import left_running
 from .loops import (
     NEVER_AWAITABLE,
     is_awaitable,
@@ -48,7 +48,7 @@ from .loops import (
 )
 
 if TYPE_CHECKING:
-    from ..context import ToolRunContext
+    from .._context import ToolRunContext
     from .call import Call
     from .plan import ToolEntry
 
@@ -222,7 +222,7 @@ class _Worker:
         self.raw: Any = None
         self.error: BaseException | None = None
         self.ended: list[Callable[[], None]] = []
-        """What to call once the body returned (see :mod:`dsh_tools.lingering`)."""
+        """What to call once the body returned (see :mod:`dsh_tools._lingering`)."""
 
     def run(self) -> None:
         try:

@@ -23,11 +23,10 @@ from typing import Any
 
 import attrs
 
-from .. import cancel
-from ..content import content_blocks, content_text
-from ..errors import ErrorCode
-from ..json import FrozenList
-from ..models import (
+from .. import _cancel as cancel
+from .._content import content_blocks, content_text
+from .._json import FrozenList
+from .._models import (
     Accept,
     Allow,
     Ask,
@@ -38,6 +37,7 @@ from ..models import (
     ToolExecutionSuccess,
     failure_result,
 )
+from ..errors import ErrorCode
 from .approval import ALLOW, approve, refusal, resumed, unrunnable
 from .call import Call, Interrupted, StageFailed
 from .loops import is_awaitable

@@ -46,8 +46,8 @@ from .plan import Impl, listener_impl
 from .results import message
 
 if TYPE_CHECKING:
-    from ..cancel import CancelSignal
-    from ..models import ToolDefinition, ToolExecution
+    from .._cancel import CancelSignal
+    from .._models import ToolDefinition, ToolExecution
     from .plan import Plan
 
 logger = logging.getLogger("dsh_tools")

@@ -20,6 +20,14 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
+from .._json import FrozenDict, snapshot
+from .._models import (
+    ApprovalOutcome,
+    Ask,
+    ToolExecutionFailure,
+    ToolExecutionInput,
+    failure_result,
+)
 from .._numbers import positive_finite
 from ..approvals import (
     ApprovalAnswer,
@@ -30,15 +38,7 @@ from ..approvals import (
     TicketWatchers,
 )
 from ..errors import ErrorCode
-from ..json import FrozenDict, snapshot
-from ..models import (
-    ApprovalOutcome,
-    Ask,
-    ToolExecutionFailure,
-    ToolExecutionInput,
-    failure_result,
-)
-from ..presentation import unstructure_view
+from ..presentation._cards import unstructure_view
 from ..records import Origin
 from .call import Call, Interrupted, StageFailed, Waiting
 from .journal import journal_of, took, with_ticket
@@ -390,8 +390,8 @@ def resumed_call(
     (``None``: the registry, which may resume any agent's ticket). Raises
     :class:`~dsh_tools.approvals.TicketError` for an unknown ticket, another agent's, or
     a store that cannot be read; the pipeline checks the rest when the call runs."""
+    from .._json import thaw
     from ..approvals import TicketError, TicketNotFoundError
-    from ..json import thaw
 
     if isinstance(ticket, ApprovalTicket):
         ticket_id = ticket.id

@@ -1,11 +1,11 @@
 """The views of a registry: what the registry itself and each of its scopes do alike,
 and :class:`ToolScope`, an agent's view.
 
-:class:`~dsh_tools.registry.ToolRegistry` (the global layer) and :class:`ToolScope` (an
+:class:`~dsh_tools._registry.ToolRegistry` (the global layer) and :class:`ToolScope` (an
 agent's layer) share these operations: register and look up tools, guards and plugins
 through the view, and run, resume or explain a call routed to the view's agent. The
 registry holds the state they act on; a view reaches it through :class:`_State`, so this
-module never imports the registry's (``dsh_tools.registry`` re-exports ``ToolScope``,
+module never imports the registry's (``dsh_tools._registry`` re-exports ``ToolScope``,
 ``Disposer`` and ``Guard`` from here).
 """
 
@@ -14,17 +14,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._models import ToolDefinition, ToolExecution, ToolExecutionInput, ToolExecutionResult
 from ..errors import RegistrationError
-from ..models import ToolDefinition, ToolExecution, ToolExecutionInput, ToolExecutionResult
 from . import drivers, explain
 from .loops import drive, refuse_inside_a_loop, run_on_own_loop
 from .tickets import resumed_call
 
 if TYPE_CHECKING:
+    from .._cancel import CancelSignal
+    from .._models import PresentableResult, ToolSchema
     from ..approvals import ApprovalStore, ApprovalTicket
-    from ..cancel import CancelSignal
-    from ..models import PresentableResult, ToolSchema
-    from ..presentation import ToolCallView, ToolResultView
+    from ..presentation._cards import ToolCallView, ToolResultView
     from ..progress import ProgressListener
     from ..records import Explanation
     from .call import Handle
@@ -42,7 +42,7 @@ Guard = Callable[[ToolExecution], "str | None"]
 
 class _State(Protocol):
     """What a view acts on: the registry's layers, plugins and plans
-    (:class:`~dsh_tools.registry.ToolRegistry` is the one implementation)."""
+    (:class:`~dsh_tools._registry.ToolRegistry` is the one implementation)."""
 
     _plans: dict[tuple[str, ...], Plan]
     _handle: Handle
@@ -131,7 +131,7 @@ class _ViewBase:
     def present_call(self, call: ToolExecutionInput) -> ToolCallView:
         """The pending card for ``call`` as this view's agent sees the tool; never raises
         (a missing, failing or outdated presenter gives the generic fallback card)."""
-        from ..presenting import present_call
+        from ..presentation._presenting import present_call
 
         return present_call(self, call)
 
@@ -139,7 +139,7 @@ class _ViewBase:
         self, call: ToolExecutionInput, result: ToolExecutionResult | PresentableResult
     ) -> ToolResultView | None:
         """The completed card for ``call``, or ``None`` to show the raw content; never raises."""
-        from ..presenting import present_result
+        from ..presentation._presenting import present_result
 
         return present_result(self, call, result)
 

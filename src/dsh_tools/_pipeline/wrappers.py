@@ -15,10 +15,15 @@ from typing import Any
 
 import attrs
 
-from ..cancel import CancelSignal
+from .._cancel import CancelSignal
+from .._models import (
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    failure_result,
+)
+from .._tracing import _WRAPPED
 from ..errors import ErrorCode
-from ..models import ToolExecutionFailure, ToolExecutionResult, ToolExecutionSuccess, failure_result
-from ..tracing import _WRAPPED
 from .body import run_body
 from .call import Call, StageFailed, expire
 from .loops import is_missing_loop, on_event_loop

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import CodeType
 from typing import Any, TypeAlias
 
-from ..json import (
+from .._json import (
     NEG_SMALL_INT,
     SMALL_INT,
     FrozenDict,

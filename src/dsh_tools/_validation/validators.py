@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from ..json import MAX_DEPTH, FrozenDict, FrozenList, int_has_text, is_unicode
+from .._json import MAX_DEPTH, FrozenDict, FrozenList, int_has_text, is_unicode
 
 Validator: TypeAlias = Callable[[object], list[str]]
 """A compiled validator: the violations of a value, ``[]`` when it is valid."""
@@ -32,7 +32,7 @@ _isfinite = math.isfinite
 
 
 def is_lossless(value: object, depth: int = 0) -> bool:
-    """Whether ``value`` is lossless JSON (the rules of :func:`~dsh_tools.json.snapshot`)
+    """Whether ``value`` is lossless JSON (the rules of :func:`~dsh_tools._json.snapshot`)
     with every container above :data:`MAX_DEPTH`, counting ``value`` itself at ``depth``.
 
     Iterative and exception-proof, so it is safe on any object and at any nesting.

@@ -16,7 +16,7 @@ from typing import Any, Protocol, cast
 
 import attrs
 
-from ..json import canonical
+from .._json import canonical
 
 __all__ = [
     "ANSWERS",

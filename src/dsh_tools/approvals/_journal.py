@@ -23,8 +23,8 @@ from typing import Protocol
 
 import attrs
 
+from .._json import JsonValue
 from ..errors import DshToolsError, ErrorCode
-from ..json import JsonValue
 from ._tickets import ApprovalTicket
 
 __all__ = [

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from ..json import JsonValue
+from .._json import JsonValue
 from ._journal import JournalBegin, JournalEntry, JournalState, begin_entry
 from ._tickets import ApprovalTicket
 

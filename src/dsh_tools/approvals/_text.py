@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import datetime
 
-from ..json import FrozenDict, thaw
-from ..presentation import CardError, ToolCallView, fallback_call_view, structure_call_view
+from .._json import FrozenDict, thaw
+from ..presentation._cards import CardError, ToolCallView, fallback_call_view, structure_call_view
 from . import ApprovalTicket, JournalEntry, JournalState
 
 __all__ = [

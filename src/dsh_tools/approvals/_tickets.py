@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 import attrs
 
+from .._json import FrozenDict
 from ..errors import DshToolsError, ErrorCode
-from ..json import FrozenDict
 from ._answers import (
     ANSWERS,
     ApprovalAnswer,

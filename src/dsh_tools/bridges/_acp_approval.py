@@ -9,15 +9,15 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._json import thaw
+from .._models import ApprovalOutcome, ApprovalRequest, ToolExecutionInput
+from .._safetext import safe_text
 from ..approvals import REMEMBERED_OUTCOMES, ApprovalAnswer
-from ..json import thaw
-from ..models import ApprovalOutcome, ApprovalRequest, ToolExecutionInput
-from ..safetext import safe_text
 from ._acp_cards import Json, plain_json
 from ._acp_session import acp_tool_call
 
 if TYPE_CHECKING:
-    from ..registry import ToolRegistry, ToolScope
+    from .._registry import ToolRegistry, ToolScope
 
 logger = logging.getLogger("dsh_tools")
 

@@ -3,7 +3,7 @@
 Plain ``dict`` data only; no ACP package is needed. How each card maps is described in
 :mod:`dsh_tools.bridges.acp`, the public import path.
 
-What an editor shows as text passes :func:`~dsh_tools.safetext.safe_text`: titles on one
+What an editor shows as text passes :func:`~dsh_tools._safetext.safe_text`: titles on one
 line, text content and terminal output with their lines kept. Data an editor acts on
 (``rawInput``, paths in ``locations`` and diffs, diff text) is passed as it is.
 """
@@ -14,10 +14,11 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeAlias
 
-from ..content import content_text
-from ..json import thaw
-from ..models import PresentableResult, ToolExecutionResult
-from ..presentation import (
+from .._content import content_text
+from .._json import thaw
+from .._models import PresentableResult, ToolExecutionResult
+from .._safetext import safe_text
+from ..presentation._cards import (
     DiffResultView,
     FileDiff,
     FileLocation,
@@ -34,8 +35,7 @@ from ..presentation import (
     WebSearchView,
     command_reach,
 )
-from ..presenting import presentable_result
-from ..safetext import safe_text
+from ..presentation._presenting import presentable_result
 from ._acp_paths import absolute_path, relative_title
 
 Json = dict[str, Any]

@@ -10,16 +10,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
+from .._json import snapshot, thaw
+from .._models import PresentableResult, ToolExecution, ToolExecutionInput, ToolExecutionResult
 from .._pipeline.relay import Relay
-from ..json import snapshot, thaw
-from ..models import PresentableResult, ToolExecution, ToolExecutionInput, ToolExecutionResult
-from ..presenting import present_call, present_result
+from .._safetext import safe_text
+from ..presentation._presenting import present_call, present_result
 from ..progress import Output, Progress, ProgressListener
-from ..safetext import safe_text
 from ._acp_cards import Json, call_view_to_acp, result_view_to_acp
 
 if TYPE_CHECKING:
-    from ..registry import ToolRegistry, ToolScope
+    from .._registry import ToolRegistry, ToolScope
 
 logger = logging.getLogger("dsh_tools")
 
@@ -38,7 +38,7 @@ def acp_tool_call(
     terminal_output: bool = False,
 ) -> Json:
     """The ``tool_call`` update of ``call``: its tool's pending card
-    (:func:`~dsh_tools.presenting.present_call`), with the call's arguments as
+    (:func:`~dsh_tools.presentation.present_call`), with the call's arguments as
     ``rawInput``. Never raises for a tool or presenter problem."""
     card = present_call(view, call)
     arguments = _json_or_none(call.arguments)
@@ -56,7 +56,7 @@ def acp_tool_call_update(
     terminal_output: bool = False,
 ) -> Json:
     """The final ``tool_call_update`` of ``call``: its tool's completed card
-    (:func:`~dsh_tools.presenting.present_result`) or the raw content."""
+    (:func:`~dsh_tools.presentation.present_result`) or the raw content."""
     card = present_result(view, call, result)
     return result_view_to_acp(call.call_id, card, result, cwd=cwd, terminal_output=terminal_output)
 

@@ -23,30 +23,30 @@ import attrs
 from mcp import types as mcp_types
 from mcp.shared.exceptions import NoBackChannelError
 
+from .._content import TextContent
 from .._decisions import ApprovalReply
-from .._pipeline.approval import answers_now, channel
-from ..approvals import ApprovalAnswer, ApprovalKey
-from ..approvals._text import attempt_text
-from ..content import TextContent
-from ..errors import ErrorCode
-from ..models import (
+from .._models import (
     ApprovalOutcome,
     ApprovalRequest,
     ToolExecutionFailure,
     ToolExecutionInput,
     ToolExecutionResult,
 )
-from ..registry import ToolScope
-from ..safetext import safe_text
-from ..terminal import render_call_view
+from .._pipeline.approval import answers_now, channel
+from .._registry import ToolScope
+from .._safetext import safe_text
+from ..approvals import ApprovalAnswer, ApprovalKey
+from ..approvals._text import attempt_text
+from ..errors import ErrorCode
+from ..presentation._terminal import render_call_view
 from ._mcp_clients import ClientScopes
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
     from mcp.server.session import ServerSession
 
-    from ..models import ApprovalChannel
-    from ..registry import ToolRegistry
+    from .._models import ApprovalChannel
+    from .._registry import ToolRegistry
 
 __all__ = [
     "ANSWER_SCHEMA",

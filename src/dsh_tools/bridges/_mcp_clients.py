@@ -33,14 +33,14 @@ import attrs
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .._accounts import ANONYMOUS_PREFIX
-from ..content import TextContent
+from .._content import TextContent
+from .._models import ToolExecutionFailure
 from ..errors import ErrorCode
-from ..models import ToolExecutionFailure
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
 
-    from ..models import ToolExecutionResult
+    from .._models import ToolExecutionResult
 
 __all__ = [
     "ANONYMOUS_PREFIX",

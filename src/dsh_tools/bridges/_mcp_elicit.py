@@ -3,7 +3,7 @@
 A remote server may ask the user something while one of its tools runs
 (``elicitation/create``). :class:`~dsh_tools.bridges.mcp.McpToolSource` given
 ``approval=`` answers such a question through that channel: the channel gets an
-:class:`~dsh_tools.models.ApprovalRequest` naming the agent, the remote tool and the call
+:class:`~dsh_tools._models.ApprovalRequest` naming the agent, the remote tool and the call
 that was running, with the server's message (made safe to show) as the reason. The
 channel can only allow or refuse, so an answer accepts only a form it can fill: an
 approval form (a ``decision`` offering ``allow-once``/``allow-always``/``reject``, such
@@ -25,16 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 from mcp import types as mcp_types
 
+from .._json import snapshot
+from .._models import ApprovalOutcome, ApprovalRequest
 from .._pipeline.approval import channel
+from .._safetext import safe_text
 from ..approvals import ApprovalAnswer, exact_outcome
-from ..json import snapshot
-from ..models import ApprovalOutcome, ApprovalRequest
-from ..safetext import safe_text
 
 if TYPE_CHECKING:
     from mcp.client.session import ClientRequestContext
 
-    from ..models import ApprovalChannel, ToolExecution
+    from .._models import ApprovalChannel, ToolExecution
 
 __all__ = ["calling_remote", "elicitation_answerer"]
 

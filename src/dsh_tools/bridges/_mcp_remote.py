@@ -16,13 +16,13 @@ from mcp import Client, ClientSession, MCPError
 from mcp import types as mcp_types
 from mcp.shared.dispatcher import ProgressFnT
 
-from ..content import ImageContent, TextContent, content_text
-from ..context import ToolRunContext
+from .._content import ImageContent, TextContent, content_text
+from .._context import ToolRunContext
+from .._json import FrozenDict, JsonValue, dumps, snapshot, thaw
+from .._jsonschema import assert_supported_json_schema
+from .._models import ToolDefinition, ToolOutput
+from .._registry import Disposer
 from ..errors import DshToolsError, JsonSchemaError, ToolError
-from ..json import FrozenDict, JsonValue, dumps, snapshot, thaw
-from ..jsonschema import assert_supported_json_schema
-from ..models import ToolDefinition, ToolOutput
-from ..registry import Disposer
 from ._mcp_elicit import calling_remote
 from ._mcp_hints import imported_metadata
 from ._mcp_serve import View

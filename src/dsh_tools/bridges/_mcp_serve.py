@@ -15,15 +15,15 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from pydantic import TypeAdapter, ValidationError
 
+from .._content import content_text
+from .._json import FrozenDict, thaw
+from .._models import ToolDefinition, ToolExecutionInput, ToolExecutionResult, failure_result
 from .._pipeline.relay import Relay
+from .._registry import ToolRegistry, ToolScope
+from .._safetext import safe_text
 from .._version import __version__
-from ..content import content_text
 from ..errors import ErrorCode, RegistrationError
-from ..json import FrozenDict, thaw
-from ..models import ToolDefinition, ToolExecutionInput, ToolExecutionResult, failure_result
 from ..progress import Output, Progress
-from ..registry import ToolRegistry, ToolScope
-from ..safetext import safe_text
 from ._mcp_approval import ApprovalsMode, McpApprovals, input_required, with_approval_hint
 from ._mcp_clients import ClientIdentityError, with_identity_hint
 from ._mcp_hints import annotations_of

@@ -11,8 +11,8 @@ from typing import Any, TypeAlias
 from mcp import Client, ClientSession, MCPError, StdioServerParameters
 from mcp.server.lowlevel import Server
 
-from ..models import ApprovalChannel
-from ..registry import Disposer
+from .._models import ApprovalChannel
+from .._registry import Disposer
 from ._mcp_elicit import elicitation_answerer
 from ._mcp_remote import McpClient, McpConnectionError, McpRemoteTool, load_mcp_tools, register_all
 from ._mcp_serve import View

@@ -10,9 +10,9 @@ import json as _stdlib_json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._json import loads, snapshot
+from .._models import ToolExecutionInput, UnreadableArguments
 from ..errors import JsonValueError
-from ..json import loads, snapshot
-from ..models import ToolExecutionInput, UnreadableArguments
 from ._wire_shared import WireFormatError, dispatch
 
 _JSON_KINDS: tuple[tuple[type | tuple[type, ...], str], ...] = (

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..json import dumps, thaw
-from ..models import ToolSchema
+from .._json import dumps, thaw
+from .._models import ToolSchema
 from ._wire_shared import Json, dispatch
 
 

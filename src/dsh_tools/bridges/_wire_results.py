@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..content import content_text
-from ..json import FrozenList, thaw
-from ..models import ToolExecutionFailure, ToolExecutionResult, ToolExecutionSuccess
+from .._content import content_text
+from .._json import FrozenList, thaw
+from .._models import ToolExecutionFailure, ToolExecutionResult, ToolExecutionSuccess
 from ._wire_shared import Json
 
 

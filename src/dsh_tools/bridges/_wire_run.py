@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ..models import ToolExecutionInput, ToolExecutionResult
+from .._models import ToolExecutionInput, ToolExecutionResult
 
 if TYPE_CHECKING:
-    from ..registry import ToolRegistry, ToolScope
+    from .._registry import ToolRegistry, ToolScope
 
 
 async def execute_calls(

@@ -9,7 +9,7 @@ Tool failures, denials included, are ``isError`` results, never protocol errors.
 
 **Consume.** :class:`McpToolSource` (or :func:`register_mcp_server` for a client you
 connected yourself) lists an MCP server's tools and registers each as a raw
-:class:`~dsh_tools.models.ToolDefinition` whose body calls the server, so remote tools run
+:class:`~dsh_tools._models.ToolDefinition` whose body calls the server, so remote tools run
 behind this registry's policies and guards like local ones.
 
 Needs the ``mcp`` extra (``pip install '.[mcp]'`` in a clone of dsh-tools).

@@ -14,7 +14,7 @@ off at the token limit, say) is the model's mistake, not the host's: it becomes 
 whose arguments are :class:`~dsh_tools.UnreadableArguments`, which the pipeline answers
 ``INVALID_JSON`` (observers and audit logs see it), so one bad call never costs the
 others their turn. Arguments that arrive as JSON text are parsed with
-:func:`dsh_tools.json.loads` (lossless: ``NaN`` and over-deep nesting are rejected);
+:func:`dsh_tools._json.loads` (lossless: ``NaN`` and over-deep nesting are rejected);
 arguments that arrive as an object are passed through untouched, because the registry
 snapshots and validates them anyway.
 """

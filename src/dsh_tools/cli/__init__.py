@@ -46,8 +46,8 @@ from ._serve import cmd_serve_mcp
 from ._setup import build, exported_options
 
 if TYPE_CHECKING:
-    from ..plugins import LoadReport
-    from ..registry import ToolRegistry
+    from .._plugins import LoadReport
+    from .._registry import ToolRegistry
 
 __all__ = [
     "EXIT_CALL_FAILED",

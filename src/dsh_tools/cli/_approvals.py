@@ -5,7 +5,7 @@ It works on the store the command line names (``--approvals-store``, else
 ``$DSH_TOOLS_APPROVALS_URL``), else the workspace's SQLite store outside the workspace
 (:meth:`~dsh_tools_plugins.approval_store.SqliteApprovalStore.for_workspace`), which is
 where a call that asked is waiting. Every text that came from a model, a workspace or a
-plugin passes :func:`~dsh_tools.safetext.safe_text` before it is shown.
+plugin passes :func:`~dsh_tools._safetext.safe_text` before it is shown.
 :mod:`dsh_tools.cli` is the public entry point.
 """
 
@@ -18,6 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO, cast
 
+from .._json import thaw
+from .._safetext import safe_text
 from ..approvals import (
     ApprovalTicket,
     JournalEntry,
@@ -27,8 +29,6 @@ from ..approvals import (
     TicketState,
     TicketStore,
 )
-from ..json import thaw
-from ..safetext import safe_text
 from ._exits import EXIT_OK, Refused, UsageError, needs_mcp_extra
 from ._store import STORE_ERROR, ChosenStore, named_location, ticket_store
 
@@ -232,7 +232,7 @@ def _shown(ticket: ApprovalTicket, entry: JournalEntry | None, out: TextIO) -> N
         outcome_text,
         ticket_card,
     )
-    from ..terminal import emit_card, render_call_view
+    from ..presentation._terminal import emit_card, render_call_view
 
     emit_card(render_call_view(ticket_card(ticket)), out)
     lines = [

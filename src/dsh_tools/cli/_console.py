@@ -6,7 +6,7 @@
   ``UnicodeEncodeError``.
 * The library's log records (logger ``dsh_tools``) become ``dsh-tools: warning: ...``
   lines, each message on one line and made safe to show
-  (:func:`~dsh_tools.safetext.safe_text`); their tracebacks are shown only with
+  (:func:`~dsh_tools._safetext.safe_text`); their tracebacks are shown only with
   ``--debug``.
 * When the reader of standard output goes away (``dsh-tools list | head -1``) the
   program stops quietly, as one stopped by ``SIGPIPE`` would.
@@ -24,8 +24,8 @@ import sys
 from collections.abc import Iterator
 from typing import Final, TextIO
 
-from ..json import unicode_text
-from ..safetext import safe_text
+from .._json import unicode_text
+from .._safetext import safe_text
 
 __all__ = [
     "EXIT_OUTPUT_CLOSED",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ._console import EXIT_OUTPUT_CLOSED
 
 if TYPE_CHECKING:
-    from ..plugins import LoadReport
+    from .._plugins import LoadReport
 
 __all__ = [
     "EXIT_CALL_FAILED",

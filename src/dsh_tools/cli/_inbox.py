@@ -39,6 +39,8 @@ from urllib.parse import urlencode
 import anyio
 import attrs
 
+from .._models import ApprovalOutcome
+from .._safetext import safe_text
 from ..approvals import (
     ApprovalTicket,
     TicketAnswer,
@@ -47,8 +49,6 @@ from ..approvals import (
     TicketState,
     TicketStore,
 )
-from ..models import ApprovalOutcome
-from ..safetext import safe_text
 from ._inbox_page import LASTS, fragment, page
 
 if TYPE_CHECKING:

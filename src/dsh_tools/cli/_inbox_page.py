@@ -1,9 +1,9 @@
 """The approval inbox's HTML: one server-rendered page and the fragment it polls.
 
 Every string shown comes from a model, a workspace or a rules file, so each goes through
-:func:`~dsh_tools.safetext.safe_text` (nothing in it can act on a reader) and then
+:func:`~dsh_tools._safetext.safe_text` (nothing in it can act on a reader) and then
 :func:`html.escape` (nothing in it can act on the page). The card is the terminal's
-rendering of the call (:func:`~dsh_tools.terminal.render_call_view`), so the inbox shows
+rendering of the call (:func:`~dsh_tools.presentation.render_call_view`), so the inbox shows
 a command, a diff or a path exactly as ``dsh-tools approvals show`` prints it.
 
 :mod:`dsh_tools.cli._inbox` serves these pages.
@@ -14,12 +14,12 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
+from .._models import ApprovalOutcome
+from .._safetext import safe_text
 from ..approvals import ApprovalTicket
 from ..approvals._text import ticket_card, ticket_fields
-from ..models import ApprovalOutcome
-from ..presentation import DiffCallView, ToolCallView
-from ..safetext import safe_text
-from ..terminal import render_call_view
+from ..presentation._cards import DiffCallView, ToolCallView
+from ..presentation._terminal import render_call_view
 
 __all__ = ["LASTS", "fragment", "page"]
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, TextIO
 from ._exits import EXIT_CALL_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
-    from ..plugins import LoadReport
-    from ..registry import ToolRegistry
+    from .._plugins import LoadReport
+    from .._registry import ToolRegistry
 
 __all__ = ["cmd_check", "cmd_list", "cmd_plugins", "cmd_schemas"]
 
@@ -49,8 +49,8 @@ def cmd_list(registry: ToolRegistry, options: argparse.Namespace, out: TextIO) -
 def cmd_schemas(
     registry: ToolRegistry, options: argparse.Namespace, out: TextIO, err: TextIO
 ) -> int:
+    from .._checks import declaration_problems
     from ..bridges.wire import declarations
-    from ..checks import declaration_problems
 
     schemas = registry.schemas()
     problems = declaration_problems(schemas, options.format)
@@ -76,7 +76,7 @@ def cmd_check(
 ) -> int:
     """Every problem of the plugins and the registry; then, with none, what the
     permission rules do (a call no rule matches, the tools no rule names)."""
-    from ..checks import check_registry
+    from .._checks import check_registry
     from ._setup import unmatched_rule_problems
 
     problems = [failure.message for failure in report.failed]

@@ -12,7 +12,7 @@
 
 Every view hears the call through a :class:`~dsh_tools._pipeline.relay.Relay` (so after the
 scope's progress filters, a few batches a second, none after the result); text for a
-person passes :func:`~dsh_tools.safetext.safe_text`.
+person passes :func:`~dsh_tools._safetext.safe_text`.
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING, Any, Protocol, TextIO
 import attrs
 
 from .._pipeline.relay import Relay
+from .._safetext import safe_text
 from ..progress import Output, Progress
-from ..safetext import safe_text
 from ._console import json_text
 
 MAX_HELD_CHARS = 16 * 1024
 """The most characters of an unfinished output line the terminal view holds."""
 
 if TYPE_CHECKING:
-    from ..models import ToolExecutionInput, ToolExecutionResult
-    from ..registry import ToolRegistry
+    from .._models import ToolExecutionInput, ToolExecutionResult
+    from .._registry import ToolRegistry
 
 
 class _View(Protocol):

@@ -11,14 +11,14 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..safetext import safe_text
+from .._safetext import safe_text
 from ._console import json_text
 from ._exits import EXIT_CALL_FAILED, EXIT_OK, EXIT_WOULD_ASK, UsageError
 
 if TYPE_CHECKING:
-    from ..models import ToolExecutionResult
+    from .._models import ToolExecutionResult
+    from .._registry import ToolRegistry
     from ..records import DecisionRecord
-    from ..registry import ToolRegistry
 
 __all__ = ["CLI_AGENT", "cmd_call", "cmd_explain", "cmd_replay"]
 
@@ -36,9 +36,9 @@ def _read_arguments(text: str, stdin: TextIO) -> object:
     does not parse at all is passed as :class:`~dsh_tools.UnreadableArguments`, with the
     parser's reason.
     """
+    from .._json import loads
+    from .._models import UnreadableArguments
     from ..errors import JsonValueError
-    from ..json import loads
-    from ..models import UnreadableArguments
 
     if text == "-":
         buffer = getattr(stdin, "buffer", None)
@@ -58,10 +58,10 @@ def cmd_call(
 ) -> int:
     import anyio
 
+    from .._models import ToolExecutionFailure, result_to_json
     from ..errors import ErrorCode
-    from ..models import ToolExecutionFailure, result_to_json
-    from ..presenting import present_call, present_result
-    from ..terminal import emit_card, render_call_view, render_result
+    from ..presentation._presenting import present_call, present_result
+    from ..presentation._terminal import emit_card, render_call_view, render_result
     from ._progress import progress_view, run_showing_progress
 
     if options.events and not options.json:
@@ -108,7 +108,7 @@ def _write_lines(lines: list[str], out: TextIO) -> None:
 
 def _cli_call(options: argparse.Namespace, stdin: TextIO) -> Any:
     """The call the command line describes."""
-    from ..models import ToolExecutionInput
+    from .._models import ToolExecutionInput
 
     return ToolExecutionInput(
         call_id=f"cli-{int(time.time() * 1000)}",
@@ -163,8 +163,8 @@ def cmd_explain(
 def cmd_replay(registry: ToolRegistry, options: argparse.Namespace, out: TextIO) -> int:
     from dsh_tools_plugins.audit import replay
 
-    from ..models import PresentableResult, ToolExecutionFailure
-    from ..terminal import emit_card, render_call_view, render_result
+    from .._models import PresentableResult, ToolExecutionFailure
+    from ..presentation._terminal import emit_card, render_call_view, render_result
 
     if os.path.isdir(options.log):
         raise UsageError(f"audit log {options.log!r} is a directory")

@@ -17,7 +17,7 @@ from ._store import ChosenStore, chosen_store, store_location, ticket_store, wor
 
 if TYPE_CHECKING:
     from .._pipeline.call import Waiting
-    from ..registry import ToolRegistry
+    from .._registry import ToolRegistry
 
 __all__ = ["cmd_serve_mcp"]
 

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ._exits import PluginsFailed, UsageError
 
 if TYPE_CHECKING:
+    from .._models import ApprovalOutcome, ApprovalRequest
+    from .._plugins import LoadReport
+    from .._registry import ToolRegistry
     from ..approvals import ApprovalStore
-    from ..models import ApprovalOutcome, ApprovalRequest
-    from ..plugins import LoadReport
-    from ..registry import ToolRegistry
 
 __all__ = [
     "TerminalApproval",
@@ -49,11 +49,11 @@ class TerminalApproval:
         return self.stdin.isatty()
 
     def request(self, request: ApprovalRequest) -> ApprovalOutcome:
-        from ..models import ApprovalOutcome
+        from .._models import ApprovalOutcome
 
         if not self.stdin.isatty():
             return ApprovalOutcome.UNAVAILABLE
-        from ..safetext import safe_text
+        from .._safetext import safe_text
 
         reason = f" ({request.reason})" if request.reason else ""
         arguments = json.dumps(_thaw(request.arguments), ensure_ascii=False)
@@ -65,7 +65,7 @@ class TerminalApproval:
 
 
 def _thaw(value: object) -> Any:
-    from ..json import thaw
+    from .._json import thaw
 
     return thaw(value)
 
@@ -74,8 +74,8 @@ def build(
     options: argparse.Namespace, stdin: TextIO, stderr: TextIO
 ) -> tuple[ToolRegistry, LoadReport]:
     """The registry the command works on, with the plugins the options ask for."""
-    from ..plugins import LoadReport, load_plugins
-    from ..registry import ToolRegistry
+    from .._plugins import LoadReport, load_plugins
+    from .._registry import ToolRegistry
 
     registry = ToolRegistry(approval=TerminalApproval(stdin, stderr))
     if options.command in ("call", "explain"):  # serve-mcp chooses and names its own
@@ -170,7 +170,7 @@ def _export_options(options: argparse.Namespace) -> None:
 def _check_host_file(path: str, option: str) -> None:
     """A usage error when the file an option names is not one the host may use for
     itself: inside the workspace (just exported), or through a symbolic link."""
-    from ..hostfiles import HostFileError, check_host_file
+    from .._hostfiles import HostFileError, check_host_file
 
     try:
         check_host_file(path, what=option)

@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
-from dsh_tools.permits import _Waiter
+from dsh_tools._permits import _Waiter
 
 from .._stores.limit_rows import LimitRows
 

@@ -20,10 +20,10 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from dsh_tools._cancel import CancelSignal, Deadline
+from dsh_tools._permits import Permits, _Waiter, waker
 from dsh_tools._pipeline.loops import on_event_loop
-from dsh_tools.cancel import CancelSignal, Deadline
 from dsh_tools.errors import DefinitionError
-from dsh_tools.permits import Permits, _Waiter, waker
 
 from .._numbers import positive_finite
 from .._stores.limit_rows import LimitRows, Spend
@@ -128,7 +128,7 @@ class SharedLimits:
 
 class SharedPermits(Permits):
     """A pool of permits kept in a shared store (see the module docstring): the same
-    interface as :class:`~dsh_tools.permits.Permits`, where ``in_use`` and ``waiting``
+    interface as :class:`~dsh_tools._permits.Permits`, where ``in_use`` and ``waiting``
     count this process's holders and waiters."""
 
     def __init__(self, keeper: Keeper, pool: str, capacity: int) -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, Literal
 
+from dsh_tools._json import FrozenDict, snapshot
 from dsh_tools.errors import DshToolsError
-from dsh_tools.json import FrozenDict, snapshot
 
 from .error import RulesError
 

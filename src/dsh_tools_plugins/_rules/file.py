@@ -12,8 +12,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from dsh_tools._hostfiles import HostFileError, open_host_file
 from dsh_tools.bridges._mcp_hints import FLAGS
-from dsh_tools.hostfiles import HostFileError, open_host_file
 
 from .error import RulesError
 from .rule import Rule

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from dsh_tools._models import ToolDefinition
 from dsh_tools.bridges._mcp_hints import FLAGS, HINTS_KEY, SERVER_KEY
-from dsh_tools.models import ToolDefinition
 
 Wanted = tuple[tuple[str, bool], ...]
 

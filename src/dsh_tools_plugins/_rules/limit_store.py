@@ -79,7 +79,7 @@ def place(
 def shared_limits(where: SharedPlace) -> SharedLimits:
     """The shared limits at ``where``, opened once per process; raises
     :class:`RulesError` naming the rules file's line when the store cannot be used."""
-    from dsh_tools.plugins import plugin_settings
+    from dsh_tools._plugins import plugin_settings
 
     from ..approval_store import APPROVALS_URL_ENV, ApprovalStoreError, SqliteApprovalStore
 

@@ -155,7 +155,7 @@ def configured() -> LimitTables:
     """The limit tables of the host's rules file (the ``rules`` given to ``load_plugins``,
     else ``$DSH_TOOLS_RULES``; none without one); a broken file raises ``RulesError``, so
     the entry point refuses to load."""
-    from dsh_tools.plugins import plugin_settings
+    from dsh_tools._plugins import plugin_settings
 
     from ..permissions import PermissionRules
 

@@ -11,9 +11,9 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from dsh_tools._models import Allow, Ask, Deny, ToolDefinition, ToolExecution
+from dsh_tools._safetext import safe_text
 from dsh_tools.hookspecs import hookimpl
-from dsh_tools.models import Allow, Ask, Deny, ToolDefinition, ToolExecution
-from dsh_tools.safetext import safe_text
 
 from .._reach import CallReach, inside
 from ..sandbox._settings import SandboxSettings
@@ -94,7 +94,7 @@ class PermissionRules:
         """Rules from a TOML file; raises :class:`RulesError` naming the file if it cannot
         be read or is malformed, or if it is not a host file the host may trust: a
         symbolic link, a path through one, or a file inside the workspace
-        (:mod:`dsh_tools.hostfiles`)."""
+        (:mod:`dsh_tools._hostfiles`)."""
         return cls.from_toml_text(read_file(path), source=os.fspath(path))
 
     @classmethod

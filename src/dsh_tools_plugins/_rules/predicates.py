@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from dsh_tools.models import ToolDefinition
+from dsh_tools._models import ToolDefinition
 
 from .._reach import CallReach, Reach, inside
 from .._shell import simple_argv

@@ -11,9 +11,9 @@ from typing import Any, Final, Literal
 
 import attrs
 
+from dsh_tools._json import FrozenDict
+from dsh_tools._models import ToolDefinition
 from dsh_tools.bridges._mcp_hints import FLAGS
-from dsh_tools.json import FrozenDict
-from dsh_tools.models import ToolDefinition
 
 from .._reach import CallReach, inside
 from . import fields as field

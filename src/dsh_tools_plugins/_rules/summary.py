@@ -8,7 +8,7 @@ import fnmatch
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from dsh_tools.safetext import safe_text
+from dsh_tools._safetext import safe_text
 
 if TYPE_CHECKING:
     from .policy import PermissionRules

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsh_tools.json import is_unicode, unicode_text
+from dsh_tools._json import is_unicode, unicode_text
 
 from .regex import compile_path_regex
 

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from typing import Any
 
+from dsh_tools._safetext import safe_text
 from dsh_tools.errors import ToolError
-from dsh_tools.safetext import safe_text
 
 from .._file_bytes import is_binary, read_fd
 from ..workspace import Opened, WalkFilter, Workspace

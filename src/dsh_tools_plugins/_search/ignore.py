@@ -24,7 +24,7 @@ import stat
 from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
-from dsh_tools.json import is_unicode, unicode_text
+from dsh_tools._json import is_unicode, unicode_text
 
 from ..workspace import Opened, Workspace
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from dsh_tools._json import snapshot
 from dsh_tools.approvals import JournalEntry, JournalState
-from dsh_tools.json import snapshot
 
 from .ticket_columns import json_text
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from dsh_tools._json import JsonValue
 from dsh_tools.approvals import JournalBegin, JournalEntry, JournalState, begin_entry
-from dsh_tools.json import JsonValue
 
 from .journal_columns import JOURNAL_COLUMNS, earlier_where, entry_from_row, entry_row, filters
 from .postgres_tickets import NOW, consume

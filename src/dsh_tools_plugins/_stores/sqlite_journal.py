@@ -13,8 +13,8 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from dsh_tools._json import JsonValue
 from dsh_tools.approvals import JournalBegin, JournalEntry, JournalState, begin_entry
-from dsh_tools.json import JsonValue
 
 from .journal_columns import JOURNAL_COLUMNS, earlier_where, entry_from_row, entry_row, filters
 from .sqlite_tickets import TicketRows, Transaction

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from dsh_tools._json import FrozenDict, snapshot
 from dsh_tools.approvals import ApprovalTicket, TicketAnswer
-from dsh_tools.json import FrozenDict, snapshot
 
 __all__ = ["answer_from_json", "answer_json", "json_object", "json_text", "ticket_row"]
 

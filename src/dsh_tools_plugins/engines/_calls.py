@@ -37,10 +37,10 @@ from dsh_tools import (
     failure_result,
     hookimpl,
 )
+from dsh_tools._models import result_to_json
+from dsh_tools._registry import ToolRegistry
 from dsh_tools.approvals import ApprovalKey, TicketError, TicketState, TicketStore
-from dsh_tools.models import result_to_json
 from dsh_tools.progress import Output, Progress
-from dsh_tools.registry import ToolRegistry
 
 GUARD_NAME = "dsh-tools-engine-attempts"
 """The name :func:`guard_retries` registers :class:`RetriedAttempts` under."""

@@ -17,7 +17,7 @@ from typing import Any
 from dbos import DBOS, StepOptions
 
 from dsh_tools import CancelSignal, CancelSource
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._registry import ToolRegistry
 
 from ._calls import (
     Attempt,

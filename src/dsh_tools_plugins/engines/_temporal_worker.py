@@ -15,7 +15,7 @@ from datetime import timedelta
 from temporalio import activity
 
 from dsh_tools import CancelSignal, CancelSource
-from dsh_tools.registry import ToolRegistry
+from dsh_tools._registry import ToolRegistry
 
 from ._calls import (
     Attempt,

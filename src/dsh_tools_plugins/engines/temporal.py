@@ -31,7 +31,7 @@ from ._waiting import (
 )
 
 if TYPE_CHECKING:
-    from dsh_tools.registry import ToolRegistry
+    from dsh_tools._registry import ToolRegistry
 
 __all__ = [
     "ANSWERED",

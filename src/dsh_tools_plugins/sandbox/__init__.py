@@ -48,8 +48,8 @@ import anyio
 import anyio.abc
 import attrs
 
+from dsh_tools._hostfiles import add_writable_tree
 from dsh_tools.errors import ErrorCode, ToolError
-from dsh_tools.hostfiles import add_writable_tree
 
 from .._host_programs import inside
 from ..workspace import Opened

@@ -19,8 +19,8 @@ from pathlib import PurePosixPath
 import anyio
 import attrs
 
+from dsh_tools._hostfiles import HostFileError, open_unlinked
 from dsh_tools.errors import ToolError
-from dsh_tools.hostfiles import HostFileError, open_unlinked
 
 from .._host_programs import system_program
 from ._settings import SANDBOX_HOME, SandboxLimits, SandboxSettings
@@ -229,7 +229,7 @@ class Mount:
 
 def _open_unlinked(path: str) -> int | None:
     """An ``O_PATH`` descriptor of the absolute ``path``, opened without following a link
-    at any component (:func:`dsh_tools.hostfiles.open_unlinked`); ``None`` when it does
+    at any component (:func:`dsh_tools._hostfiles.open_unlinked`); ``None`` when it does
     not exist. A component that is a symbolic link is refused: a command may have
     planted it."""
     try:

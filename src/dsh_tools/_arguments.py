@@ -43,6 +43,9 @@ from typing import (
 
 import attrs
 
+from ._json import FrozenDict, flat_object, snapshot
+from ._jsonschema import assert_supported_json_schema, compile_validator
+from ._schema import schema_spec_to_json_schema
 from ._validation.codegen import Admitter, compile_admitter
 from ._validation.validators import (
     Check,
@@ -56,9 +59,6 @@ from ._validation.validators import (
     scalar_check,
 )
 from .errors import DefinitionError, ToolArgsError
-from .json import FrozenDict, flat_object, snapshot
-from .jsonschema import assert_supported_json_schema, compile_validator
-from .schema import schema_spec_to_json_schema
 
 __all__ = ["ArgumentsModel", "arguments_model", "raw_arguments_model"]
 

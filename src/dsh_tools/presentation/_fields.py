@@ -1,7 +1,7 @@
 """How a card's fields are checked and frozen, and the :class:`CardError` a bad one raises.
 
 The records of :mod:`dsh_tools.presentation` take these as converters and validators;
-the JSON reader (:mod:`dsh_tools._card_json`) reports the same ``_Invalid`` problems,
+the JSON reader (:mod:`dsh_tools.presentation._converter`) reports the same ``_Invalid`` problems,
 prefixed with the JSON path of the record it was reading. ``CardError`` is public as
 ``dsh_tools.presentation.CardError``.
 """
@@ -13,9 +13,9 @@ from typing import Any, Protocol, TypeAlias
 
 import attrs
 
-from .content import ContentLike, content_blocks
-from .errors import DshToolsError, ErrorCode, JsonValueError
-from .json import FrozenDict, JsonValue, snapshot
+from .._content import ContentLike, content_blocks
+from .._json import FrozenDict, JsonValue, snapshot
+from ..errors import DshToolsError, ErrorCode, JsonValueError
 
 ContentBlocks: TypeAlias = tuple[FrozenDict, ...]
 """Frozen content blocks (``{"type": "text", "text": ...}`` and friends)."""

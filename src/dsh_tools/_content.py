@@ -15,8 +15,7 @@ from typing import Any
 
 import attrs
 
-from .errors import JsonValueError
-from .json import (
+from ._json import (
     FrozenDict,
     FrozenList,
     JsonValue,
@@ -24,6 +23,7 @@ from .json import (
     trusted_frozen_dict,
     trusted_frozen_list,
 )
+from .errors import JsonValueError
 
 __all__ = [
     "ContentLike",
@@ -73,7 +73,7 @@ def _text_block(text: str, label: str = "content") -> FrozenDict:
 
 def text_blocks(text: str) -> FrozenList:
     """The content of one text block, built without checks: most results carry just
-    this, so it is built in place, as :func:`~dsh_tools.json.trusted_frozen_dict` and
+    this, so it is built in place, as :func:`~dsh_tools._json.trusted_frozen_dict` and
     ``trusted_frozen_list`` would (a test holds the two to the same result). ``text``
     must be a plain, valid-Unicode ``str`` (not a subclass)."""
     block = _new_dict(FrozenDict)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import pluggy
 
+from ._models import ApprovalChannel, ToolDefinition, ToolExecutionInput
 from ._pipeline.approval import channel
 from ._pipeline.call import Handle, Waiting
 from ._pipeline.layers import Layer, restriction, visible
@@ -27,10 +28,9 @@ from ._pipeline.manager import PluginManager
 from ._pipeline.plan import Plan, ToolEntry, build_plan, guard_impl, label
 from ._pipeline.tickets import waiting
 from ._pipeline.views import SEPARATOR, Disposer, Guard, ToolScope, _ViewBase, path_of
+from ._tracing import Tracer
 from .approvals import ApprovalStore, MemoryApprovalStore
 from .errors import DefinitionError, RegistrationError
-from .models import ApprovalChannel, ToolDefinition, ToolExecutionInput
-from .tracing import Tracer
 
 if TYPE_CHECKING:
     from .records import Origin
@@ -42,14 +42,14 @@ class ToolRegistry(_ViewBase):
     """Holds tools, guards and plugins, and runs calls through the guarded pipeline.
 
     :param approval: answers ``Ask`` decisions: an
-        :class:`~dsh_tools.models.ApprovalService`, or a plain function (sync or
-        ``async def``) taking the :class:`~dsh_tools.models.ApprovalRequest`; without
+        :class:`~dsh_tools._models.ApprovalService`, or a plain function (sync or
+        ``async def``) taking the :class:`~dsh_tools._models.ApprovalRequest`; without
         one, ``Ask`` denies.
     :param approval_store: where ``allowed-always`` and ``rejected-always`` answers are
         remembered (:mod:`dsh_tools.approvals`); by default a
         :class:`~dsh_tools.approvals.MemoryApprovalStore` of this registry alone.
     :param default_timeout_ms: timeout for tools that declare none (``None``: no limit).
-    :param tracer: called with a :class:`~dsh_tools.tracing.TraceEvent` for every step of
+    :param tracer: called with a :class:`~dsh_tools._tracing.TraceEvent` for every step of
         every call (what each stage decided); for debugging, metrics and tests.
     :param approval_timeout_ms: when the approval service answers ``pending`` (or a call
         is repeated while its ticket is open), how long ``execute`` waits for a person's

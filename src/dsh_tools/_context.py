@@ -9,12 +9,12 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Protocol
 
-from .content import ContentLike, ContextMessage
+from ._content import ContentLike, ContextMessage
 from .progress import Output, Progress
 
 if TYPE_CHECKING:
-    from .cancel import CancelSignal
-    from .models import ToolExecution
+    from ._cancel import CancelSignal
+    from ._models import ToolExecution
     from .progress import StreamSummary
 
 __all__ = ["ToolRunContext"]

@@ -17,12 +17,12 @@ from typing import Any, Final, cast
 
 import attrs
 
+from ._jsonschema import assert_supported_json_schema
+from ._models import PresentableResult, ToolDefinition, ToolSchema
 from ._pipeline.loops import is_awaitable, run_on_own_loop
+from ._registry import ToolRegistry
 from .errors import DshToolsError
-from .jsonschema import assert_supported_json_schema
-from .models import PresentableResult, ToolDefinition, ToolSchema
-from .presentation import unstructure_view
-from .registry import ToolRegistry
+from .presentation._cards import unstructure_view
 
 __all__ = ["check_registry", "declaration_problems", "sample_arguments"]
 

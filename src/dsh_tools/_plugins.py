@@ -55,7 +55,7 @@ from .errors import PluginConfigError, PluginError
 if TYPE_CHECKING:
     from importlib_metadata import EntryPoint
 
-    from .registry import ToolRegistry
+    from ._registry import ToolRegistry
 
 __all__ = [
     "BLOCK_ENV_VAR",

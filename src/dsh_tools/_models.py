@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import attrs
 
+from ._cancel import CancelSignal
+from ._content import ContentLike, ContextMessage, content_blocks, content_text, context_messages
 from ._decisions import (
     Accept,
     Allow,
@@ -28,16 +30,14 @@ from ._decisions import (
     PostExecuteDecision,
     PreExecuteDecision,
 )
+from ._json import FrozenDict, FrozenList, JsonValue, snapshot, thaw, unicode_text
+from ._paths import ToolPaths
 from .approvals._answers import ApprovalOutcome
-from .cancel import CancelSignal
-from .content import ContentLike, ContextMessage, content_blocks, content_text, context_messages
 from .errors import DefinitionError, ErrorCode, JsonValueError, within
-from .json import FrozenDict, FrozenList, JsonValue, snapshot, thaw, unicode_text
-from .paths import ToolPaths
 
 if TYPE_CHECKING:
-    from .arguments import ArgumentsModel
-    from .presentation import ToolCallView, ToolResultView
+    from ._arguments import ArgumentsModel
+    from .presentation._cards import ToolCallView, ToolResultView
     from .progress import ProgressListener
 
 __all__ = [
@@ -380,7 +380,7 @@ def _positive_timeout(instance: ToolDefinition[Any], attribute: object, value: o
 
 
 def _raw_arguments(definition: ToolDefinition[Any]) -> ArgumentsModel[Any]:
-    from .arguments import raw_arguments_model
+    from ._arguments import raw_arguments_model
 
     return raw_arguments_model(definition.parameters)
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 if TYPE_CHECKING:
-    from .models import ToolExecution
+    from ._models import ToolExecution
 
 __all__ = ["Stage", "TraceEvent", "Tracer", "note"]
 

@@ -11,7 +11,7 @@ vocabulary is JSON Schema's own words (so the spec reads like what the model see
 
 Author mistakes are reported one at a time with a DSL path (``parameters.tags.items.type
 ...``): the first problem is usually the cause of the rest. The compiled schema then passes
-:func:`~dsh_tools.jsonschema.assert_supported_json_schema`, which reports everything left.
+:func:`~dsh_tools._jsonschema.assert_supported_json_schema`, which reports everything left.
 An explicit nested ``{"type": "object"}`` is open unless it says ``additionalProperties:
 False`` (JSON Schema's default). So is the parameter root, which is implicit in a property
 map; an author who wants undeclared argument keys refused writes the root out as an object
@@ -26,9 +26,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NoReturn, TypeAlias, TypedDict
 
-from .errors import JsonSchemaError
-from .json import MAX_DEPTH, FrozenDict
-from .jsonschema import (
+from ._json import MAX_DEPTH, FrozenDict
+from ._jsonschema import (
     ANNOTATIONS,
     MAX_NODE_DEPTH,
     SCALAR_TYPES,
@@ -37,6 +36,7 @@ from .jsonschema import (
     compile_validator,
     is_record,
 )
+from .errors import JsonSchemaError
 
 __all__ = [
     "PropertySpec",
@@ -276,6 +276,6 @@ def validate_args(spec: SchemaSpec | object, args: object) -> list[str]:
 
     Never raises because of ``args``; raises :class:`~dsh_tools.errors.JsonSchemaError`
     for a bad spec. Compiles on every call: for a hot path use
-    :func:`dsh_tools.arguments.arguments_model` once and call its ``violations``.
+    :func:`dsh_tools._arguments.arguments_model` once and call its ``violations``.
     """
     return compile_validator(schema_spec_to_json_schema(spec), root="")(args)

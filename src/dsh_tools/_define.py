@@ -21,24 +21,24 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar, overload
 
 import attrs
 
-from .arguments import ArgumentsModel, Field, annotated_description, arguments_model, fields_model
-from .content import ContentLike
-from .context import ToolRunContext
-from .errors import DefinitionError, JsonSchemaError, JsonValueError, within
-from .json import FrozenDict
-from .jsonschema import assert_supported_json_schema
-from .models import (
+from ._arguments import ArgumentsModel, Field, annotated_description, arguments_model, fields_model
+from ._content import ContentLike
+from ._context import ToolRunContext
+from ._json import FrozenDict
+from ._jsonschema import assert_supported_json_schema
+from ._models import (
     PresentableResult,
     ToolDefinition,
     ToolExecution,
     ToolExecutionResult,
     ToolOutput,
 )
-from .paths import ToolPaths
-from .schema import SchemaSpec
+from ._paths import ToolPaths
+from ._schema import SchemaSpec
+from .errors import DefinitionError, JsonSchemaError, JsonValueError, within
 
 if TYPE_CHECKING:
-    from .presentation import ToolCallView, ToolResultView
+    from .presentation._cards import ToolCallView, ToolResultView
 
 __all__ = ["FunctionTool", "define_tool", "tool", "tool_from_function"]
 

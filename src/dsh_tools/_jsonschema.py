@@ -11,7 +11,7 @@ at next to no cost (:mod:`dsh_tools._validation.codegen`).
 
 Python mapping of JSON: ``None`` is null (and counts as present), ``bool`` is never a
 number, a float without a fractional part (``2.0``) is an integer, tuples are arrays.
-Nesting of schemas and of validated values is bounded by :data:`~dsh_tools.json.MAX_DEPTH`,
+Nesting of schemas and of validated values is bounded by :data:`~dsh_tools._json.MAX_DEPTH`,
 so no walker here can hit ``RecursionError``, and no validator raises for any value.
 """
 
@@ -21,10 +21,10 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeAlias
 
+from ._json import MAX_DEPTH, FrozenDict, int_has_text
 from ._validation.codegen import generate
 from ._validation.validators import ABSENT, Check, Validator, compile_checks, finish, is_lossless
 from .errors import JsonSchemaError, OutputSchemaError
-from .json import MAX_DEPTH, FrozenDict, int_has_text
 
 __all__ = [
     "JsonSchema",

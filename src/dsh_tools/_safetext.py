@@ -8,7 +8,7 @@ to approve; a carriage return overwrites it; a newline in a file name forges a l
 listing; a bidirectional override makes text read in another order than it runs
 ("Trojan Source"); Unicode tag characters carry text a model reads and a person does not
 see. :func:`safe_text` writes each of them as a visible escape, the way text that is not
-valid Unicode is shown with U+FFFD (:func:`dsh_tools.json.unicode_text`), so the text
+valid Unicode is shown with U+FFFD (:func:`dsh_tools._json.unicode_text`), so the text
 still says what it held and can do nothing else.
 
 What is escaped:

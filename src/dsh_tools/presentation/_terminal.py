@@ -4,7 +4,7 @@ Plain text works everywhere (pipes, CI logs, dumb terminals); every card type ha
 rendering, and a missing result card falls back to the result's own content.
 
 Cards show text from the model and the workspace, so every card passes
-:func:`~dsh_tools.safetext.safe_text`: a field shown on one line (a title, a command, a
+:func:`~dsh_tools._safetext.safe_text`: a field shown on one line (a title, a command, a
 path, a matched line) has its newlines escaped too, so it cannot forge a line of the
 card, and the whole card is made inert before it is written.
 """
@@ -16,10 +16,11 @@ import re
 from collections.abc import Iterable
 from typing import TextIO
 
-from ._folding import fold_text, folded_arguments
-from .content import content_text
-from .models import PresentableResult, ToolExecutionFailure, ToolExecutionResult
-from .presentation import (
+from .._content import content_text
+from .._folding import fold_text, folded_arguments
+from .._models import PresentableResult, ToolExecutionFailure, ToolExecutionResult
+from .._safetext import safe_text
+from ._cards import (
     DiffCallView,
     DiffResultView,
     FileDiff,
@@ -36,7 +37,6 @@ from .presentation import (
     WebSearchView,
     command_reach,
 )
-from .safetext import safe_text
 
 __all__ = ["emit_card", "render_call_view", "render_result"]
 

@@ -19,7 +19,7 @@ Wire format (what :func:`unstructure_view` produces and the ``structure_*`` func
   file, which is information, not absence) and ``diffs`` on a result diff card (the seed
   makes it required). An empty ``content`` tuple is written as ``[]``: it means "show
   nothing", unlike an absent ``content`` which means "show the raw result".
-* ``rawInput`` and ``content`` are kept as deep-frozen JSON (:mod:`dsh_tools.json`), so
+* ``rawInput`` and ``content`` are kept as deep-frozen JSON (:mod:`dsh_tools._json`), so
   every card is immutable and hashable.
 
 Reading is strict: no coercion (``"1"`` is not an integer, ``1`` is not a boolean),
@@ -37,7 +37,10 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from ._card_fields import (
+# FrozenDict and FrozenList must be names here: cattrs resolves JsonValue's forward references
+# in this module's namespace.
+from .._json import FrozenDict, FrozenList, JsonValue  # noqa: F401
+from ._fields import (
     CardError,
     ContentBlocks,
     _always_emit,
@@ -49,10 +52,6 @@ from ._card_fields import (
     _one_based,
     _paths,
 )
-
-# FrozenDict and FrozenList must be names here: cattrs resolves JsonValue's forward references
-# in this module's namespace.
-from .json import FrozenDict, FrozenList, JsonValue  # noqa: F401
 
 __all__ = [
     "DIFF_MATCH_LINES",
@@ -366,7 +365,7 @@ ToolResultView: TypeAlias = (
 
 def structure_call_view(data: object) -> ToolCallView:
     """Read a pending-state card from JSON data; :class:`CardError` names each bad path."""
-    from ._card_json import structure
+    from ._converter import structure
 
     view: ToolCallView = structure(data, ToolCallView, "call view")
     return view
@@ -374,7 +373,7 @@ def structure_call_view(data: object) -> ToolCallView:
 
 def structure_result_view(data: object) -> ToolResultView:
     """Read a completed-state card from JSON data; :class:`CardError` names each bad path."""
-    from ._card_json import structure
+    from ._converter import structure
 
     view: ToolResultView = structure(data, ToolResultView, "result view")
     return view
@@ -382,7 +381,7 @@ def structure_result_view(data: object) -> ToolResultView:
 
 def unstructure_view(view: ToolCallView | ToolResultView) -> dict[str, Any]:
     """The card as plain JSON-ready data (camelCase keys, tags first, defaults omitted)."""
-    from ._card_json import unstructure
+    from ._converter import unstructure
 
     return unstructure(view)
 

@@ -1,7 +1,7 @@
 """A first-in first-out pool of permits that waits with or without an event loop.
 
 :class:`Permits` is what a wrapper uses to cap how many calls run at once. Like
-:func:`dsh_tools.cancel.sleep`, :meth:`Permits.acquire` awaits on an event loop (asyncio
+:func:`dsh_tools._cancel.sleep`, :meth:`Permits.acquire` awaits on an event loop (asyncio
 or trio) and blocks the calling thread without one (a call ``execute_sync`` drives by
 hand), so a capped call never needs a loop of its own. Waiters of both kinds share one
 queue and are served strictly in the order they arrived. A waiter whose signal fires, or
@@ -21,8 +21,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ._cancel import CancelSignal, Deadline
 from ._pipeline.loops import _running_library, soon
-from .cancel import CancelSignal, Deadline
 from .errors import DshToolsError
 
 __all__ = ["Permits", "Retired", "waker"]

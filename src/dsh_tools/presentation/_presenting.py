@@ -29,15 +29,15 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .errors import JsonValueError
-from .json import FrozenDict, JsonValue, snapshot
-from .models import (
+from .._json import FrozenDict, JsonValue, snapshot
+from .._models import (
     PresentableResult,
     ToolDefinition,
     ToolExecutionInput,
     ToolExecutionResult,
 )
-from .presentation import (
+from ..errors import JsonValueError
+from ._cards import (
     DiffCallView,
     DiffResultView,
     GenericCallView,

@@ -16,10 +16,9 @@ from cattrs.cols import homogenous_tuple_structure_factory
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
-from ._card_fields import _freeze_content, _freeze_json, _Invalid, _wire
-from .errors import JsonValueError
-from .json import FrozenDict, FrozenList, snapshot, thaw
-from .presentation import (
+from .._json import FrozenDict, FrozenList, snapshot, thaw
+from ..errors import JsonValueError
+from ._cards import (
     CardError,
     ContentBlocks,
     DiffCallView,
@@ -37,6 +36,7 @@ from .presentation import (
     WebFetchView,
     WebSearchView,
 )
+from ._fields import _freeze_content, _freeze_json, _Invalid, _wire
 
 _CALL_TAGS: dict[type[Any], dict[str, str]] = {
     GenericCallView: {"card": "generic"},
