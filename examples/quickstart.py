@@ -11,9 +11,9 @@ from dsh_tools import (
     ToolExecutionInput,
     ToolRegistry,
     hookimpl,
+    thaw,
     tool,
 )
-from dsh_tools._json import thaw
 
 
 @tool

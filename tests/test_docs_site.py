@@ -164,9 +164,7 @@ def test_the_api_reference_shows_every_public_member_of_the_registry(
 ) -> None:
     api = (site / "reference" / "api" / "index.html").read_text(encoding="utf-8")
     public = sorted(name for name in dir(view) if not name.startswith("_"))
-    missing = [
-        name for name in public if f'id="dsh_tools._registry.{view.__name__}.{name}"' not in api
-    ]
+    missing = [name for name in public if f'id="dsh_tools.{view.__name__}.{name}"' not in api]
     assert "execute_sync" in public
     assert not missing, f"{view.__name__} members missing from the API page: {missing}"
 

@@ -1,10 +1,10 @@
 """What a host configures the entry points with: the workspace, the rules file, the
-sandbox. :func:`~dsh_tools._plugins.load_plugins` takes them as arguments and hands them to
+sandbox. :func:`~dsh_tools.load_plugins` takes them as arguments and hands them to
 the entry points it calls (which take no arguments) through :func:`plugin_settings`, so
 two registries of one process may load plugins for two workspaces; what it was not given
 comes from the environment, which is how the ``dsh-tools`` command sets them.
 
-:mod:`dsh_tools.plugins` is the public import path.
+``dsh_tools.plugin_settings`` and ``dsh_tools.PluginSettings`` are the public names.
 """
 
 from __future__ import annotations

@@ -167,7 +167,7 @@ def dsh_tools_execute(  # type: ignore[empty-body]
     post-execute.
 
     Under ``execute_sync`` the chain runs without an event loop when nothing in it needs
-    one: a dispatch that only awaits the inner dispatch (and :func:`dsh_tools._cancel.sleep`)
+    one: a dispatch that only awaits the inner dispatch (and :func:`dsh_tools.sleep`)
     is fine; one that awaits anyio, asyncio or trio itself fails the call with
     ``POLICY_ERROR`` saying to use ``await registry.execute(call)``.
 
