@@ -33,7 +33,7 @@ PUBLIC_MODULES = frozenset(
 docs/architecture.md's "The public face"."""
 
 
-def _private(dotted: str) -> bool:
+def is_private(dotted: str) -> bool:
     """Whether a part of ``dotted`` starts with an underscore (a dunder name does not count)."""
     return any(
         part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
@@ -41,15 +41,18 @@ def _private(dotted: str) -> bool:
     )
 
 
-def public_modules(package: Path) -> set[str]:
-    """The importable names of the modules under ``package`` that no underscore hides."""
-    found = set()
-    for path in package.rglob("*.py"):
+def module_names(package: Path) -> list[str]:
+    """The importable names of every module under the package directory ``package``."""
+    names = []
+    for path in sorted(package.rglob("*.py")):
         parts = path.relative_to(package.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        if not _private(name):
-            found.add(name)
-    return found
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+def public_modules(package: Path) -> set[str]:
+    """The modules under ``package`` that no underscore hides."""
+    return {name for name in module_names(package) if not is_private(name)}
 
 
 _FROM = re.compile(r"\bfrom\s+(dsh_tools\w*(?:\.\w+)*)\s+import\s+(\([^)]*\)|[^\n`]*)")
@@ -77,7 +80,7 @@ def private_imports(root: Path, files: Iterable[Path]) -> list[str]:
         found += [
             (where, text.count("\n", 0, offset) + 1, dotted)
             for offset, dotted in reached
-            if _private(dotted)
+            if is_private(dotted)
         ]
     return [f"{where}:{line}: {dotted}" for where, line, dotted in sorted(found)]
 

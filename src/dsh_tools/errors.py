@@ -4,6 +4,45 @@ Every failure a model sees carries an :class:`ErrorCode` so hosts and models can
 a stable token instead of parsing messages. Exceptions raised to Python callers (bad
 definitions, bad schemas, bad configuration) are all :class:`DshToolsError` subclasses whose
 message names the tool or path and the rule that was broken.
+
+Every exception class of ``dsh_tools`` and ``dsh_tools_plugins`` is one of these, but for
+a few internal signals that never reach a caller. The tree, each class with the builtin
+exception it also is and the public module that exports it (``tests/test_error_tree.py``
+holds the drawing to the classes)::
+
+    DshToolsError                         dsh_tools
+    ├── ToolError                         dsh_tools
+    │   ├── McpCallError                  dsh_tools.bridges.mcp
+    │   │   └── McpConnectionError        dsh_tools.bridges.mcp
+    │   └── McpToolError                  dsh_tools.bridges.mcp
+    ├── ToolNotFoundError                 dsh_tools
+    ├── ToolArgsError                     dsh_tools
+    ├── ToolOutputError                   dsh_tools
+    ├── JsonValueError (ValueError)       dsh_tools
+    ├── JsonSchemaError                   dsh_tools
+    │   └── OutputSchemaError             dsh_tools
+    ├── DefinitionError (ValueError)      dsh_tools
+    ├── RegistrationError (ValueError)    dsh_tools
+    ├── PluginError                       dsh_tools
+    │   └── PluginConfigError             dsh_tools
+    │       └── RulesError (ValueError)   dsh_tools_plugins.permissions
+    ├── CardError (ValueError)            dsh_tools.presentation
+    ├── WireFormatError (ValueError)      dsh_tools.bridges.wire
+    ├── ClientIdentityError (ValueError)  not exported
+    ├── HostFileError (ValueError)        dsh_tools
+    ├── Retired                           dsh_tools
+    ├── TicketError                       dsh_tools.approvals
+    │   ├── TicketNotFoundError           dsh_tools.approvals
+    │   ├── TicketAnsweredError           dsh_tools.approvals
+    │   └── TicketExpiredError            dsh_tools.approvals
+    ├── JournalConflictError              dsh_tools.approvals
+    ├── ApprovalStoreError                dsh_tools_plugins.approval_store
+    ├── SchemaError                       not exported
+    └── AuditLogError (ValueError)        dsh_tools_plugins.audit
+
+A class "not exported" is raised and handled inside the package (a bearer token that
+names no client becomes the MCP request's ``POLICY_ERROR``; a store file of an unknown
+schema becomes an ``ApprovalStoreError``).
 """
 
 from __future__ import annotations

@@ -51,6 +51,7 @@ from dsh_tools.approvals import (
     remembered_outcome,
     wait_watched,
 )
+from dsh_tools.errors import DshToolsError, ErrorCode
 
 from ._stores.sqlite_journal import SqliteJournal
 from ._stores.sqlite_schema import SchemaError, upgrade
@@ -81,8 +82,10 @@ _LIVE = "(expires_at IS NULL OR expires_at > ?) AND (uses_left IS NULL OR uses_l
 """A grant that has not ended (its parameter: the time now)."""
 
 
-class ApprovalStoreError(Exception):
+class ApprovalStoreError(DshToolsError):
     """The approval store's file could not be read or written."""
+
+    default_code = ErrorCode.POLICY_ERROR.value
 
 
 def approvals_directory() -> Path:

@@ -35,7 +35,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from .._accounts import ANONYMOUS_PREFIX
 from .._content import TextContent
 from .._models import ToolExecutionFailure
-from ..errors import ErrorCode
+from ..errors import DshToolsError, ErrorCode
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
@@ -65,8 +65,10 @@ _MAKE_ONE = 'make one with `python -c "import secrets; print(secrets.token_urlsa
 _DOMAIN = b"dsh-tools MCP client\x00"
 
 
-class ClientIdentityError(ValueError):
+class ClientIdentityError(DshToolsError, ValueError):
     """A request names its client in a way that cannot be trusted (a short token)."""
+
+    default_code = ErrorCode.POLICY_ERROR.value
 
 
 def bearer_scope(authorization: str | None) -> str | None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from dsh_tools.errors import DshToolsError, ErrorCode
+
 from .sqlite_journal import JOURNAL_SCHEMA
 from .sqlite_limits import LIMITS_SCHEMA
 from .sqlite_tickets import SCHEMA as TICKETS
@@ -44,8 +46,10 @@ SCHEMA_VERSION = len(_STEPS)
 """The version :func:`upgrade` brings a file to."""
 
 
-class SchemaError(Exception):
+class SchemaError(DshToolsError):
     """The file's schema is of a version this code does not know."""
+
+    default_code = ErrorCode.POLICY_ERROR.value
 
 
 def upgrade(connection: sqlite3.Connection) -> None:
