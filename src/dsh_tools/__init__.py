@@ -136,6 +136,7 @@ if TYPE_CHECKING:
     from ._tracing import (
         TraceEvent,
         Tracer,
+        note,
     )
     from .approvals import (
         ApprovalAnswer,
@@ -259,6 +260,7 @@ _LOCATIONS: dict[str, str] = {
     "failure_result": "_models",
     "hookimpl": "hookspecs",
     "load_plugins": "_plugins",
+    "note": "_tracing",
     "open_host_file": "_hostfiles",
     "open_unlinked": "_hostfiles",
     "plugin_settings": "_plugins",
@@ -373,6 +375,7 @@ __all__ = [
     "failure_result",
     "hookimpl",
     "load_plugins",
+    "note",
     "open_host_file",
     "open_unlinked",
     "plugin_settings",
