@@ -51,19 +51,6 @@ def test_the_check_sees_an_import_of_the_plugins_outside_the_command(tmp_path: P
 # ---------------------------------------------------------------------- import circles
 
 KNOWN_CIRCLES = (
-    # The entry points that read the rules file (`configured_cache`, `configured_limits`)
-    # live beside the plugins they configure, and the tables build those plugins.
-    frozenset(
-        {
-            "dsh_tools_plugins._rules.limit_store",
-            "dsh_tools_plugins._rules.limit_tables",
-            "dsh_tools_plugins._rules.policy",
-            "dsh_tools_plugins._rules.summary",
-            "dsh_tools_plugins.cache",
-            "dsh_tools_plugins.limits",
-            "dsh_tools_plugins.permissions",
-        }
-    ),
     # Each of these pairs is one job split for speed or size, and names the other only
     # for types or on first use: the cards' JSON form (cattrs, loaded on first use), a
     # call's listener and its execution (`ProgressListener`), the file tools and their

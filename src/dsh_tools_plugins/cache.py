@@ -179,11 +179,3 @@ def _key(execution: ToolExecution) -> _Key | None:
     if execution.arguments is None:
         return None
     return (execution.agent, execution.name, hash(execution.arguments))
-
-
-def configured_cache() -> ResultCache | None:
-    """The ``cache`` entry point: the ``[cache]`` table of the rules file named by
-    ``$DSH_TOOLS_RULES`` (no cache when there is none)."""
-    from ._rules.limit_tables import configured
-
-    return configured().cache

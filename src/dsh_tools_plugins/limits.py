@@ -411,18 +411,3 @@ def _shared(store: object, who: str) -> SharedLimits | None:
             f"{who} store must be a SharedLimits (or None), got {type(store).__qualname__}"
         )
     return store
-
-
-def configured_limits() -> ConcurrencyLimit | None:
-    """The ``limits`` entry point: the ``[limits]`` table of the rules file named by
-    ``$DSH_TOOLS_RULES`` (nothing when there is none), in the store its ``store`` names."""
-    from ._rules.limit_tables import configured
-
-    return configured().opened().concurrency
-
-
-def configured_budgets() -> CallBudgets | None:
-    """The ``budgets`` entry point: the rules file's ``[[budget]]`` tables."""
-    from ._rules.limit_tables import configured
-
-    return configured().opened().budgets

@@ -104,6 +104,7 @@ from dsh_tools._plugins import plugin_settings
 
 from ._rules.error import RulesError
 from ._rules.fields import Action
+from ._rules.limit_tables import LimitTables
 from ._rules.policy import PermissionRules
 from ._rules.rule import Rule
 from ._rules.sandbox_table import NETWORK_ENV_VAR, SANDBOX_ENV_VAR, with_overrides
@@ -112,6 +113,9 @@ from .sandbox._settings import SandboxSettings
 
 if TYPE_CHECKING:
     from dsh_tools._registry import ToolRegistry
+
+    from .cache import ResultCache
+    from .limits import CallBudgets, ConcurrencyLimit
 
 __all__ = [
     "NETWORK_ENV_VAR",
@@ -242,3 +246,27 @@ def default_permissions() -> PermissionRules:
     )
     policy._places = rules._places  # where each rule is, for decision records
     return policy
+
+
+def configured_limits() -> ConcurrencyLimit | None:
+    """The ``limits`` entry point: the ``[limits]`` table of the host's rules file
+    (nothing when there is none), in the store its ``store`` names."""
+    return _limit_tables().opened().concurrency
+
+
+def configured_budgets() -> CallBudgets | None:
+    """The ``budgets`` entry point: the rules file's ``[[budget]]`` tables."""
+    return _limit_tables().opened().budgets
+
+
+def configured_cache() -> ResultCache | None:
+    """The ``cache`` entry point: the rules file's ``[cache]`` table."""
+    return _limit_tables().cache
+
+
+def _limit_tables() -> LimitTables:
+    """The limit tables of the host's rules file (the ``rules`` given to ``load_plugins``,
+    else ``$DSH_TOOLS_RULES``; none without one); a broken file raises ``RulesError``, so
+    the entry point refuses to load."""
+    path = plugin_settings().rules
+    return PermissionRules.from_toml(path).limits if path else LimitTables()

@@ -2,8 +2,9 @@
 
 :meth:`PermissionRules.from_toml_text <dsh_tools_plugins.permissions.PermissionRules>`
 calls :func:`read_tables`, so a broken table refuses the whole file (with the line of the
-key at fault), and the entry points ``limits``, ``budgets`` and ``cache`` register what
-the file of ``$DSH_TOOLS_RULES`` configures. Unknown keys are errors. Where the caps and
+key at fault), and the entry points ``limits``, ``budgets`` and ``cache`` (in
+:mod:`dsh_tools_plugins.permissions`) register what the file of ``$DSH_TOOLS_RULES``
+configures. Unknown keys are errors. Where the caps and
 budgets count (``[limits]``'s ``store``) is :mod:`.limit_store`'s.
 """
 
@@ -149,15 +150,3 @@ def _line(text: str, key: str | None, written: tuple[int, int] | None) -> int | 
         return None
     found = None if key is None else key_line(text, key, *written)
     return found or line_of(text, written[0])
-
-
-def configured() -> LimitTables:
-    """The limit tables of the host's rules file (the ``rules`` given to ``load_plugins``,
-    else ``$DSH_TOOLS_RULES``; none without one); a broken file raises ``RulesError``, so
-    the entry point refuses to load."""
-    from dsh_tools._plugins import plugin_settings
-
-    from ..permissions import PermissionRules
-
-    path = plugin_settings().rules
-    return PermissionRules.from_toml(path).limits if path else LimitTables()
