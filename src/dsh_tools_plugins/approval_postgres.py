@@ -42,13 +42,13 @@ from dsh_tools.approvals import (
     remembered_outcome,
 )
 
+from ._stores.error import ApprovalStoreError
 from ._stores.postgres import Connections
 from ._stores.postgres_journal import PostgresJournal
 from ._stores.postgres_listen import Listener
 from ._stores.postgres_schema import SchemaStep, check_schema
 from ._stores.postgres_schema import create_schema as _create
 from ._stores.postgres_tickets import CHANNEL, RECHECK_S, PostgresTickets
-from .approval_store import ApprovalStoreError
 
 if TYPE_CHECKING:
     import psycopg

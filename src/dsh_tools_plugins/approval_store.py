@@ -51,8 +51,8 @@ from dsh_tools.approvals import (
     remembered_outcome,
     wait_watched,
 )
-from dsh_tools.errors import DshToolsError, ErrorCode
 
+from ._stores.error import ApprovalStoreError
 from ._stores.sqlite_journal import SqliteJournal
 from ._stores.sqlite_schema import SchemaError, upgrade
 from ._stores.sqlite_tickets import TicketRows
@@ -80,12 +80,6 @@ cannot be NULL and stay unique)."""
 _KEY = "agent = ? AND tool = ? AND arguments_sha256 = ?"
 _LIVE = "(expires_at IS NULL OR expires_at > ?) AND (uses_left IS NULL OR uses_left > 0)"
 """A grant that has not ended (its parameter: the time now)."""
-
-
-class ApprovalStoreError(DshToolsError):
-    """The approval store's file could not be read or written."""
-
-    default_code = ErrorCode.POLICY_ERROR.value
 
 
 def approvals_directory() -> Path:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
-from ..approval_store import ApprovalStoreError
+from .error import ApprovalStoreError
 
 if TYPE_CHECKING:
     import psycopg
