@@ -38,9 +38,8 @@ from dsh_tools.approvals import (
     ApprovalKey,
     TicketWatchers,
     exact_outcome,
-    grant_limits,
-    remembered_outcome,
 )
+from dsh_tools.approvals._answers import GrantKeeping
 
 from ._stores.error import ApprovalStoreError
 from ._stores.postgres import Connections
@@ -81,7 +80,7 @@ def create_schema(url: str, *, timeout_s: float = 5.0) -> list[SchemaStep]:
         connections.close()
 
 
-class PostgresApprovalStore(PostgresTickets, PostgresJournal):
+class PostgresApprovalStore(PostgresTickets, PostgresJournal, GrantKeeping):
     """Remembered approvals in the PostgreSQL database at ``url`` (a libpq connection
     URI; ``?options=-csearch_path%3Dname`` picks the schema).
 
@@ -125,16 +124,9 @@ class PostgresApprovalStore(PostgresTickets, PostgresJournal):
             raise ApprovalStoreError(self._connections.redacted(f"unknown outcome {rows[0][0]!r}"))
         return outcome
 
-    def remember(
-        self,
-        key: ApprovalKey,
-        outcome: ApprovalOutcome,
-        *,
-        expires_in_s: float | None = None,
-        uses: int | None = None,
+    def _keep(
+        self, key: ApprovalKey, outcome: ApprovalOutcome, lifetime: float | None, uses: int | None
     ) -> None:
-        kept = remembered_outcome(outcome)
-        lifetime, uses = grant_limits(kept, expires_in_s, uses)
         self._rows(
             "INSERT INTO dsh_tools_approvals AS a (agent, tool, arguments_sha256, outcome, "
             "expires_at, uses_left) VALUES (%s, %s, %s, %s, "
@@ -142,7 +134,7 @@ class PostgresApprovalStore(PostgresTickets, PostgresJournal):
             "ON CONFLICT (agent, tool, arguments_sha256) DO UPDATE SET outcome = "
             "excluded.outcome, remembered_at = now(), expires_at = excluded.expires_at, "
             "uses_left = excluded.uses_left",
-            (*_columns(key), kept.value, lifetime, uses),
+            (*_columns(key), outcome.value, lifetime, uses),
         )
 
     def use(self, key: ApprovalKey) -> ApprovalOutcome | None:

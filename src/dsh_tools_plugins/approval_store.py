@@ -47,10 +47,9 @@ from dsh_tools.approvals import (
     TicketState,
     TicketWatchers,
     exact_outcome,
-    grant_limits,
-    remembered_outcome,
     wait_watched,
 )
+from dsh_tools.approvals._answers import GrantKeeping
 
 from ._stores.error import ApprovalStoreError
 from ._stores.sqlite_journal import SqliteJournal
@@ -88,7 +87,7 @@ def approvals_directory() -> Path:
     return Path(state) / "dsh-tools" / "approvals"
 
 
-class SqliteApprovalStore(SqliteJournal):
+class SqliteApprovalStore(SqliteJournal, GrantKeeping):
     """Remembered approvals in the SQLite file ``path`` (created on first use).
 
     It keeps approval tickets too (:class:`dsh_tools.approvals.TicketStore`), in a
@@ -157,21 +156,15 @@ class SqliteApprovalStore(SqliteJournal):
             raise ApprovalStoreError(f"{self.path} holds an unknown outcome {rows[0][0]!r}")
         return outcome
 
-    def remember(
-        self,
-        key: ApprovalKey,
-        outcome: ApprovalOutcome,
-        *,
-        expires_in_s: float | None = None,
-        uses: int | None = None,
+    def _keep(
+        self, key: ApprovalKey, outcome: ApprovalOutcome, lifetime: float | None, uses: int | None
     ) -> None:
-        kept = remembered_outcome(outcome)
-        lifetime, uses = grant_limits(kept, expires_in_s, uses)
         now = self._clock()
+        expires_at = None if lifetime is None else now + lifetime
         self._run(
             "INSERT OR REPLACE INTO approvals (agent, tool, arguments_sha256, outcome, "
             "remembered_at, expires_at, uses_left) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (*_columns(key), kept.value, now, None if lifetime is None else now + lifetime, uses),
+            (*_columns(key), outcome.value, now, expires_at, uses),
         )
 
     def use(self, key: ApprovalKey) -> ApprovalOutcome | None:

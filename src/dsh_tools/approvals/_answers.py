@@ -25,6 +25,7 @@ __all__ = [
     "ApprovalKey",
     "ApprovalOutcome",
     "ApprovalStore",
+    "GrantKeeping",
     "LimitedGrantStore",
     "call_digest",
     "exact_outcome",
@@ -264,3 +265,25 @@ class LimitedGrantStore(ApprovalStore, Protocol):
         there is no allowance there, or it expired or is used up. A grant without a use
         count is returned without change."""
         ...
+
+
+class GrantKeeping:
+    """The ``remember`` of the first-party stores (memory, SQLite, PostgreSQL): what it is
+    given is checked once, here, as :class:`ApprovalAnswer` checks it, so no store keeps
+    what another would refuse; the store's ``_keep`` then keeps it."""
+
+    _keep: Callable[[ApprovalKey, ApprovalOutcome, float | None, int | None], None]
+    """Keep a checked outcome under the key, replacing what was there, ending ``lifetime``
+    seconds from now by the store's clock and after ``uses`` calls (``None``: never)."""
+
+    def remember(
+        self,
+        key: ApprovalKey,
+        outcome: ApprovalOutcome,
+        *,
+        expires_in_s: float | None = None,
+        uses: int | None = None,
+    ) -> None:
+        kept = remembered_outcome(outcome)
+        lifetime, uses = grant_limits(kept, expires_in_s, uses)
+        self._keep(key, kept, lifetime, uses)

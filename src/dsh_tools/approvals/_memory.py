@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from ._answers import ApprovalKey, ApprovalOutcome, grant_limits, remembered_outcome
+from ._answers import ApprovalKey, ApprovalOutcome, GrantKeeping
 from ._journal import JournalEntry
 from ._journal_memory import MemoryJournal
 from ._tickets import (
@@ -41,7 +41,7 @@ class _Grant:
         )
 
 
-class MemoryApprovalStore(MemoryJournal):
+class MemoryApprovalStore(MemoryJournal, GrantKeeping):
     """The default store: remembered answers, tickets and the call journal in dictionaries of this
     registry's process, gone when it ends. ``clock`` gives the time (seconds since the
     epoch) tickets are created, answered and expire by, and grants that end expire by."""
@@ -64,19 +64,12 @@ class MemoryApprovalStore(MemoryJournal):
             grant = self._answers.get(key)
             return grant.outcome if grant is not None and grant.live(self._clock()) else None
 
-    def remember(
-        self,
-        key: ApprovalKey,
-        outcome: ApprovalOutcome,
-        *,
-        expires_in_s: float | None = None,
-        uses: int | None = None,
+    def _keep(
+        self, key: ApprovalKey, outcome: ApprovalOutcome, lifetime: float | None, uses: int | None
     ) -> None:
-        kept = remembered_outcome(outcome)
-        lifetime, uses = grant_limits(kept, expires_in_s, uses)
         expires_at = None if lifetime is None else self._clock() + lifetime
         with self._lock:
-            self._answers[key] = _Grant(kept, expires_at, uses)
+            self._answers[key] = _Grant(outcome, expires_at, uses)
 
     def use(self, key: ApprovalKey) -> ApprovalOutcome | None:
         with self._lock:
