@@ -18,11 +18,9 @@ from ._journal_memory import MemoryJournal
 from ._tickets import (
     ApprovalTicket,
     TicketAnswer,
-    TicketAnsweredError,
-    TicketExpiredError,
-    TicketNotFoundError,
     TicketState,
     stamped,
+    unanswerable,
 )
 from ._watch import TicketWatchers, wait_watched
 
@@ -124,12 +122,8 @@ class MemoryApprovalStore(MemoryJournal, GrantKeeping):
     def answer_ticket(self, ticket_id: str, answer: TicketAnswer) -> ApprovalTicket:
         with self._ticket_lock:
             ticket = self.get_ticket(ticket_id)  # the lock is reentrant
-            if ticket is None:
-                raise TicketNotFoundError(ticket_id)
-            if ticket.state is TicketState.EXPIRED:
-                raise TicketExpiredError(ticket)
-            if ticket.state is not TicketState.PENDING:
-                raise TicketAnsweredError(ticket)
+            if ticket is None or ticket.state is not TicketState.PENDING:
+                raise unanswerable(ticket_id, ticket)
             answered = attrs.evolve(
                 ticket, state=TicketState.ANSWERED, answer=answer, answered_at=self._clock()
             )

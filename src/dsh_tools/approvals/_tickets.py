@@ -37,6 +37,7 @@ __all__ = [
     "TicketState",
     "TicketStore",
     "stamped",
+    "unanswerable",
 ]
 
 
@@ -265,6 +266,16 @@ class TicketExpiredError(TicketError):
     def __init__(self, ticket: ApprovalTicket) -> None:
         super().__init__(ticket.id, "has expired; it can no longer be answered")
         self.ticket = ticket
+
+
+def unanswerable(ticket_id: str, ticket: ApprovalTicket | None) -> TicketError:
+    """Why ``ticket`` (``None``: not in the store) cannot take an answer: every store's
+    ``answer_ticket`` raises it for a ticket that is missing, expired or answered."""
+    if ticket is None:
+        return TicketNotFoundError(ticket_id)
+    if ticket.state is TicketState.EXPIRED:
+        return TicketExpiredError(ticket)
+    return TicketAnsweredError(ticket)
 
 
 class TicketStore(Protocol):

@@ -18,16 +18,14 @@ from dsh_tools.approvals import (
     ApprovalKey,
     ApprovalTicket,
     TicketAnswer,
-    TicketAnsweredError,
-    TicketExpiredError,
-    TicketNotFoundError,
     TicketState,
     TicketWatchers,
     wait_watched,
 )
+from dsh_tools.approvals._tickets import unanswerable
 
 from .postgres_listen import Listener
-from .ticket_columns import answer_from_json, answer_json, json_object, json_text, ticket_row
+from .ticket_columns import answer_json, json_text, ticket_from_row, ticket_row
 
 if TYPE_CHECKING:
     import psycopg
@@ -105,7 +103,7 @@ class PostgresTickets:
             rows = connection.execute(
                 f"SELECT {_COLUMNS} FROM {_TABLE} {where} ORDER BY created_at, seq", parameters
             ).fetchall()
-            tickets = [_ticket(row) for row in rows]
+            tickets = [ticket_from_row(row, row[-1]) for row in rows]
             return [ticket for ticket in tickets if state is None or ticket.state is state]
 
         return self._connections.run(run)
@@ -118,14 +116,10 @@ class PostgresTickets:
                 (answer_json(answer), ticket_id),
             ).rowcount
             ticket = _get(connection, ticket_id)
-            if ticket is None:
-                raise TicketNotFoundError(ticket_id)
-            if changed == 1:
-                connection.execute("SELECT pg_notify(%s, %s)", (CHANNEL, ticket_id))
-                return ticket
-            if ticket.state is TicketState.EXPIRED:
-                raise TicketExpiredError(ticket)
-            raise TicketAnsweredError(ticket)
+            if ticket is None or changed != 1:
+                raise unanswerable(ticket_id, ticket)
+            connection.execute("SELECT pg_notify(%s, %s)", (CHANNEL, ticket_id))
+            return ticket
 
         return self._connections.run(run)
 
@@ -166,14 +160,14 @@ def consume(connection: Connection, ticket_id: str) -> ApprovalTicket | None:
         f"RETURNING {_COLUMNS}",
         (ticket_id,),
     ).fetchone()
-    return None if row is None else _ticket(row)
+    return None if row is None else ticket_from_row(row, row[-1])
 
 
 def _get(connection: Connection, ticket_id: str) -> ApprovalTicket | None:
     row = connection.execute(
         f"SELECT {_COLUMNS} FROM {_TABLE} WHERE id = %s", (ticket_id,)
     ).fetchone()
-    return None if row is None else _ticket(row)
+    return None if row is None else ticket_from_row(row, row[-1])
 
 
 def _open(connection: Connection, key: ApprovalKey) -> ApprovalTicket | None:
@@ -183,32 +177,4 @@ def _open(connection: Connection, key: ApprovalKey) -> ApprovalTicket | None:
         "ORDER BY created_at, seq LIMIT 1",
         (key.agent, key.tool_name, key.arguments_sha256),
     ).fetchone()
-    return None if row is None else _ticket(row)
-
-
-def _ticket(row: tuple[Any, ...]) -> ApprovalTicket:
-    """A row (and the server's time, its last column) as a ticket; a malformed row raises
-    ``ValueError`` (the store's error, once it names the store)."""
-    try:
-        state = TicketState(row[11])
-        if state in (TicketState.PENDING, TicketState.ANSWERED) and row[15] >= row[10]:
-            state = TicketState.EXPIRED
-        return ApprovalTicket(
-            row[0],
-            row[1],
-            row[2],
-            row[3],
-            json_object(row[4]),
-            row[5],
-            row[6],
-            None if row[7] is None else json_object(row[7]),
-            None if row[8] is None else json_object(row[8]),
-            float(row[9]),
-            float(row[10]),
-            state,
-            None if row[12] is None else answer_from_json(row[12]),
-            row[13],
-            row[14],
-        )
-    except (ValueError, TypeError, KeyError) as error:
-        raise ValueError(f"a malformed ticket row {row[0]!r}: {error}") from None
+    return None if row is None else ticket_from_row(row, row[-1])

@@ -13,20 +13,16 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-import attrs
-
 from dsh_tools.approvals import (
     ApprovalKey,
     ApprovalTicket,
     TicketAnswer,
-    TicketAnsweredError,
-    TicketExpiredError,
-    TicketNotFoundError,
     TicketState,
     stamped,
 )
+from dsh_tools.approvals._tickets import unanswerable
 
-from .ticket_columns import answer_from_json, answer_json, json_object, ticket_row
+from .ticket_columns import answer_json, ticket_from_row, ticket_row
 
 T = TypeVar("T")
 Transaction = Callable[[Callable[[sqlite3.Connection], T], bool], T]
@@ -45,7 +41,6 @@ _COLUMNS = (
     "id, agent, tool, call_id, arguments, arguments_sha256, reason, card, asked_by, "
     "created_at, expires_at, state, answer, answered_at, resumed_at"
 )
-_FIELDS = tuple(field.name for field in attrs.fields(ApprovalTicket))
 _OPEN = "state IN ('pending', 'answered') AND expires_at > ?"
 _CHUNK = 500
 """The most ticket ids one statement asks about (SQLite's bound on parameters)."""
@@ -87,7 +82,7 @@ class TicketRows:
                 "ORDER BY created_at, rowid",
                 (agent, agent),
             ).fetchall()
-            tickets = [self._ticket(row) for row in rows]
+            tickets = [ticket_from_row(row, self._clock()) for row in rows]
             return [ticket for ticket in tickets if state is None or ticket.state is state]
 
         return self._transaction(run, False)  # type: ignore[no-any-return]
@@ -101,13 +96,9 @@ class TicketRows:
                 (answer_json(answer), now, ticket_id, now),
             ).rowcount
             ticket = self._get(connection, ticket_id)
-            if ticket is None:
-                raise TicketNotFoundError(ticket_id)
-            if changed == 1:
-                return ticket
-            if ticket.state is TicketState.EXPIRED:
-                raise TicketExpiredError(ticket)
-            raise TicketAnsweredError(ticket)
+            if ticket is None or changed != 1:
+                raise unanswerable(ticket_id, ticket)
+            return ticket
 
         return self._transaction(run, True)  # type: ignore[no-any-return]
 
@@ -147,7 +138,7 @@ class TicketRows:
         row = connection.execute(
             f"SELECT {_COLUMNS} FROM tickets WHERE id = ?", (ticket_id,)
         ).fetchone()
-        return None if row is None else self._ticket(row)
+        return None if row is None else ticket_from_row(row, self._clock())
 
     def _open(self, connection: sqlite3.Connection, key: ApprovalKey) -> ApprovalTicket | None:
         row = connection.execute(
@@ -155,18 +146,4 @@ class TicketRows:
             f"arguments_sha256 = ? AND {_OPEN} ORDER BY created_at, rowid LIMIT 1",
             (key.agent, key.tool_name, key.arguments_sha256, self._clock()),
         ).fetchone()
-        return None if row is None else self._ticket(row)
-
-    def _ticket(self, row: tuple[Any, ...]) -> ApprovalTicket:
-        """A row as a ticket; a malformed row raises (``ValueError``, ``TypeError``)."""
-        state = TicketState(row[11])
-        if state in (TicketState.PENDING, TicketState.ANSWERED) and self._clock() >= row[10]:
-            state = TicketState.EXPIRED
-        fields: dict[str, Any] = dict(zip(_FIELDS, row, strict=True))
-        fields["arguments"] = json_object(row[4])
-        fields["card"] = None if row[7] is None else json_object(row[7])
-        fields["asked_by"] = None if row[8] is None else json_object(row[8])
-        fields["created_at"], fields["expires_at"] = float(row[9]), float(row[10])
-        fields["state"] = state
-        fields["answer"] = None if row[12] is None else answer_from_json(row[12])
-        return ApprovalTicket(**fields)
+        return None if row is None else ticket_from_row(row, self._clock())

@@ -4,11 +4,19 @@ PostgreSQL) write and read back, so the two keep tickets in the same form."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from dsh_tools._json import FrozenDict, snapshot
-from dsh_tools.approvals import ApprovalTicket, TicketAnswer
+from dsh_tools.approvals import ApprovalTicket, TicketAnswer, TicketState
 
-__all__ = ["answer_from_json", "answer_json", "json_object", "json_text", "ticket_row"]
+__all__ = [
+    "answer_from_json",
+    "answer_json",
+    "json_object",
+    "json_text",
+    "ticket_from_row",
+    "ticket_row",
+]
 
 
 def ticket_row(ticket: ApprovalTicket) -> tuple[object, ...]:
@@ -30,6 +38,35 @@ def ticket_row(ticket: ApprovalTicket) -> tuple[object, ...]:
         ticket.answered_at,
         ticket.resumed_at,
     )
+
+
+def ticket_from_row(row: tuple[Any, ...], now: float) -> ApprovalTicket:
+    """A row (in :func:`ticket_row`'s order) read back as of ``now``: an open ticket whose
+    time is up is expired. A malformed row raises ``ValueError`` naming the ticket (the
+    store's error, once it names the store)."""
+    try:
+        state = TicketState(row[11])
+        if state in (TicketState.PENDING, TicketState.ANSWERED) and now >= row[10]:
+            state = TicketState.EXPIRED
+        return ApprovalTicket(
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            json_object(row[4]),
+            row[5],
+            row[6],
+            None if row[7] is None else json_object(row[7]),
+            None if row[8] is None else json_object(row[8]),
+            float(row[9]),
+            float(row[10]),
+            state,
+            None if row[12] is None else answer_from_json(row[12]),
+            row[13],
+            row[14],
+        )
+    except (ValueError, TypeError, KeyError) as error:
+        raise ValueError(f"a malformed ticket row {row[0]!r}: {error}") from None
 
 
 def json_text(value: object) -> str:
