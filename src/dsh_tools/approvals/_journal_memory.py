@@ -81,21 +81,33 @@ class MemoryJournal:
             return retaken
 
     def renew_call(self, agent: str, key: str, owner: str, lease_s: float) -> bool:
-        with self._ticket_lock:
-            kept = self._journal.get((agent, key))
-            if kept is None or kept.owner != owner or kept.state is not JournalState.STARTED:
-                return False
-            self._journal[agent, key] = attrs.evolve(kept, lease_expires_at=self._clock() + lease_s)
-            return True
+        return self._changed(
+            agent,
+            key,
+            owner,
+            lambda kept: attrs.evolve(kept, lease_expires_at=self._clock() + lease_s),
+        )
 
     def finish_call(self, agent: str, key: str, owner: str, result: JsonValue) -> bool:
+        return self._changed(
+            agent,
+            key,
+            owner,
+            lambda kept: attrs.evolve(
+                kept, state=JournalState.FINISHED, finished_at=self._clock(), result=result
+            ),
+        )
+
+    def _changed(
+        self, agent: str, key: str, owner: str, change: Callable[[JournalEntry], JournalEntry]
+    ) -> bool:
+        """Replace ``owner``'s started entry by ``change`` of it, under the lock; ``False``
+        when the entry is no longer ``owner``'s."""
         with self._ticket_lock:
             kept = self._journal.get((agent, key))
             if kept is None or kept.owner != owner or kept.state is not JournalState.STARTED:
                 return False
-            self._journal[agent, key] = attrs.evolve(
-                kept, state=JournalState.FINISHED, finished_at=self._clock(), result=result
-            )
+            self._journal[agent, key] = change(kept)
             return True
 
     def get_call(self, agent: str, key: str) -> JournalEntry | None:
