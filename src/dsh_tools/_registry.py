@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import attrs
 import pluggy
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from .records import Origin
 
 __all__ = ["Disposer", "Guard", "ToolRegistry", "ToolScope"]
+
+_T = TypeVar("_T")
 
 
 class ToolRegistry(_ViewBase):
@@ -235,19 +237,7 @@ class ToolRegistry(_ViewBase):
                 f"guard {label(fn)} is async; guards are synchronous final checks "
                 "(put asynchronous policy in dsh_tools_pre_execute)"
             )
-        layer = self._layer(path)
-        record = guard_impl(fn, label(fn), origin)
-        layer.guards.append(record)
-        self._changed()
-
-        def dispose() -> None:
-            for index, existing in enumerate(layer.guards):
-                if existing is record:
-                    del layer.guards[index]
-                    self._changed()
-                    return
-
-        return dispose
+        return self._added(self._layer(path).guards, guard_impl(fn, label(fn), origin))
 
     def _add_plugin(self, path: tuple[str, ...], plugin: object, name: str | None) -> Disposer:
         if self._pm.is_registered(plugin):
@@ -339,15 +329,18 @@ class ToolRegistry(_ViewBase):
         for layer in self._chain(path[:-1]):
             inherited.update(layer.tools)
         allow_names, deny_names = restriction(allow, deny, inherited)
-        layer = self._layer(path)
-        record = (allow_names, deny_names)
-        layer.restrictions.append(record)
+        return self._added(self._layer(path).restrictions, (allow_names, deny_names))
+
+    def _added(self, records: list[_T], record: _T) -> Disposer:
+        """Add ``record`` to a layer's ``records``; its disposer removes that very record
+        (not an equal one), once."""
+        records.append(record)
         self._changed()
 
         def dispose() -> None:
-            for index, existing in enumerate(layer.restrictions):
+            for index, existing in enumerate(records):
                 if existing is record:
-                    del layer.restrictions[index]
+                    del records[index]
                     self._changed()
                     return
 
