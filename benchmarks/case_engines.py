@@ -6,6 +6,9 @@
 * DBOS on SQLite: a workflow of 20 ``call_tool`` calls (each the ``dsh_tools.execute``
   step) against a workflow of 20 bare steps of the same body.
 
+Equally durable on both sides: the engine checkpoints each activity or step, and the
+registry's call journal is in memory (no disk write a bare step would not make).
+
 Per call, the integration must cost at most 1.2x the bare activity or step.
 """
 
