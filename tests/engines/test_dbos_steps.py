@@ -17,6 +17,7 @@ from dbos import DBOS, SetWorkflowID
 from engine_worker import dbos_config
 
 from dsh_tools import ToolRegistry, ToolRunContext, define_tool
+from dsh_tools_plugins.engines._dbos_watch import AnyThreadSignal
 from dsh_tools_plugins.engines.dbos import PROGRESS, call_tool, call_tool_async, serve_tools
 
 SAW_SIGNAL = threading.Event()
@@ -109,3 +110,22 @@ def test_an_async_workflows_call_shows_progress_and_sees_its_cancellation(
     DBOS.cancel_workflow("wf-waiting")
 
     assert SAW_SIGNAL.wait(10)
+
+
+def test_a_cancel_callback_may_wait_for_a_thread_that_adds_one_to_the_same_signal() -> None:
+    signal = AnyThreadSignal()
+    added = threading.Event()
+    waited: list[bool] = []
+
+    def add_another() -> None:
+        signal.add_callback(lambda: None)
+        added.set()
+
+    def on_cancel() -> None:  # runs on the watcher's thread
+        threading.Thread(target=add_another).start()
+        waited.append(added.wait(5))
+
+    signal.add_callback(on_cancel)
+    signal.fire("the workflow was cancelled")
+
+    assert waited == [True]

@@ -10,6 +10,7 @@ The thread runs while calls do and ends when none is left.
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
 import threading
 import time
@@ -27,25 +28,35 @@ from ._waiting import PROGRESS
 _log = logging.getLogger("dsh_tools")
 
 
-class _AnyThreadSignal(CancelSignal):
+class AnyThreadSignal(CancelSignal):
     """A signal the watcher fires from its own thread: a callback added on an event loop
-    runs on that loop (``soon``), and the list of callbacks is changed under a lock."""
+    runs on that loop (``soon``); the list of callbacks changes under a lock, and the
+    callbacks run after it is let go (one that waits for a thread adding or removing a
+    callback of this signal must not wait forever)."""
 
     __slots__ = ("_lock",)
 
     def __init__(self) -> None:
         super().__init__()
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
 
     def add_callback(self, callback: Callable[[], object]) -> Callable[[], None]:
         if on_event_loop():
             callback = soon(callback)  # type: ignore[arg-type]
         with self._lock:
-            return super().add_callback(callback)
+            if not self._cancelled:
+                return functools.partial(self._locked, super().add_callback(callback))
+        return super().add_callback(callback)  # cancelled already: it is called at once
+
+    def _locked(self, remove: Callable[[], None]) -> None:
+        with self._lock:
+            remove()
 
     def fire(self, reason: str) -> None:
         with self._lock:
-            self._fire(reason)
+            callbacks = self._claim(reason)
+        for callback in callbacks:
+            callback()
 
     async def wait(self) -> None:
         import anyio
@@ -66,7 +77,7 @@ class _Running:
     def __init__(self, workflow_id: str, progress: LatestProgress) -> None:
         self.workflow_id = workflow_id
         self.progress = progress
-        self.signal = _AnyThreadSignal()
+        self.signal = AnyThreadSignal()
         self.context = contextvars.copy_context()  # the step's: where its events go
 
 
