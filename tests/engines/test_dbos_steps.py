@@ -129,3 +129,11 @@ def test_a_cancel_callback_may_wait_for_a_thread_that_adds_one_to_the_same_signa
     signal.fire("the workflow was cancelled")
 
     assert waited == [True]
+
+
+@pytest.mark.parametrize("watch_s", [0, -1, float("inf"), float("nan"), True, "1", None])
+def test_serve_tools_refuses_a_watch_interval_that_is_not_a_positive_finite_number(
+    watch_s: Any,
+) -> None:
+    with pytest.raises(ValueError, match=r"serve_tools: watch_s must be a positive finite"):
+        serve_tools(ToolRegistry(), watch_s=watch_s)

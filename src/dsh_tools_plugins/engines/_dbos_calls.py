@@ -16,6 +16,7 @@ from typing import Any
 from dbos import DBOS, StepOptions
 
 from dsh_tools import ToolRegistry
+from dsh_tools._numbers import positive_finite
 
 from ._calls import (
     Attempt,
@@ -49,12 +50,14 @@ _STEP_NAMES = {"execute": EXECUTE, "resume": RESUME, "state": TICKET_STATE}
 
 def serve_tools(registry: ToolRegistry, *, watch_s: float = 1.0) -> None:
     """Run this process's tool-call steps on ``registry`` (call before ``DBOS.launch()``,
-    in every process that runs or recovers workflows). While a call runs, every
-    ``watch_s`` seconds its step looks whether its workflow was cancelled (then the
-    call's signal fires) and publishes its latest progress as the workflow event
-    ``dsh_tools.progress``."""
-    if not watch_s > 0:
-        raise ValueError(f"watch_s must be a positive number of seconds, got {watch_s!r}")
+    in every process that runs or recovers workflows). While calls run, every
+    ``watch_s`` seconds this process's watcher thread looks whether each call's workflow
+    was cancelled (then the call's signal fires) and publishes its latest progress as the
+    workflow event ``dsh_tools.progress``."""
+    if not positive_finite(watch_s):
+        raise ValueError(
+            f"serve_tools: watch_s must be a positive finite number of seconds, got {watch_s!r}"
+        )
     _served.update(registry=registry)
     WATCHER.every = watch_s
 
