@@ -279,14 +279,21 @@ async def run_resume(
 ) -> Json:
     """The call ticket ``ticket_id`` holds, through ``registry.resume``: at most once per
     ticket. A retried attempt that finds the ticket already resumed reports the outcome
-    unknown (the earlier attempt took the answer and never reported), not a denial."""
-    taken_before = _taken_before(registry, ticket_id, attempt)
+    unknown (the earlier attempt took the answer and never reported), not a denial.
+    A retried attempt reads the store off the loop."""
+    import anyio.to_thread
+
+    taken_before = attempt.retried and await anyio.to_thread.run_sync(
+        _taken_before, registry, ticket_id, attempt
+    )
     bounded = signal if timeout_s is None else signal.with_timeout(timeout_s * 1000)
     try:
         result = await registry.resume(ticket_id, signal=bounded, on_progress=progress)
     except TicketError as error:
         return result_to_json(failure_result(error.message, error.code))
-    return _resumed(registry, ticket_id, attempt, taken_before, result)
+    if taken_before:
+        return await anyio.to_thread.run_sync(_resumed, registry, ticket_id, attempt, True, result)
+    return _resumed(registry, ticket_id, attempt, False, result)
 
 
 def run_resume_sync(
