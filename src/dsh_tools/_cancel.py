@@ -137,15 +137,21 @@ class CancelSignal:
         await self._event.wait()
 
     def _fire(self, reason: str | None) -> None:
+        for callback in self._claim(reason):
+            callback()
+
+    def _claim(self, reason: str | None) -> list[Callback]:
+        """Mark the signal cancelled for ``reason`` and hand over the callbacks to call
+        (none if it was cancelled already): a subclass that guards its state with a lock
+        calls them after letting go of it."""
         if self._cancelled:
-            return
+            return []
         self._cancelled = True
         self._reason = reason
         callbacks, self._callbacks = self._callbacks, []
         if self._event is not None:
             self._event.set()
-        for callback in callbacks:
-            callback()
+        return callbacks
 
     def __repr__(self) -> str:
         state = f"cancelled, reason={self.reason!r}" if self.cancelled else "active"

@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from engine_tools import build_registry, lines
 
 from dsh_tools import CancelSource
@@ -143,3 +145,30 @@ def test_workflow_code_imports_nothing_of_dsh_tools() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
 
     assert out.stdout.strip() == "[]"
+
+
+def test_a_retried_resume_looks_at_its_ticket_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = build_registry(tmp_path)
+    ticket = attempt(tmp_path, 1, "write", path="a.txt")["meta"]["approval"]["ticket"]
+    store: Any = registry.approval_store
+    store.answer_ticket(ticket, TicketAnswer("allowed-once", by="ana", channel="cli"))
+    signal = CancelSource().signal
+    asyncio.run(run_resume(registry, ticket, attempt=Attempt("test"), signal=signal))
+    readers: list[int] = []
+    read = store.get_ticket
+
+    def get_ticket(ticket_id: str) -> Any:
+        readers.append(threading.get_ident())
+        return read(ticket_id)
+
+    monkeypatch.setattr(store, "get_ticket", get_ticket)
+
+    async def retried() -> int:
+        await run_resume(registry, ticket, attempt=Attempt("test", 2), signal=signal)
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(retried())
+
+    assert readers[0] != loop_thread  # the attempt's own look, before the resume's

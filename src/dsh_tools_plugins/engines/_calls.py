@@ -21,7 +21,8 @@ Three meanings of "once" meet here and are kept apart:
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
@@ -183,6 +184,37 @@ class LatestProgress:
             return self._latest
 
 
+def _call_input(
+    request: CallRequest, call_id: str, signal: CancelSignal, progress: LatestProgress | None
+) -> ToolExecutionInput:
+    return ToolExecutionInput(
+        call_id,
+        request.name,
+        request.arguments,
+        agent=request.agent,
+        signal=request.signal(signal),
+        on_progress=progress,
+        idempotency_key=call_id,
+    )
+
+
+def _judged(registry: ToolRegistry, call: ToolExecutionInput, attempt: Attempt) -> Attempt:
+    """``attempt``, counted as a first one when the earlier attempt only asked a person
+    (reads the store: off the loop)."""
+    if attempt.retried and _only_asked(registry, call):
+        return attrs.evolve(attempt, number=1)
+    return attempt
+
+
+@contextmanager
+def _as_attempt(attempt: Attempt) -> Iterator[None]:
+    token = _ATTEMPT.set(attempt)
+    try:
+        yield
+    finally:
+        _ATTEMPT.reset(token)
+
+
 async def run_call(
     registry: ToolRegistry,
     request: CallRequest,
@@ -193,41 +225,46 @@ async def run_call(
     progress: LatestProgress | None = None,
 ) -> Json:
     """One call through ``registry.execute``, as attempt ``attempt`` of call ``call_id``."""
-    call = ToolExecutionInput(
-        call_id,
-        request.name,
-        request.arguments,
-        agent=request.agent,
-        signal=request.signal(signal),
-        on_progress=progress,
-        idempotency_key=call_id,
-    )
-    if attempt.retried and await _only_asked(registry, call):
-        attempt = attrs.evolve(attempt, number=1)
-    token = _ATTEMPT.set(attempt)
-    try:
+    call = _call_input(request, call_id, signal, progress)
+    if attempt.retried:
+        import anyio.to_thread
+
+        attempt = await anyio.to_thread.run_sync(_judged, registry, call, attempt)
+    with _as_attempt(attempt):
         return result_to_json(await registry.execute(call))
-    finally:
-        _ATTEMPT.reset(token)
 
 
-async def _only_asked(registry: ToolRegistry, call: ToolExecutionInput) -> bool:
+@attrs.frozen
+class Step:
+    """What a synchronous step knows of the call it runs: the call's id, which attempt
+    it is, the signal the call runs under and where its progress goes."""
+
+    call_id: str
+    attempt: Attempt
+    signal: CancelSignal
+    progress: LatestProgress | None = None
+
+
+def run_call_sync(registry: ToolRegistry, request: CallRequest, step: Step) -> Json:
+    """:func:`run_call` through ``registry.execute_sync``: a plain body runs on the
+    calling thread, with no event loop unless the call needs one."""
+    call = _call_input(request, step.call_id, step.signal, step.progress)
+    with _as_attempt(_judged(registry, call, step.attempt)):
+        return result_to_json(registry.execute_sync(call))
+
+
+def _only_asked(registry: ToolRegistry, call: ToolExecutionInput) -> bool:
     """Whether an earlier attempt of ``call`` went no further than asking a person: the
     store holds an open ticket of this very call (its id). Such an attempt ended at the
     ticket, before any body; the answer it waits for was never taken."""
     store = registry.approval_store
     if call.agent is None or not callable(getattr(store, "find_ticket", None)):
         return False
-    import anyio.to_thread
-
-    def find() -> Any:
-        try:
-            key = ApprovalKey.for_call(call.agent or "", call.name, call.arguments)  # type: ignore[arg-type]
-        except (TypeError, ValueError):  # arguments that are not JSON never asked anyone
-            return None
-        return store.find_ticket(key)  # type: ignore[attr-defined]
-
-    ticket = await anyio.to_thread.run_sync(find)
+    try:
+        key = ApprovalKey.for_call(call.agent, call.name, call.arguments)  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # arguments that are not JSON never asked anyone
+        return False
+    ticket = store.find_ticket(key)  # type: ignore[attr-defined]
     return ticket is not None and ticket.call_id == call.call_id
 
 
@@ -242,15 +279,50 @@ async def run_resume(
 ) -> Json:
     """The call ticket ``ticket_id`` holds, through ``registry.resume``: at most once per
     ticket. A retried attempt that finds the ticket already resumed reports the outcome
-    unknown (the earlier attempt took the answer and never reported), not a denial."""
-    taken_before = (
-        attempt.retried and ticket_state(registry, ticket_id) == TicketState.RESUMED.value
+    unknown (the earlier attempt took the answer and never reported), not a denial.
+    A retried attempt reads the store off the loop."""
+    import anyio.to_thread
+
+    taken_before = attempt.retried and await anyio.to_thread.run_sync(
+        _taken_before, registry, ticket_id, attempt
     )
     bounded = signal if timeout_s is None else signal.with_timeout(timeout_s * 1000)
     try:
         result = await registry.resume(ticket_id, signal=bounded, on_progress=progress)
     except TicketError as error:
         return result_to_json(failure_result(error.message, error.code))
+    if taken_before:
+        return await anyio.to_thread.run_sync(_resumed, registry, ticket_id, attempt, True, result)
+    return _resumed(registry, ticket_id, attempt, False, result)
+
+
+def run_resume_sync(
+    registry: ToolRegistry, ticket_id: str, step: Step, timeout_s: float | None = None
+) -> Json:
+    """:func:`run_resume` through ``registry.resume_sync``."""
+    taken_before = _taken_before(registry, ticket_id, step.attempt)
+    signal = step.signal if timeout_s is None else step.signal.with_timeout(timeout_s * 1000)
+    try:
+        result = registry.resume_sync(ticket_id, signal=signal, on_progress=step.progress)
+    except TicketError as error:
+        return result_to_json(failure_result(error.message, error.code))
+    return _resumed(registry, ticket_id, step.attempt, taken_before, result)
+
+
+def _taken_before(registry: ToolRegistry, ticket_id: str, attempt: Attempt) -> bool:
+    """Whether a retried attempt finds its ticket resumed already (by the earlier one)."""
+    return attempt.retried and ticket_state(registry, ticket_id) == TicketState.RESUMED.value
+
+
+def _resumed(
+    registry: ToolRegistry,
+    ticket_id: str,
+    attempt: Attempt,
+    taken_before: bool,
+    result: ToolExecutionResult,
+) -> Json:
+    """A resume's result as JSON; the denial of a ticket an earlier attempt took is an
+    unknown outcome."""
     if taken_before and result.is_error and result.code == "DENIED":
         ticket = _ticket(registry, ticket_id)
         name = ticket.tool_name if ticket is not None else "?"

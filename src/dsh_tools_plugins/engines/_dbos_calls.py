@@ -10,29 +10,31 @@ attempt from a first one (the call's id, :func:`dbos_call_id`, is the same both 
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from dbos import DBOS, StepOptions
 
-from dsh_tools import CancelSignal, CancelSource
-from dsh_tools._registry import ToolRegistry
+from dsh_tools import ToolRegistry
+from dsh_tools._numbers import positive_finite
 
 from ._calls import (
     Attempt,
     CallRequest,
     Json,
     LatestProgress,
+    Step,
     dbos_call_id,
     run_call,
+    run_call_sync,
     run_resume,
+    run_resume_sync,
     ticket_state,
 )
+from ._dbos_watch import WATCHER
 from ._waiting import (
     ANSWERED,
     EXECUTE,
-    PROGRESS,
     RESUME,
     TICKET_STATE,
     WAITING,
@@ -41,20 +43,23 @@ from ._waiting import (
     steps,
 )
 
-_log = logging.getLogger("dsh_tools")
+_DBOS = Attempt("dbos")
 _served: dict[str, Any] = {}
 _STEP_NAMES = {"execute": EXECUTE, "resume": RESUME, "state": TICKET_STATE}
 
 
 def serve_tools(registry: ToolRegistry, *, watch_s: float = 1.0) -> None:
     """Run this process's tool-call steps on ``registry`` (call before ``DBOS.launch()``,
-    in every process that runs or recovers workflows). While a call runs, every
-    ``watch_s`` seconds its step looks whether its workflow was cancelled (then the
-    call's signal fires) and publishes its latest progress as the workflow event
-    ``dsh_tools.progress``."""
-    if not watch_s > 0:
-        raise ValueError(f"watch_s must be a positive number of seconds, got {watch_s!r}")
-    _served.update(registry=registry, watch_s=watch_s)
+    in every process that runs or recovers workflows). While calls run, every
+    ``watch_s`` seconds this process's watcher thread looks whether each call's workflow
+    was cancelled (then the call's signal fires) and publishes its latest progress as the
+    workflow event ``dsh_tools.progress``."""
+    if not positive_finite(watch_s):
+        raise ValueError(
+            f"serve_tools: watch_s must be a positive finite number of seconds, got {watch_s!r}"
+        )
+    _served.update(registry=registry)
+    WATCHER.every = watch_s
 
 
 def _registry() -> ToolRegistry:
@@ -77,39 +82,45 @@ def _identity() -> tuple[str, str]:
 async def _execute(call: Json) -> Json:
     workflow_id, call_id = _identity()
     progress = LatestProgress(call_id)
-    return await _supervised(
-        workflow_id,
-        lambda signal: run_call(
-            _registry(),
-            CallRequest.from_json(call),
-            call_id=call_id,
-            attempt=Attempt("dbos"),
-            signal=signal,
-            progress=progress,
-        ),
-        progress,
-    )
+    with WATCHER.watching(workflow_id, progress) as signal:
+        request = CallRequest.from_json(call)
+        return await run_call(
+            _registry(), request, call_id=call_id, attempt=_DBOS, signal=signal, progress=progress
+        )
+
+
+def _execute_sync(call: Json) -> Json:
+    workflow_id, call_id = _identity()
+    progress = LatestProgress(call_id)
+    with WATCHER.watching(workflow_id, progress) as signal:
+        step = Step(call_id, _DBOS, signal, progress)
+        return run_call_sync(_registry(), CallRequest.from_json(call), step)
 
 
 async def _resume(call: Json) -> Json:
     workflow_id, call_id = _identity()
     progress = LatestProgress(call_id)
-    return await _supervised(
-        workflow_id,
-        lambda signal: run_resume(
-            _registry(),
-            call["ticket"],
-            attempt=Attempt("dbos"),
-            signal=signal,
-            timeout_s=call.get("timeout_s"),
-            progress=progress,
-        ),
-        progress,
-    )
+    with WATCHER.watching(workflow_id, progress) as signal:
+        return await run_resume(
+            _registry(), call["ticket"], attempt=_DBOS, signal=signal,
+            timeout_s=call.get("timeout_s"), progress=progress,
+        )  # fmt: skip
+
+
+def _resume_sync(call: Json) -> Json:
+    workflow_id, call_id = _identity()
+    progress = LatestProgress(call_id)
+    with WATCHER.watching(workflow_id, progress) as signal:
+        step = Step(call_id, _DBOS, signal, progress)
+        return run_resume_sync(_registry(), call["ticket"], step, call.get("timeout_s"))
 
 
 async def _state(ticket: str) -> str:
     return await asyncio.to_thread(ticket_state, _registry(), ticket)
+
+
+def _state_sync(ticket: str) -> str:
+    return ticket_state(_registry(), ticket)
 
 
 _STEPS: dict[str, Callable[[Any], Awaitable[Any]]] = {
@@ -117,34 +128,13 @@ _STEPS: dict[str, Callable[[Any], Awaitable[Any]]] = {
     "resume": _resume,
     "state": _state,
 }
-
-
-async def _supervised(
-    workflow_id: str, run: Callable[[CancelSignal], Awaitable[Json]], progress: LatestProgress
-) -> Json:
-    """``run`` under a signal that fires when the workflow is cancelled, its progress
-    published meanwhile."""
-    source = CancelSource()
-    watching = asyncio.ensure_future(_watch(workflow_id, source, progress))
-    try:
-        return await run(source.signal)
-    finally:
-        watching.cancel()
-
-
-async def _watch(workflow_id: str, source: CancelSource, progress: LatestProgress) -> None:
-    every = float(_served.get("watch_s", 1.0))
-    while True:
-        await asyncio.sleep(every)
-        try:
-            status = await DBOS.get_workflow_status_async(workflow_id)
-            if status is not None and status.status == "CANCELLED":
-                source.cancel("the workflow was cancelled")
-            fresh = progress.fresh()
-            if fresh is not None and not source.cancelled:
-                await DBOS.set_event_async(PROGRESS, fresh)
-        except Exception:  # a look that fails is tried again; the call goes on
-            _log.warning("could not watch DBOS workflow %s", workflow_id, exc_info=True)
+_SYNC_STEPS: dict[str, Callable[[Any], Any]] = {
+    "execute": _execute_sync,
+    "resume": _resume_sync,
+    "state": _state_sync,
+}
+"""The steps of the sync driver: they run on the workflow's thread, as a bare step does,
+not on DBOS's background loop (a hop to it and two to its threads per step)."""
 
 
 def call_tool(
@@ -166,7 +156,7 @@ def call_tool(
                 ticket, seconds = argument
                 outcome = DBOS.recv(f"{ANSWERED}.{ticket}", timeout_seconds=seconds)
             else:
-                outcome = DBOS.run_step(_options(kind), _STEPS[kind], argument)
+                outcome = DBOS.run_step(_options(kind), _SYNC_STEPS[kind], argument)
     except StopIteration as done:
         result: dict[str, Any] = done.value
         return result
