@@ -273,18 +273,27 @@ class Sandbox:
         self.body_finished = 0
         self.observed: dict[str, list[ToolExecutionResult]] = {"healthy": [], "faulty": []}
         self.post_seen: list[ToolExecutionResult] = []
+        self.hanging = threading.Event()
+        """Set when the faulty stage starts to hang: a ``hang_signal`` host cancels then,
+        not after a fixed delay that a loaded machine may reach before the stage does."""
 
     def faulty(self, stage: str) -> bool:
         return self.stage == stage
 
     def block_until_cancelled(self, signal: CancelSignal | None) -> None:
         """A synchronous hang: block until the caller's signal fires (or a safety limit)."""
+        self.hanging.set()
         deadline = time.monotonic() + (2 if self.fault == "hang_signal" else 3 * CANCEL_AFTER)
         while time.monotonic() < deadline:
             if self.fault == "hang_signal" and signal is not None and signal.cancelled:
                 return
             time.sleep(0.002)
         assert self.fault == "hang_native", "a synchronous hang was never cancelled"
+
+    def cancel_once_hanging(self) -> None:
+        """A host thread pressing stop once the faulty stage hangs (a second at most)."""
+        self.hanging.wait(1)
+        self.source.cancel("host pressed stop")
 
     def sync_fault(self, healthy: object, wrong: object, non_json: object, signal: Any) -> Any:
         """What a synchronous component returns (or does) for this cell's fault."""
@@ -322,6 +331,7 @@ class Sandbox:
         if fault == "slow":
             await anyio.sleep(0.005)
             return healthy
+        self.hanging.set()
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
 
@@ -524,18 +534,18 @@ async def run_cell(stage: str, fault: str) -> tuple[Sandbox, Outcome]:
         if fault == "hang_signal" and stage in SYNC_STAGES:
             # The stage blocks the thread; the host cancels from another thread while
             # execute_sync drives the call (no event loop, nothing to wake).
-            timer = threading.Timer(CANCEL_AFTER, box.source.cancel, ("host pressed stop",))
-            timer.start()
+            host = threading.Thread(target=box.cancel_once_hanging)
+            host.start()
             try:
                 results.append(await anyio.to_thread.run_sync(registry.execute_sync, call))
             finally:
-                timer.cancel()
+                host.join()
         elif fault == "hang_signal":
             async with anyio.create_task_group() as group:
 
                 async def cancel_later() -> None:
-                    await anyio.sleep(CANCEL_AFTER)
-                    box.source.cancel("host pressed stop")
+                    await anyio.to_thread.run_sync(box.hanging.wait, 1)
+                    box.source.cancel("host pressed stop")  # on the loop, as a host would
 
                 group.start_soon(cancel_later)
                 # Only a result observer outlives the signal (it records the call, it does
