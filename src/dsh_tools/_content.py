@@ -23,6 +23,7 @@ from ._json import (
     trusted_frozen_dict,
     trusted_frozen_list,
 )
+from ._tuples import tuple_of
 from .errors import JsonValueError
 
 __all__ = [
@@ -177,11 +178,4 @@ def context_messages(value: Iterable[ContextMessage]) -> tuple[ContextMessage, .
     not a :class:`ContextMessage` raises ``TypeError`` naming its index."""
     if type(value) is tuple and not value:  # the common case: no deferred context
         return ()
-    contexts = tuple(value)
-    for index, context in enumerate(contexts):
-        if not isinstance(context, ContextMessage):
-            raise TypeError(
-                f"additional_contexts[{index}] must be a ContextMessage, "
-                f"got {type(context).__qualname__}"
-            )
-    return contexts
+    return tuple_of(ContextMessage, value, "additional_contexts", TypeError)

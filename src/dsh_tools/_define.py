@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +32,7 @@ from ._models import (
     ToolExecutionResult,
     ToolOutput,
 )
+from ._numbers import positive_finite
 from ._paths import ToolPaths
 from ._schema import SchemaSpec
 from .errors import DefinitionError, JsonSchemaError, JsonValueError, within
@@ -165,12 +165,7 @@ def _definition(
     optional callables (``present_call``, ``is_concurrency_safe``, ...)."""
     if not isinstance(description, str):
         raise DefinitionError(f"{label}: description must be a string, got {description!r}")
-    if timeout_ms is not None and (
-        isinstance(timeout_ms, bool)
-        or not isinstance(timeout_ms, (int, float))
-        or not math.isfinite(timeout_ms)
-        or timeout_ms <= 0
-    ):
+    if timeout_ms is not None and not positive_finite(timeout_ms):
         raise DefinitionError(
             f"{label}: timeout_ms must be a positive finite number, got {timeout_ms!r}"
         )

@@ -10,7 +10,6 @@ channel's types are defined in :mod:`dsh_tools._decisions` and imported from her
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
@@ -31,6 +30,7 @@ from ._decisions import (
     PreExecuteDecision,
 )
 from ._json import FrozenDict, FrozenList, JsonValue, snapshot, thaw, unicode_text
+from ._numbers import positive_finite
 from ._paths import ToolPaths
 from .approvals._answers import ApprovalOutcome
 from .errors import DefinitionError, ErrorCode, JsonValueError, within
@@ -366,14 +366,7 @@ def _declared_paths(instance: ToolDefinition[Any], attribute: object, value: obj
 
 
 def _positive_timeout(instance: ToolDefinition[Any], attribute: object, value: object) -> None:
-    if value is None:
-        return
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value <= 0
-    ):
+    if value is not None and not positive_finite(value):
         raise DefinitionError(
             f'tool "{instance.name}" timeout_ms must be a positive finite number, got {value!r}'
         )

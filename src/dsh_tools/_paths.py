@@ -14,6 +14,7 @@ from typing import Literal
 
 import attrs
 
+from ._tuples import tuple_of
 from .errors import DefinitionError
 
 __all__ = ["PathArgument", "PathKind", "ToolPaths"]
@@ -76,13 +77,7 @@ class PathArgument:
 
 
 def _path_arguments(value: Iterable[PathArgument]) -> tuple[PathArgument, ...]:
-    arguments = tuple(value)
-    for index, argument in enumerate(arguments):
-        if not isinstance(argument, PathArgument):
-            raise DefinitionError(
-                f"ToolPaths arguments[{index}] must be a PathArgument, "
-                f"got {type(argument).__qualname__}"
-            )
+    arguments = tuple_of(PathArgument, value, "ToolPaths arguments", DefinitionError)
     kinds = {argument.name: argument.kind for argument in arguments}
     if len(kinds) != len(arguments):
         raise DefinitionError("ToolPaths declares an argument twice")

@@ -8,7 +8,7 @@ their cards from ``meta`` alone, so they stay pure. What the tools do to files i
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any
 
 from dsh_tools._json import JsonValue
@@ -36,6 +36,10 @@ __all__ = [
     "WRITE_OUTPUT",
     "change_value",
     "fields",
+    "listing_counts",
+    "listing_text",
+    "meta_output",
+    "object_schema",
     "present_change_call",
     "present_change_result",
     "present_edit_call",
@@ -43,12 +47,37 @@ __all__ = [
     "present_list_result",
     "present_read_call",
     "present_read_result",
+    "result_meta",
+    "shown_of",
     "utf8_size",
 ]
 
 
 def _value_as_meta(args: object, value: JsonValue) -> JsonValue:
     return value
+
+
+def meta_output(schema: Mapping[str, Any], render: Callable[[Any, Any], str]) -> ToolOutput:
+    """A declared output whose value is copied into the result ``meta``, where the
+    presenters, which must be pure, find it."""
+    return ToolOutput(schema, render, _value_as_meta)
+
+
+def listing_text(lines: Sequence[str], empty: str, notes: Sequence[str]) -> str:
+    """What a model reads of a capped listing: ``lines`` one a line (``empty`` when there
+    are none), then the ``notes`` in brackets."""
+    text = "\n".join(lines) if lines else empty
+    return text + "\n\n[" + "; ".join(notes) + "]" if notes else text
+
+
+def listing_counts(found: Sized, limit: int) -> dict[str, Any]:
+    """The ``total`` and ``truncated`` of a listing of ``found`` capped at ``limit``."""
+    return {"total": len(found), "truncated": len(found) > limit}
+
+
+def shown_of(value: Mapping[str, Any], shown: int, noun: str) -> list[str]:
+    """The note on a truncated listing (none when it is whole): ``shown`` of its total."""
+    return [f"showing {shown} of {value['total']} {noun}"] if value["truncated"] else []
 
 
 def fields(value: object) -> Mapping[str, Any]:
@@ -58,7 +87,9 @@ def fields(value: object) -> Mapping[str, Any]:
     return value
 
 
-def _meta(result: PresentableResult) -> Mapping[str, Any] | None:
+def result_meta(result: PresentableResult) -> Mapping[str, Any] | None:
+    """The value a successful result copied into its ``meta``; ``None`` for a failure or
+    a ``meta`` that is not an object (a card then shows the raw result)."""
     if result.is_error or not isinstance(result.meta, Mapping):
         return None
     return result.meta
@@ -68,7 +99,8 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {"oneOf": [schema, {"type": "null"}]}
 
 
-def _object(properties: dict[str, Any]) -> dict[str, Any]:
+def object_schema(properties: dict[str, Any]) -> dict[str, Any]:
+    """The schema of an object with exactly these ``properties``, each required."""
     return {
         "type": "object",
         "properties": properties,
@@ -83,18 +115,18 @@ _BOOLEAN = {"type": "boolean"}
 
 _DIFFS_SCHEMA = {
     "type": "array",
-    "items": _object({"old_text": _nullable(_STRING), "new_text": _STRING}),
+    "items": object_schema({"old_text": _nullable(_STRING), "new_text": _STRING}),
 }
 
 
 # --------------------------------------------------------------------------- read_file
 
 
-_READ_SCHEMA = _object(
+_READ_SCHEMA = object_schema(
     {
         "path": _STRING,
         "offset": _INTEGER,
-        "lines": {"type": "array", "items": _object({"number": _INTEGER, "text": _STRING})},
+        "lines": {"type": "array", "items": object_schema({"number": _INTEGER, "text": _STRING})},
         "total_lines": _INTEGER,
         "truncated": _BOOLEAN,
         "lang": _nullable(_STRING),
@@ -130,7 +162,7 @@ def present_read_call(args: ReadFileArgs) -> GenericCallView:
 
 
 def present_read_result(args: ReadFileArgs, result: PresentableResult) -> ReadResultView | None:
-    meta = _meta(result)
+    meta = result_meta(result)
     if meta is None:
         return None
     return ReadResultView(
@@ -143,7 +175,7 @@ def present_read_result(args: ReadFileArgs, result: PresentableResult) -> ReadRe
     )
 
 
-READ_OUTPUT = ToolOutput(_READ_SCHEMA, _render_read, _value_as_meta)
+READ_OUTPUT = meta_output(_READ_SCHEMA, _render_read)
 
 
 # --------------------------------------------------------------------------- write and edit
@@ -196,7 +228,7 @@ def utf8_size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
-_CHANGE_SCHEMA = _object(
+_CHANGE_SCHEMA = object_schema(
     {
         "path": _STRING,
         "created": _BOOLEAN,
@@ -209,7 +241,7 @@ _CHANGE_SCHEMA = _object(
 
 
 def present_change_result(args: object, result: PresentableResult) -> DiffResultView | None:
-    meta = _meta(result)
+    meta = result_meta(result)
     if meta is None:
         return None
     path = meta["path"]
@@ -267,8 +299,8 @@ def present_edit_call(args: EditFileArgs) -> DiffCallView:
     )
 
 
-WRITE_OUTPUT = ToolOutput(_CHANGE_SCHEMA, _render_write, _value_as_meta)
-EDIT_OUTPUT = ToolOutput(_CHANGE_SCHEMA, _render_edit, _value_as_meta)
+WRITE_OUTPUT = meta_output(_CHANGE_SCHEMA, _render_write)
+EDIT_OUTPUT = meta_output(_CHANGE_SCHEMA, _render_edit)
 
 
 # --------------------------------------------------------------------------- list_dir
@@ -276,12 +308,14 @@ EDIT_OUTPUT = ToolOutput(_CHANGE_SCHEMA, _render_edit, _value_as_meta)
 
 _MARKERS = {"dir": "/", "symlink": "@", "fifo": "|", "socket": "=", "file": "", "other": "?"}
 
-_LIST_SCHEMA = _object(
+_LIST_SCHEMA = object_schema(
     {
         "path": _STRING,
         "entries": {
             "type": "array",
-            "items": _object({"name": _STRING, "type": {"type": "string", "enum": list(_MARKERS)}}),
+            "items": object_schema(
+                {"name": _STRING, "type": {"type": "string", "enum": list(_MARKERS)}}
+            ),
         },
         "total": _INTEGER,
         "truncated": _BOOLEAN,
@@ -291,13 +325,8 @@ _LIST_SCHEMA = _object(
 
 def _render_list(args: ListDirArgs, value: Any) -> str:
     value = fields(value)
-    entries = value["entries"]
-    if not entries:
-        return f"{value['path']} is empty"
-    text = "\n".join(f"{entry['name']}{_MARKERS[entry['type']]}" for entry in entries)
-    if value["truncated"]:
-        text += f"\n\n[showing {len(entries)} of {value['total']} entries]"
-    return text
+    lines = [f"{entry['name']}{_MARKERS[entry['type']]}" for entry in value["entries"]]
+    return listing_text(lines, f"{value['path']} is empty", shown_of(value, len(lines), "entries"))
 
 
 def present_list_call(args: ListDirArgs) -> GenericCallView:
@@ -307,10 +336,10 @@ def present_list_call(args: ListDirArgs) -> GenericCallView:
 
 
 def present_list_result(args: ListDirArgs, result: PresentableResult) -> GenericResultView | None:
-    meta = _meta(result)
+    meta = result_meta(result)
     if meta is None:
         return None
     return GenericResultView(title=f"List {meta['path']} ({meta['total']} entries)")
 
 
-LIST_OUTPUT = ToolOutput(_LIST_SCHEMA, _render_list, _value_as_meta)
+LIST_OUTPUT = meta_output(_LIST_SCHEMA, _render_list)

@@ -27,15 +27,14 @@ import functools
 import os
 import stat
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import attrs
 
 from dsh_tools import DshToolsError
 from dsh_tools._context import ToolRunContext
-from dsh_tools._define import define_tool
-from dsh_tools._models import ToolDefinition, ToolOutput
+from dsh_tools._models import ToolDefinition
 from dsh_tools._paths import PathArgument
 from dsh_tools._safetext import safe_text
 from dsh_tools.errors import ToolArgsError, ToolError
@@ -57,6 +56,7 @@ from ._file_output import (
     WRITE_OUTPUT,
     change_value,
     fields,
+    listing_counts,
     present_change_call,
     present_change_result,
     present_edit_call,
@@ -67,6 +67,7 @@ from ._file_output import (
     utf8_size,
 )
 from ._languages import language_of
+from ._tool_shapes import check_positive, workspace_tool
 from .workspace import Opened, Workspace
 
 __all__ = [
@@ -90,9 +91,6 @@ __all__ = [
     "write_file_tool",
 ]
 
-A = TypeVar("A")
-"""The arguments class of a tool built here."""
-
 DEFAULT_MAX_FILE_BYTES = 2 * 1024 * 1024
 """Files larger than this are not read or edited (2 MiB)."""
 
@@ -104,17 +102,6 @@ DEFAULT_LIST_LIMIT = 500
 
 MAX_LINE_CHARS = 2000
 """Longer lines are cut there by ``read_file`` and marked with ``…``."""
-
-READ_ONLY = {"read_only": True, "idempotent": True, "open_world": False}
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _positive(name: str, value: int) -> None:
-    if value < 1:
-        raise ToolArgsError([f'"{name}" must be 1 or more, got {value}'])
-
 
 # --------------------------------------------------------------------------- read_file
 
@@ -138,8 +125,8 @@ def read_file_tool(
     """The ``read_file`` tool: numbered lines of a UTF-8 text file in ``workspace``."""
 
     def execute(args: ReadFileArgs, ctx: ToolRunContext) -> dict[str, Any]:
-        _positive("offset", args.offset)
-        _positive("limit", args.limit)
+        check_positive("offset", args.offset)
+        check_positive("limit", args.limit)
         with workspace.open(args.path) as opened:
             text = read_text(opened.fd, opened.display, opened.stat.st_size, max_bytes, "read")
         lines = split_lines(text)
@@ -157,7 +144,7 @@ def read_file_tool(
             "lang": language_of(opened.display),
         }
 
-    return define_tool(
+    return workspace_tool(
         name="read_file",
         description=(
             "Read a UTF-8 text file in the workspace. Returns numbered lines "
@@ -169,9 +156,8 @@ def read_file_tool(
         output=READ_OUTPUT,
         present_call=present_read_call,
         present_result=present_read_result,
-        metadata={**READ_ONLY, "title": "Read file"},
+        title="Read file",
         paths=workspace.tool_paths(PathArgument("path", "file")),
-        blocking=True,
     )
 
 
@@ -227,7 +213,7 @@ def write_file_tool(
             budget=max_bytes,
         )
 
-    return _file_changing_tool(
+    return workspace_tool(
         name="write_file",
         description=(
             "Create a file in the workspace, or overwrite it with the complete new content. "
@@ -238,8 +224,10 @@ def write_file_tool(
         execute=execute,
         output=WRITE_OUTPUT,
         present_call=functools.partial(_write_card, workspace, max_bytes),
+        present_result=present_change_result,
         title="Write file",
-        workspace=workspace,
+        paths=workspace.tool_paths(PathArgument("path", "file")),
+        read_only=False,
         preflight=fits,
     )
 
@@ -374,7 +362,7 @@ def edit_file_tool(
             budget=max_bytes,
         )
 
-    return _file_changing_tool(
+    return workspace_tool(
         name="edit_file",
         description=(
             "Replace an exact string in a workspace file. old_string must match exactly "
@@ -385,38 +373,10 @@ def edit_file_tool(
         execute=execute,
         output=EDIT_OUTPUT,
         present_call=functools.partial(_edit_card, workspace, read, max_bytes),
-        title="Edit file",
-        workspace=workspace,
-        preflight=preflight,
-    )
-
-
-def _file_changing_tool(
-    *,
-    name: str,
-    description: str,
-    parameters: type[A],
-    execute: Callable[[A, ToolRunContext], Any],
-    output: ToolOutput,
-    present_call: Callable[[A], DiffCallView],
-    title: str,
-    workspace: Workspace,
-    preflight: Callable[[A | None], object],
-) -> ToolDefinition[A]:
-    """A tool that changes the one workspace file its ``path`` names: what ``write_file``
-    and ``edit_file`` share (a diff for a result, a worker thread, not read-only, a
-    preflight that refuses before anyone is asked)."""
-    return define_tool(
-        name=name,
-        description=description,
-        parameters=parameters,
-        execute=execute,
-        output=output,
-        present_call=present_call,
         present_result=present_change_result,
-        metadata={"read_only": False, "open_world": False, "title": title},
+        title="Edit file",
         paths=workspace.tool_paths(PathArgument("path", "file")),
-        blocking=True,
+        read_only=False,
         preflight=preflight,
     )
 
@@ -454,7 +414,7 @@ def list_dir_tool(workspace: Workspace) -> ToolDefinition[ListDirArgs]:
     """The ``list_dir`` tool: a directory's entries, sorted by name, with type markers."""
 
     def execute(args: ListDirArgs, ctx: ToolRunContext) -> dict[str, Any]:
-        _positive("limit", args.limit)
+        check_positive("limit", args.limit)
         with workspace.open(args.path, directory=True) as opened:
             try:
                 with os.scandir(opened.fd) as scan:
@@ -470,11 +430,10 @@ def list_dir_tool(workspace: Workspace) -> ToolDefinition[ListDirArgs]:
             "entries": [
                 {"name": safe_text(name), "type": kind} for name, kind in found[: args.limit]
             ],
-            "total": len(found),
-            "truncated": len(found) > args.limit,
+            **listing_counts(found, args.limit),
         }
 
-    return define_tool(
+    return workspace_tool(
         name="list_dir",
         description=(
             "List a workspace directory, sorted by name. Markers: `/` directory, "
@@ -488,7 +447,6 @@ def list_dir_tool(workspace: Workspace) -> ToolDefinition[ListDirArgs]:
         output=LIST_OUTPUT,
         present_call=present_list_call,
         present_result=present_list_result,
-        metadata={**READ_ONLY, "title": "List directory"},
+        title="List directory",
         paths=workspace.tool_paths(PathArgument("path", "directory")),
-        blocking=True,
     )

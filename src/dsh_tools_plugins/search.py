@@ -31,8 +31,7 @@ from typing import Any
 import attrs
 
 from dsh_tools._context import ToolRunContext
-from dsh_tools._define import define_tool
-from dsh_tools._models import PresentableResult, ToolDefinition, ToolOutput
+from dsh_tools._models import PresentableResult, ToolDefinition
 from dsh_tools._paths import PathArgument
 from dsh_tools._safetext import safe_text
 from dsh_tools.errors import ToolArgsError, ToolError
@@ -45,12 +44,21 @@ from dsh_tools.presentation import (
     ToolCallKind,
 )
 
+from ._file_output import (
+    listing_counts,
+    listing_text,
+    meta_output,
+    object_schema,
+    result_meta,
+    shown_of,
+)
 from ._host_programs import inside, system_program
 from ._reach import split_glob
 from ._search.glob_patterns import GlobMatcher, compile_glob
 from ._search.grep import MAX_MATCH_LINE_CHARS, Findings, search_tree
 from ._search.ignore import ignore_filter
 from ._search.regex import compile_line_pattern
+from ._tool_shapes import check_positive, workspace_tool
 from .files import DEFAULT_MAX_FILE_BYTES, fields
 from .workspace import Opened, WalkFilter, Workspace, WorkspaceFile
 
@@ -72,7 +80,6 @@ DEFAULT_GLOB_LIMIT = 500
 DEFAULT_GREP_LIMIT = 200
 """Matching lines ``grep`` returns when the call gives no ``limit``."""
 
-_READ_ONLY = {"read_only": True, "idempotent": True, "open_world": False}
 _INCLUDE_IGNORED = (
     "Also search files that .gitignore or .ignore files exclude (.git is always skipped)"
 )
@@ -85,11 +92,6 @@ def _check_pattern(name: str, pattern: str) -> None:
         raise ToolArgsError(
             [f'"{name}" must be relative to the search directory, without ".." components']
         )
-
-
-def _check_limit(limit: int) -> None:
-    if limit < 1:
-        raise ToolArgsError([f'"limit" must be 1 or more, got {limit}'])
 
 
 def _prefix(base: Opened) -> str:
@@ -150,27 +152,20 @@ class GlobArgs:
     include_ignored: bool = attrs.field(default=False, metadata={"description": _INCLUDE_IGNORED})
 
 
-_GLOB_SCHEMA = {
-    "type": "object",
-    "properties": {
+_GLOB_SCHEMA = object_schema(
+    {
         "paths": {"type": "array", "items": {"type": "string"}},
         "total": {"type": "integer"},
         "truncated": {"type": "boolean"},
-    },
-    "required": ["paths", "total", "truncated"],
-    "additionalProperties": False,
-}
+    }
+)
 
 
 def _render_glob(args: GlobArgs, value: Any) -> str:
     value = fields(value)
     paths = value["paths"]
-    if not paths:
-        return f"No files match {args.pattern}"
-    text = "\n".join(paths)
-    if value["truncated"]:
-        text += f"\n\n[showing {len(paths)} of {value['total']} paths]"
-    return text
+    notes = shown_of(value, len(paths), "paths")
+    return listing_text(paths, f"No files match {args.pattern}", notes)
 
 
 def _search_call(verb: str, pattern: str, path: str) -> GenericCallView:
@@ -185,9 +180,9 @@ def _present_glob_call(args: GlobArgs) -> GenericCallView:
 
 
 def _present_glob_result(args: GlobArgs, result: PresentableResult) -> SearchPathsView | None:
-    if result.is_error or result.meta is None:
+    meta = result_meta(result)
+    if meta is None:
         return None
-    meta = fields(result.meta)
     return SearchPathsView(
         meta["paths"],
         title=f"{meta['total']} files match {args.pattern}",
@@ -201,7 +196,7 @@ def glob_tool(workspace: Workspace) -> ToolDefinition[GlobArgs]:
 
     def execute(args: GlobArgs, ctx: ToolRunContext) -> dict[str, Any]:
         _check_pattern("pattern", args.pattern)
-        _check_limit(args.limit)
+        check_positive("limit", args.limit)
         literal, rest = split_glob(args.pattern)
         matcher = compile_glob(rest)
         start = f"{args.path}/{literal}" if literal else args.path
@@ -224,11 +219,10 @@ def glob_tool(workspace: Workspace) -> ToolDefinition[GlobArgs]:
             )
         return {
             "paths": [safe_text(path) for path in found[: args.limit]],
-            "total": len(found),
-            "truncated": len(found) > args.limit,
+            **listing_counts(found, args.limit),
         }
 
-    return define_tool(
+    return workspace_tool(
         name="glob",
         description=(
             "Find workspace files by path pattern. `*` and `?` match within one path "
@@ -238,11 +232,10 @@ def glob_tool(workspace: Workspace) -> ToolDefinition[GlobArgs]:
         ),
         parameters=GlobArgs,
         execute=execute,
-        output=ToolOutput(_GLOB_SCHEMA, _render_glob, lambda args, value: value),
+        output=meta_output(_GLOB_SCHEMA, _render_glob),
         present_call=_present_glob_call,
         present_result=_present_glob_result,
-        blocking=True,
-        metadata={**_READ_ONLY, "title": "Find files by name"},
+        title="Find files by name",
         paths=workspace.tool_paths(
             PathArgument("path", "tree"),
             PathArgument("pattern", "pattern", within="path", relative_to="path"),
@@ -284,39 +277,20 @@ class GrepArgs:
     include_ignored: bool = attrs.field(default=False, metadata={"description": _INCLUDE_IGNORED})
 
 
-_GREP_SCHEMA = {
-    "type": "object",
-    "properties": {
+_MATCH_SCHEMA = object_schema({"line_number": {"type": "integer"}, "line": {"type": "string"}})
+_GREP_SCHEMA = object_schema(
+    {
         "files": {
             "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string"},
-                    "matches": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "line_number": {"type": "integer"},
-                                "line": {"type": "string"},
-                            },
-                            "required": ["line_number", "line"],
-                            "additionalProperties": False,
-                        },
-                    },
-                },
-                "required": ["path", "matches"],
-                "additionalProperties": False,
-            },
+            "items": object_schema(
+                {"path": {"type": "string"}, "matches": {"type": "array", "items": _MATCH_SCHEMA}}
+            ),
         },
         "total": {"type": "integer"},
         "truncated": {"type": "boolean"},
         "skipped_files": {"type": "integer"},
-    },
-    "required": ["files", "total", "truncated", "skipped_files"],
-    "additionalProperties": False,
-}
+    }
+)
 
 
 def _render_grep(args: GrepArgs, value: Any) -> str:
@@ -327,15 +301,10 @@ def _render_grep(args: GrepArgs, value: Any) -> str:
         for entry in files
         for match in entry["matches"]
     ]
-    text = "\n".join(lines) if lines else f"No matches for {args.pattern}"
-    notes = []
-    if value["truncated"]:
-        notes.append(f"showing {len(lines)} of {value['total']} matching lines")
+    notes = shown_of(value, len(lines), "matching lines")
     if value["skipped_files"]:
         notes.append(f"{value['skipped_files']} binary or oversized files skipped")
-    if notes:
-        text += "\n\n[" + "; ".join(notes) + "]"
-    return text
+    return listing_text(lines, f"No matches for {args.pattern}", notes)
 
 
 def _present_grep_call(args: GrepArgs) -> GenericCallView:
@@ -343,9 +312,9 @@ def _present_grep_call(args: GrepArgs) -> GenericCallView:
 
 
 def _present_grep_result(args: GrepArgs, result: PresentableResult) -> SearchMatchesView | None:
-    if result.is_error or result.meta is None:
+    meta = result_meta(result)
+    if meta is None:
         return None
-    meta = fields(result.meta)
     return SearchMatchesView(
         [
             SearchFileMatches(
@@ -414,7 +383,7 @@ def grep_tool(
 
     def execute(args: GrepArgs, ctx: ToolRunContext) -> dict[str, Any]:
         regex = compile_line_pattern(args.pattern, case_insensitive=args.case_insensitive)
-        _check_limit(args.limit)
+        check_positive("limit", args.limit)
         include = _include_matcher(args.include)
         findings = Findings(regex, args.limit, max_file_bytes, _stopper(ctx), _Scanned(ctx))
         if not workspace.resolve(args.path).is_dir():
@@ -426,7 +395,7 @@ def grep_tool(
             search_tree(workspace, base, findings, entry_filter, include, ripgrep=executable)
         return findings.value()
 
-    return define_tool(
+    return workspace_tool(
         name="grep",
         description=(
             "Search workspace text files for lines matching a regular expression (RE2 "
@@ -437,11 +406,10 @@ def grep_tool(
         ),
         parameters=GrepArgs,
         execute=execute,
-        output=ToolOutput(_GREP_SCHEMA, _render_grep, lambda args, value: value),
+        output=meta_output(_GREP_SCHEMA, _render_grep),
         present_call=_present_grep_call,
         present_result=_present_grep_result,
-        blocking=True,
-        metadata={**_READ_ONLY, "title": "Search file contents"},
+        title="Search file contents",
         # include is matched against the path from the workspace root, whatever path is
         paths=workspace.tool_paths(
             PathArgument("path", "tree"), PathArgument("include", "pattern", within="path")

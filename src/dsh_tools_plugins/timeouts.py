@@ -23,7 +23,6 @@ or a zero-argument factory returning one with its budgets).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,17 +32,13 @@ from dsh_tools.errors import DefinitionError
 from dsh_tools.hookspecs import WrapperGenerator, hookimpl
 
 from ._globs import by_glob
+from ._numbers import positive_finite
 
 __all__ = ["TimeoutPolicy"]
 
 
 def _budget(label: str, value: object) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value <= 0
-    ):
+    if not positive_finite(value):
         raise DefinitionError(
             f"TimeoutPolicy {label} must be a positive finite number, got {value!r}"
         )

@@ -414,14 +414,7 @@ def _recalled(
             if value is not None and outcome not in REMEMBERED_OUTCOMES:
                 raise TypeError(f"recall() returned {shown(value)}; expected an always-outcome")
         except BaseException as error:
-            call.caught(error, "approval", origin=STORE, doing="recall ")
-            logger.warning(
-                'tool "%s" (%s): approval store %s failed to recall; asking again: %s',
-                call.name,
-                call.execution.call_id,
-                type(store).__qualname__,
-                message(error),
-            )
+            _asking_again(call, store, error, "recall")
             return None
         if outcome is ApprovalOutcome.REJECTED_ALWAYS or found is None:
             found = outcome
@@ -468,19 +461,23 @@ def _used(call: Call, store: ApprovalStore, keys: tuple[ApprovalKey, ...]) -> bo
         try:
             outcome = exact_outcome(use(key))
         except BaseException as error:
-            call.caught(error, "approval", origin=STORE, doing="use ")
-            logger.warning(
-                'tool "%s" (%s): approval store %s failed to use a grant; asking again: %s',
-                call.name,
-                call.execution.call_id,
-                type(store).__qualname__,
-                message(error),
-            )
+            _asking_again(call, store, error, "use", " a grant")
             return False
         if outcome is ApprovalOutcome.ALLOWED_ALWAYS:
             return True
     call.trace("approval", "approval store", "grant ran out", keys, STORE)
     return False
+
+
+def _asking_again(
+    call: Call, store: ApprovalStore, error: BaseException, doing: str, what: str = ""
+) -> None:
+    """A store that failed to ``doing`` (recall, use) what it remembers: the error is
+    recorded and logged, and the service is asked instead."""
+    call.caught(error, "approval", origin=STORE, doing=f"{doing} ")
+    store_name, failure = type(store).__qualname__, message(error)
+    template = 'tool "%s" (%s): approval store %s failed to %s%s; asking again: %s'
+    logger.warning(template, call.name, call.execution.call_id, store_name, doing, what, failure)
 
 
 def _decision(call: Call, outcome: ApprovalOutcome, *, remembered: bool = False) -> Allow | Deny:

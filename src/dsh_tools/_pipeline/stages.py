@@ -37,10 +37,12 @@ from .._models import (
     ToolExecutionSuccess,
     failure_result,
 )
+from .._tracing import Stage
 from ..errors import ErrorCode
 from .approval import ALLOW, approve, refusal, resumed, unrunnable
 from .call import Call, Interrupted, StageFailed
 from .loops import is_awaitable
+from .plan import Impl
 from .render import rerender
 from .results import code, message, shown
 
@@ -89,11 +91,7 @@ async def first_decision(call: Call) -> Allow | Deny | Ask:
             call.trace("pre_execute", impl.label, "interrupted", origin=impl.origin)
             raise
         except BaseException as error:
-            prefix = f"pre-execute {impl.label} failed: "
-            failure = call.contained(
-                error, ErrorCode.POLICY_ERROR, prefix, "pre_execute", impl.label, impl.origin
-            )
-            raise StageFailed(failure) from None
+            raise _failed(call, "pre_execute", impl, error, ErrorCode.POLICY_ERROR) from None
         if call.plan.traced:
             call.trace("pre_execute", impl.label, outcome(decision), decision, impl.origin)
         if decision is None:
@@ -103,12 +101,12 @@ async def first_decision(call: Call) -> Allow | Deny | Ask:
         if isinstance(decision, Ask):
             call.asker = impl.origin
             return decision
-        raise StageFailed(
-            failure_result(
-                f"pre-execute {impl.label} returned {shown(decision)}; "
-                "expected Allow(), Deny(reason), Ask(reason) or None",
-                ErrorCode.POLICY_ERROR,
-            )
+        raise _misreturned(
+            "pre-execute",
+            impl,
+            decision,
+            "expected Allow(), Deny(reason), Ask(reason) or None",
+            ErrorCode.POLICY_ERROR,
         )
     return ALLOW
 
@@ -123,24 +121,34 @@ def guard(call: Call, *, dry_run: bool = False) -> str | None:
         try:
             verdict = impl.call(execution, tool)
         except BaseException as error:
-            prefix = f"guard {impl.label} failed: "
-            failure = call.contained(
-                error, ErrorCode.DENIED, prefix, "guard", impl.label, impl.origin
-            )
-            raise StageFailed(failure) from None
+            raise _failed(call, "guard", impl, error, ErrorCode.DENIED) from None
         if call.plan.traced:
             call.trace("guard", impl.label, outcome(verdict), verdict, impl.origin)
         if verdict is None:
             continue
         if isinstance(verdict, str):
             return verdict
-        raise StageFailed(
-            failure_result(
-                f"guard {impl.label} returned {shown(verdict)}; guards return a reason or None",
-                ErrorCode.DENIED,
-            )
+        raise _misreturned(
+            "guard", impl, verdict, "guards return a reason or None", ErrorCode.DENIED
         )
     return None
+
+
+def _failed(
+    call: Call, stage: Stage, impl: Impl, error: BaseException, error_code: ErrorCode
+) -> StageFailed:
+    """What ends the call when a policy of ``stage`` raised: the error, contained."""
+    prefix = f"{stage.replace('_', '-')} {impl.label} failed: "
+    return StageFailed(call.contained(error, error_code, prefix, stage, impl.label, impl.origin))
+
+
+def _misreturned(
+    stage: str, impl: Impl, value: object, wanted: str, error_code: ErrorCode
+) -> StageFailed:
+    """What ends the call when a policy returned ``value``, which its stage cannot use."""
+    return StageFailed(
+        failure_result(f"{stage} {impl.label} returned {shown(value)}; {wanted}", error_code)
+    )
 
 
 async def post_execute(call: Call, result: ToolExecutionResult) -> ToolExecutionResult:
@@ -163,11 +171,7 @@ async def post_execute(call: Call, result: ToolExecutionResult) -> ToolExecution
             call.trace("post_execute", impl.label, "interrupted", origin=impl.origin)
             raise StageFailed(call.aborted(())) from None
         except BaseException as error:
-            prefix = f"post-execute {impl.label} failed: "
-            failure = call.contained(
-                error, ErrorCode.POLICY_ERROR, prefix, "post_execute", impl.label, impl.origin
-            )
-            raise StageFailed(failure) from None
+            raise _failed(call, "post_execute", impl, error, ErrorCode.POLICY_ERROR) from None
     if call.cancelled() and not result.is_error:
         result = call.aborted(result.additional_contexts)
     return result

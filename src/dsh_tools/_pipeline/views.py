@@ -156,13 +156,8 @@ class _ViewBase:
         Routing errors (a malformed agent id, a call for another scope) raise at once;
         everything that happens to the call itself ends in a result.
         """
-        registry = self._registry
-        # The usual call, the registry's own with no agent, skips _planned's frame.
-        if not self._path and type(call) is ToolExecutionInput and call.agent is None:
-            plan = registry._plans.get(()) or registry._plan(())
-            return drivers.start(plan, registry._handle, call)
         plan, routed = self._planned(call)
-        return drivers.start(plan, registry._handle, routed)
+        return drivers.start(plan, self._registry._handle, routed)
 
     def execute_sync(self, call: ToolExecutionInput) -> ToolExecutionResult:
         """:meth:`execute` for synchronous hosts.
@@ -175,13 +170,8 @@ class _ViewBase:
         thread. Raises :class:`RuntimeError` inside a running event loop.
         """
         refuse_inside_a_loop()
-        registry = self._registry
-        # The usual call, the registry's own with no agent, skips _planned's frame.
-        if not self._path and type(call) is ToolExecutionInput and call.agent is None:
-            plan = registry._plans.get(()) or registry._plan(())
-            return drivers.execute_sync(plan, registry._handle, call)
         plan, routed = self._planned(call)
-        return drivers.execute_sync(plan, registry._handle, routed)
+        return drivers.execute_sync(plan, self._registry._handle, routed)
 
     def resume(
         self,
@@ -248,6 +238,8 @@ class _ViewBase:
 
     def _planned(self, call: ToolExecutionInput) -> tuple[Plan, ToolExecutionInput]:
         """The plan that runs ``call``, and the call routed to this view's agent."""
+        if not self._path and type(call) is ToolExecutionInput and call.agent is None:
+            return self._registry._plans.get(()) or self._registry._plan(()), call  # usual
         routed = self._route(call)
         path = self._path or path_of(routed.agent)  # a scope's calls are routed to it
         return self._registry._plan(path), routed

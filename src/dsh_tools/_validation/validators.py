@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json as _stdlib_json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from .._json import MAX_DEPTH, FrozenDict, FrozenList, int_has_text, is_unicode
@@ -173,14 +173,20 @@ def array_check(items: Check | None, depth: int) -> Check:
     def check(value: object) -> list[Violation] | None:
         if not isinstance(value, (list, tuple)):
             return [[_MUST_ARRAY]]
-        found: list[Violation] | None = None
-        for index, item in enumerate(value):
-            bad = items(item)
-            if bad is not None:
-                found = _located(found, bad, index)
-        return found
+        return _members(enumerate(value), items)
 
     return check
+
+
+def _members(members: Iterable[tuple[str | int, object]], check: Check) -> list[Violation] | None:
+    """The violations of every member (``(where, value)``) that fails ``check``, each
+    placed under its ``where``."""
+    found: list[Violation] | None = None
+    for where, item in members:
+        bad = check(item)
+        if bad is not None:
+            found = _located(found, bad, where)
+    return found
 
 
 def _located(
@@ -201,14 +207,9 @@ def map_check(values: Check) -> Check:
     def check(value: object) -> list[Violation] | None:
         if not isinstance(value, dict):
             return [[_MUST_OBJECT]]
-        found: list[Violation] | None = None
-        for key, item in dict.items(value):
-            if not isinstance(key, str):
-                return [[_LOSSY_OBJECT]]
-            bad = values(item)
-            if bad is not None:
-                found = _located(found, bad, key)
-        return found
+        if not all(isinstance(key, str) for key in dict.keys(value)):
+            return [[_LOSSY_OBJECT]]
+        return _members(dict.items(value), values)
 
     return check
 

@@ -169,22 +169,25 @@ def parse_openai_responses_function_call(
     item: object, *, agent: str | None = None
 ) -> ToolExecutionInput:
     """A Responses API ``function_call`` output item; its ``call_id`` (not ``id``) is the id."""
-    provider, path = "openai-responses", "function_call"
-    call = _object(provider, item, path)
-    _check_type(provider, call, "function_call", path)
-    call_id = _string(provider, call, "call_id", path)
-    name = _string(provider, call, "name", path)
-    return _call(provider, call_id, name, call.get("arguments"), f"{path}.arguments", agent)
+    return _flat_call("openai-responses", item, "function_call", "call_id", "arguments", agent)
 
 
 def parse_anthropic_tool_use(block: object, *, agent: str | None = None) -> ToolExecutionInput:
     """An Anthropic ``tool_use`` content block; its ``input`` is already an object."""
-    provider, path = "anthropic", "tool_use"
-    call = _object(provider, block, path)
-    _check_type(provider, call, "tool_use", path)
-    call_id = _string(provider, call, "id", path)
-    name = _string(provider, call, "name", path)
-    return _call(provider, call_id, name, call.get("input"), f"{path}.input", agent)
+    return _flat_call("anthropic", block, "tool_use", "id", "input", agent)
+
+
+def _flat_call(
+    provider: str, item: object, kind: str, id_key: str, arguments_key: str, agent: str | None
+) -> ToolExecutionInput:
+    """A call whose id, name and arguments are keys of one object of type ``kind``,
+    which also names it in error paths."""
+    call = _object(provider, item, kind)
+    _check_type(provider, call, kind, kind)
+    call_id = _string(provider, call, id_key, kind)
+    name = _string(provider, call, "name", kind)
+    arguments = call.get(arguments_key)
+    return _call(provider, call_id, name, arguments, f"{kind}.{arguments_key}", agent)
 
 
 def parse_gemini_function_call(part: object, *, agent: str | None = None) -> ToolExecutionInput:

@@ -30,6 +30,7 @@ from ..approvals import (
     TicketStore,
 )
 from ._exits import EXIT_OK, Refused, UsageError, needs_mcp_extra
+from ._serve import listening
 from ._store import STORE_ERROR, ChosenStore, named_location, ticket_store
 
 __all__ = ["cmd_approvals", "ticket_json"]
@@ -285,22 +286,16 @@ def _serve(chosen: ChosenStore, options: argparse.Namespace, err: TextIO) -> int
     import anyio
 
     try:
-        from ..bridges._mcp_http import is_loopback_host
         from ._inbox import serve_inbox
+
+        listen = listening(
+            options,
+            "serving the inbox to other machines needs --allow-remote (its token is then "
+            "all that guards it)",
+        )
     except ImportError as error:
         raise needs_mcp_extra("the inbox (approvals serve)", error) from None
-    if not options.allow_remote and not is_loopback_host(options.host):
-        raise UsageError(
-            f"--host {options.host!r} is not a loopback address; serving the inbox to other "
-            "machines needs --allow-remote (its token is then all that guards it)"
-        )
-    serve = functools.partial(
-        serve_inbox,
-        cast(TicketStore, chosen.store),
-        host=options.host,
-        port=options.port,
-        allow_remote=options.allow_remote,
-    )
+    serve = functools.partial(serve_inbox, cast(TicketStore, chosen.store), **listen)
 
     async def run() -> None:
         async with anyio.create_task_group() as group:

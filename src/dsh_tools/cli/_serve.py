@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ._exits import EXIT_OK, UsageError, needs_mcp_extra
 from ._store import ChosenStore, chosen_store, store_location, ticket_store, workspace_root
@@ -54,26 +54,19 @@ def _serve_http(
 
     import anyio
 
-    from ..bridges.mcp import is_loopback_host, serve_http
+    from ..bridges.mcp import serve_http
 
     if options.client is not None:
         raise UsageError(
             "--client names the one client of a stdio server; over HTTP a client is "
             "known by its bearer token (Authorization: Bearer <secret>)"
         )
-    if not options.allow_remote and not is_loopback_host(options.host):
-        raise UsageError(
-            f"--host {options.host!r} is not a loopback address; the server has no "
-            "authentication of its own, so serving other machines needs --allow-remote"
-        )
-    serve = functools.partial(
-        serve_http,
-        registry,
-        host=options.host,
-        port=options.port,
-        allow_remote=options.allow_remote,
-        approvals=options.approvals,
+    listen = listening(
+        options,
+        "the server has no authentication of its own, so serving other machines needs "
+        "--allow-remote",
     )
+    serve = functools.partial(serve_http, registry, **listen, approvals=options.approvals)
     host = f"[{options.host}]" if ":" in options.host else options.host
     _said(err, store, None)
     err.write(
@@ -83,6 +76,17 @@ def _serve_http(
     err.flush()
     anyio.run(serve)
     return EXIT_OK
+
+
+def listening(options: argparse.Namespace, refusal: str) -> dict[str, Any]:
+    """Where a server of the command listens (``--host``, ``--port``,
+    ``--allow-remote``), as its keywords: on loopback unless ``--allow-remote``;
+    ``refusal`` says why another host needs it. Needs the ``mcp`` extra."""
+    from ..bridges._mcp_http import is_loopback_host
+
+    if not options.allow_remote and not is_loopback_host(options.host):
+        raise UsageError(f"--host {options.host!r} is not a loopback address; {refusal}")
+    return {"host": options.host, "port": options.port, "allow_remote": options.allow_remote}
 
 
 def _store(registry: ToolRegistry, options: argparse.Namespace) -> ChosenStore | None:

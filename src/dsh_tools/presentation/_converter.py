@@ -13,7 +13,12 @@ from typing import Any
 import attrs
 from cattrs import Converter
 from cattrs.cols import homogenous_tuple_structure_factory
-from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+from cattrs.errors import (
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationError,
+    IterableValidationNote,
+)
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from .._json import FrozenDict, FrozenList, snapshot, thaw
@@ -242,17 +247,14 @@ def _problems(error: BaseException, path: str) -> Iterator[str]:
     cattrs' own ``transform_error`` names paths by Python attribute (``new_text``); the
     wire says ``newText``, so this walker maps each attribute note to its wire key.
     """
-    if isinstance(error, ClassValidationError):
-        with_notes, without = error.group_exceptions()
-        for inner, note in with_notes:
-            yield from _problems(inner, f"{path}.{_wire(note.name)}")
-        for inner in without:
-            yield from _problems(inner, path)
-    elif isinstance(error, IterableValidationError):
-        indexed, unindexed = error.group_exceptions()
-        for inner, index_note in indexed:
-            yield from _problems(inner, f"{path}[{index_note.index}]")
-        for inner in unindexed:
+    if isinstance(error, (ClassValidationError, IterableValidationError)):
+        noted, unnoted = error.group_exceptions()
+        for inner, note in noted:
+            if isinstance(note, IterableValidationNote):
+                yield from _problems(inner, f"{path}[{note.index}]")
+            else:
+                yield from _problems(inner, f"{path}.{_wire(note.name)}")
+        for inner in unnoted:
             yield from _problems(inner, path)
     elif isinstance(error, ForbiddenExtraKeysError):
         for key in sorted(error.extra_fields):

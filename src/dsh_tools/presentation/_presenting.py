@@ -27,7 +27,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, get_args
 
 from .._json import FrozenDict, JsonValue, snapshot
 from .._models import (
@@ -37,22 +37,7 @@ from .._models import (
     ToolExecutionResult,
 )
 from ..errors import JsonValueError
-from ._cards import (
-    DiffCallView,
-    DiffResultView,
-    GenericCallView,
-    GenericResultView,
-    ReadResultView,
-    SearchMatchesView,
-    SearchPathsView,
-    TerminalCallView,
-    TerminalResultView,
-    ToolCallView,
-    ToolResultView,
-    WebFetchView,
-    WebSearchView,
-    fallback_call_view,
-)
+from ._cards import ToolCallView, ToolResultView, fallback_call_view
 
 __all__ = ["present_call", "present_result", "presentable_result"]
 
@@ -65,17 +50,9 @@ class _View(Protocol):
     def definition_for(self, name: str, agent: str | None = None) -> ToolDefinition[Any] | None: ...
 
 
-_CALL_CARDS = (GenericCallView, TerminalCallView, DiffCallView)
-_RESULT_CARDS = (
-    GenericResultView,
-    TerminalResultView,
-    DiffResultView,
-    SearchMatchesView,
-    SearchPathsView,
-    ReadResultView,
-    WebSearchView,
-    WebFetchView,
-)
+# The cards a presenter may return: the members of each union, so a new card is listed once.
+_CALL_CARDS: tuple[type[Any], ...] = get_args(ToolCallView)
+_RESULT_CARDS: tuple[type[Any], ...] = get_args(ToolResultView)
 
 
 def present_call(view: _View, call: ToolExecutionInput) -> ToolCallView:
