@@ -38,11 +38,10 @@ from dsh_tools._models import (
     ToolExecutionResult,
     ToolExecutionSuccess,
 )
+from dsh_tools._numbers import positive_finite
 from dsh_tools._tracing import note
 from dsh_tools.errors import DefinitionError
 from dsh_tools.hookspecs import WrapperGenerator, hookimpl
-
-from ._numbers import positive_finite
 
 __all__ = ["ResultCache"]
 

@@ -44,6 +44,7 @@ from dsh_tools._models import (
     ToolExecutionResult,
     failure_result,
 )
+from dsh_tools._numbers import positive_finite
 from dsh_tools._permits import Permits, Retired
 from dsh_tools._tracing import note
 from dsh_tools.errors import DefinitionError, ErrorCode
@@ -52,7 +53,6 @@ from dsh_tools.hookspecs import WrapperGenerator, hookimpl
 from ._globs import by_glob
 from ._limits.shared import SharedLimits
 from ._limits.spending import Spending
-from ._numbers import positive_finite
 from ._stores.limit_rows import Spend
 
 __all__ = ["CallBudget", "CallBudgets", "ConcurrencyLimit", "SharedLimits", "account"]

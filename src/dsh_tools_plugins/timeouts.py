@@ -28,11 +28,11 @@ from typing import Any
 
 from dsh_tools._cancel import NEVER_CANCELLED, CancelSignal
 from dsh_tools._models import ToolDefinition, ToolExecution, ToolExecutionResult
+from dsh_tools._numbers import positive_finite
 from dsh_tools.errors import DefinitionError
 from dsh_tools.hookspecs import WrapperGenerator, hookimpl
 
 from ._globs import by_glob
-from ._numbers import positive_finite
 
 __all__ = ["TimeoutPolicy"]
 

@@ -21,11 +21,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from dsh_tools._cancel import CancelSignal, Deadline
+from dsh_tools._numbers import positive_finite
 from dsh_tools._permits import Permits, _Waiter, waker
 from dsh_tools._pipeline.loops import on_event_loop
 from dsh_tools.errors import DefinitionError
 
-from .._numbers import positive_finite
 from .._stores.limit_rows import LimitRows, Spend
 from .keeper import Keeper, Listening, SharedWaiter
 

@@ -22,7 +22,8 @@ from collections.abc import Callable
 
 import attrs
 
-from .._numbers import positive_finite
+from dsh_tools._numbers import positive_finite
+
 from ..limits import SharedLimits
 from .error import RulesError
 
