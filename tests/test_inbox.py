@@ -165,9 +165,11 @@ def test_an_always_approval_may_end(browser: Any, inbox: Any) -> None:
         None,
     )
     card = page.locator("article", has_text="notes.txt")
+    second = card.get_attribute("data-ticket")
     card.locator("select[name=lasts]").select_option(label="for 10 more calls")
     card.get_by_role("button", name="Approve always").click()
-    page.wait_for_selector("text=: allowed-always.")
+    # The first answer's notice is still on the page: wait for this ticket's own.
+    page.wait_for_selector(f"text=Ticket {second}: allowed-always.")
     assert {(a.expires_in_s, a.uses) for a in _answers(tickets)} == {(3600.0, None), (None, 10)}
 
 
