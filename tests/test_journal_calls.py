@@ -267,6 +267,21 @@ def test_a_resumed_ticket_s_call_is_journaled_with_its_ticket(durable_store: Any
     assert len(ran) == 1
 
 
+def test_a_resumed_call_keeps_the_host_s_idempotency_key(approval_store: Any) -> None:
+    registry, ran = _asking(approval_store)
+    ticket_id = _approve(approval_store, registry.execute_sync(_call(key="order-9")))
+    assert approval_store.get_ticket(ticket_id).idempotency_key == "order-9"
+    assert registry.resume_sync(ticket_id).value == {"charged": 5}
+    assert ran == ["order-9"]  # the body is handed the host's key, not the call id
+    entry = approval_store.get_call(AGENT, "order-9")
+    assert (entry.state, entry.ticket_id) == (JournalState.FINISHED, ticket_id)
+    # The host repeats the call with its key after the resume: the recorded result.
+    again = registry.execute_sync(_call(key="order-9", call_id="c2"))
+    assert again.value == {"charged": 5}
+    assert again.meta == {"journal": "replayed"}
+    assert ran == ["order-9"]
+
+
 def test_a_repeat_with_a_new_call_id_after_an_unknown_attempt_is_shown_to_the_person(
     durable_store: Any,
 ) -> None:

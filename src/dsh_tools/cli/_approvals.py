@@ -232,18 +232,21 @@ def _shown(ticket: ApprovalTicket, entry: JournalEntry | None, out: TextIO) -> N
         outcome_text,
         ticket_card,
     )
+    from ..approvals._tickets import IDEMPOTENCY_KEY
     from ..presentation._terminal import emit_card, render_call_view
 
     emit_card(render_call_view(ticket_card(ticket)), out)
     lines = [
         f"ticket {ticket.id}: {ticket.state.value}",
         f"  {ticket.agent} asks to run {ticket.tool_name} (call {ticket.call_id})",
+        *([f"  idempotency key {ticket.idempotency_key}"] if ticket.idempotency_key else []),
         f"  asked {_age(ticket)}" + (f": {ticket.reason}" if ticket.reason else ""),
     ]
     earlier = earlier_attempt_text(ticket)
     if earlier is not None:
         lines.append(f"  an earlier attempt: {earlier}")
-    asked_by = {k: v for k, v in (ticket.asked_by or {}).items() if k != EARLIER}
+    own = (EARLIER, IDEMPOTENCY_KEY)  # lines of their own
+    asked_by = {k: v for k, v in (ticket.asked_by or {}).items() if k not in own}
     if asked_by:
         asker = ", ".join(f"{key} {_plain(value)}" for key, value in asked_by.items())
         lines.append(f"  asked by {asker}")
