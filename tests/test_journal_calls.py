@@ -223,6 +223,27 @@ def test_the_memory_store_journals_only_keyed_calls() -> None:
     assert [entry.key for entry in store.list_calls()] == ["order-1"]
 
 
+def test_a_process_prunes_its_store_s_old_finished_entries_by_itself(
+    approval_store: Any,
+) -> None:
+    approval_store.journal_retention_s = 0.0  # as if every finished entry were old
+    old = JournalEntry(AGENT, "order-0", "charge", call_digest("charge", {"cents": 1}), "c0", "o")
+    assert approval_store.begin_call(old, 60.0).started
+    assert approval_store.finish_call(AGENT, "order-0", "o", "charged long ago")
+    _dead_attempt(approval_store, "order-died")
+    registry, ran = _registry(approval_store)
+    registry.execute_sync(_call(key="order-new"))  # this process's first journaled call
+    deadline = time.monotonic() + 10.0
+    while approval_store.get_call(AGENT, "order-0") is not None:
+        assert time.monotonic() < deadline, "the old finished entry was never pruned"
+        time.sleep(0.02)
+    assert approval_store.get_call(AGENT, "order-died").state is JournalState.UNKNOWN
+    # A repeat of a pruned key is a new call: it runs again (at most once per key only
+    # within the retention).
+    assert registry.execute_sync(_call(cents=1, key="order-0", call_id="c9")).meta is None
+    assert ran == ["order-new", "order-0"]
+
+
 # ------------------------------------------------------------- tickets and persons
 
 

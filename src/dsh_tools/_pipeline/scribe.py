@@ -6,7 +6,10 @@ answer, so it never blocks the loop and never holds a thread of its own (a hundr
 waiting for a person hold none). The same thread renews the leases of the entries this
 process runs, every third of a lease, so they last while the process lives and read
 unknown within a lease after it dies. It runs while anything is to do or held, and ends
-a few seconds after the last of it.
+a few seconds after the last of it. While it runs it also prunes the journal (finished
+entries older than the store's retention, :meth:`~dsh_tools.approvals.JournalStore.
+prune_calls`) once when it starts and then at most every :data:`PRUNE_EVERY_S`, so a
+long-running server's journal does not grow for ever and no call waits for the prune.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ logger = logging.getLogger("dsh_tools")
 
 _IDLE_S = 5.0
 """How long the thread waits for more work, with nothing held, before it ends."""
+PRUNE_EVERY_S = 3600.0
+"""How often, at most, a process prunes a store's journal."""
 
 
 class Scribe:
@@ -44,6 +49,7 @@ class Scribe:
         self._wake = threading.Event()
         self._running = False
         self._renewed = 0.0
+        self._pruned = -PRUNE_EVERY_S
 
     async def run(self, operation: Callable[[], T]) -> T:
         """``operation(store)``'s result (or exception), done on this thread; awaited on
@@ -104,6 +110,7 @@ class Scribe:
             for job in jobs:
                 job()
             self._renew(held)
+            self._prune()
             self._wake.clear()
             if not self._jobs:
                 self._wake.wait(self.lease_s / 3 if held else _IDLE_S)
@@ -119,6 +126,19 @@ class Scribe:
                 self.store.renew_call(agent, key, owner, self.lease_s)
             except Exception as error:  # the next round tries again
                 logger.warning("call journal: renewing %r failed: %s", key, message(error))
+
+    def _prune(self) -> None:
+        """Drop the journal's old finished entries, at most every :data:`PRUNE_EVERY_S`
+        (a store without ``prune_calls`` keeps them all)."""
+        now = time.monotonic()
+        prune = getattr(self.store, "prune_calls", None)
+        if prune is None or now - self._pruned < PRUNE_EVERY_S:
+            return
+        self._pruned = now
+        try:
+            prune()
+        except Exception as error:  # tried again in an hour; the calls go on meanwhile
+            logger.warning("call journal: pruning failed: %s", message(error))
 
 
 _scribes: weakref.WeakKeyDictionary[object, Scribe] = weakref.WeakKeyDictionary()
