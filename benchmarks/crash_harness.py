@@ -16,7 +16,8 @@ back) of the cluster in ``--pg-cluster DIR``, one that ``.ci/postgres start DIR`
 the workers' store calls fail while it is down (closed: an error result, never a body
 without its journal entry) and work again once it is back. SQLite has no server: the
 nearest thing is every worker killed at once (every connection to the file gone
-together, its WAL left behind) and new workers opening the file again.
+together, a transaction cut short leaving its rollback journal) and new workers opening
+the file again.
 
 At the end it prints, per request: ran once, ran twice (or more), not run, and how many
 results were ``OUTCOME_UNKNOWN`` (unsettled) or reconciled (an unknown attempt settled by
