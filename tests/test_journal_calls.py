@@ -224,8 +224,11 @@ def test_the_memory_store_journals_only_keyed_calls() -> None:
 
 
 def test_a_process_prunes_its_store_s_old_finished_entries_by_itself(
-    approval_store: Any,
+    approval_store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from dsh_tools._pipeline import scribe
+
+    monkeypatch.setattr(scribe, "PRUNE_FIRST_S", 0.0)  # at once, not a minute in
     approval_store.journal_retention_s = 0.0  # as if every finished entry were old
     old = JournalEntry(AGENT, "order-0", "charge", call_digest("charge", {"cents": 1}), "c0", "o")
     assert approval_store.begin_call(old, 60.0).started

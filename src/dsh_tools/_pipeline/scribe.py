@@ -8,8 +8,9 @@ process runs, every third of a lease, so they last while the process lives and r
 unknown within a lease after it dies. It runs while anything is to do or held, and ends
 a few seconds after the last of it. While it runs it also prunes the journal (finished
 entries older than the store's retention, :meth:`~dsh_tools.approvals.JournalStore.
-prune_calls`) once when it starts and then at most every :data:`PRUNE_EVERY_S`, so a
-long-running server's journal does not grow for ever and no call waits for the prune.
+prune_calls`): :data:`PRUNE_FIRST_S` after this process's first journaled call on the
+store, then at most every :data:`PRUNE_EVERY_S`, so a long-running server's journal does
+not grow for ever, no call waits for the prune, and a short-lived process leaves it be.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ _IDLE_S = 5.0
 """How long the thread waits for more work, with nothing held, before it ends."""
 PRUNE_EVERY_S = 3600.0
 """How often, at most, a process prunes a store's journal."""
+PRUNE_FIRST_S = 60.0
+"""How long after its first journaled call on a store a process first prunes it."""
 
 
 class Scribe:
@@ -49,7 +52,7 @@ class Scribe:
         self._wake = threading.Event()
         self._running = False
         self._renewed = 0.0
-        self._pruned = -PRUNE_EVERY_S
+        self._pruned = time.monotonic() - PRUNE_EVERY_S + PRUNE_FIRST_S
 
     async def run(self, operation: Callable[[], T]) -> T:
         """``operation(store)``'s result (or exception), done on this thread; awaited on
