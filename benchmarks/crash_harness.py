@@ -1,12 +1,23 @@
 """A crash harness: worker processes call ``registry.execute`` on one shared store while
-they are killed, and every request is counted by what became of it (issue 31).
+they are killed and the database restarts, and every request is counted by what became of
+it (issue 31).
 
 N worker processes share one approval store (a SQLite file, or a PostgreSQL database).
 This process is the client and the person: it sends each request (an idempotency key) to
 an idle worker, repeats it on another worker when its worker died (as a client repeats a
-dropped call, with a new call id), approves every ticket the workers open, and SIGKILLs
-a busy worker every ``--kill-every`` seconds (a new one takes its place). The tool's body
-appends its key to an effects file, then sleeps; its ``reconcile`` step reads that file.
+dropped call, with a new call id) or when it failed because the store could not be
+reached, approves every ticket the workers open, and SIGKILLs a busy worker every
+``--kill-every`` seconds (a new one takes its place). The tool's body appends its key to
+an effects file, then sleeps; its ``reconcile`` step reads that file.
+
+``--db-restarts N`` restarts the database N times, spread over the run. On PostgreSQL it
+is a real restart (``pg_ctl restart -m fast``: the server cuts every connection and comes
+back) of the cluster in ``--pg-cluster DIR``, one that ``.ci/postgres start DIR`` made;
+the workers' store calls fail while it is down (closed: an error result, never a body
+without its journal entry) and work again once it is back. SQLite has no server: the
+nearest thing is every worker killed at once (every connection to the file gone
+together, a transaction cut short leaving its rollback journal) and new workers opening
+the file again.
 
 At the end it prints, per request: ran once, ran twice (or more), not run, and how many
 results were ``OUTCOME_UNKNOWN`` (unsettled) or reconciled (an unknown attempt settled by
@@ -14,7 +25,8 @@ the tool), and how many approvals were spent without a journal record. The promi
 ran twice, 0 approvals spent without a record, every request answered.
 
     python benchmarks/crash_harness.py --store /tmp/h.sqlite3 --workers 4 --requests 200 --kills 12
-    python benchmarks/crash_harness.py --store postgresql://... --body blocking
+    python benchmarks/crash_harness.py --store postgresql://... --body blocking \\
+        --db-restarts 2 --pg-cluster /tmp/pg
 """
 
 from __future__ import annotations
@@ -84,7 +96,8 @@ for line in sys.stdin:
     result = registry.execute_sync(call)
     journal = result.meta.get("journal") if isinstance(result.meta, dict) else None
     code = result.error.info.code if result.is_error else None
-    print(json.dumps({"key": key, "code": code, "journal": journal}), flush=True)
+    store = result.is_error and "approval store" in result.error.message
+    print(json.dumps({"key": key, "code": code, "journal": journal, "store": store}), flush=True)
 """
 
 
@@ -122,6 +135,68 @@ class Worker:
                     pipe.close()
 
 
+CLUSTER = Path(__file__).resolve().parents[1] / ".ci" / "postgres"
+"""The script that starts, restarts and stops a throwaway PostgreSQL cluster."""
+
+
+class Fleet:
+    """The workers, the requests still to answer, and the answers: the client's side."""
+
+    def __init__(self, argv: list[str], keys: list[str], size: int) -> None:
+        self.argv = argv
+        self.waiting = collections.deque(keys)
+        self.finals: dict[str, dict[str, Any]] = {}
+        self.repeated = 0
+        self.selector = selectors.DefaultSelector()
+        self.workers: list[Worker] = []
+        for _ in range(size):
+            self.spawn()
+
+    def spawn(self) -> None:
+        worker = Worker(self.argv)
+        self.workers.append(worker)
+        self.selector.register(worker.stdout, selectors.EVENT_READ, worker)
+
+    def step(self) -> None:
+        """Hand requests to idle workers and read what the workers said."""
+        for worker in self.workers:
+            if worker.ready and worker.request is None and self.waiting:
+                worker.send(self.waiting.popleft())
+        for found, _ in self.selector.select(timeout=0.05):
+            worker = found.data
+            line = worker.stdout.readline()
+            if not line:
+                continue
+            said = json.loads(line)
+            if said.get("ready"):
+                worker.ready = True
+                continue
+            worker.request = None
+            if said["store"]:  # the store was unreachable: the client tries again
+                self.repeated += 1
+                self.waiting.append(said["key"])
+            else:
+                self.finals[said["key"]] = said
+
+    def busy(self) -> list[Worker]:
+        return [worker for worker in self.workers if worker.request is not None]
+
+    def kill(self, victim: Worker) -> None:
+        """SIGKILL ``victim`` and start another; its request is sent again (the client
+        repeats the dropped call)."""
+        self.selector.unregister(victim.stdout)
+        victim.kill()
+        self.workers.remove(victim)
+        if victim.request is not None and victim.request not in self.finals:
+            self.waiting.appendleft(victim.request)
+        self.spawn()
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.kill()
+        self.selector.close()
+
+
 def run(options: argparse.Namespace) -> dict[str, Any]:
     """One run of the harness; returns the counts it prints."""
     from dsh_tools_plugins.approval_postgres import create_schema, is_postgres_url
@@ -131,6 +206,9 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
     effects = workdir / "effects.txt"
     effects.touch()
     store_at = options.store or str(workdir / "approvals.sqlite3")
+    postgres = is_postgres_url(store_at)
+    if postgres and options.db_restarts and not options.pg_cluster:
+        raise SystemExit("--db-restarts on PostgreSQL needs --pg-cluster (see .ci/postgres)")
     argv = [
         store_at,
         str(effects),
@@ -139,79 +217,72 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         str(options.body_s),
         "yes" if options.reconcile else "no",
     ]
-    if is_postgres_url(store_at):
+    if postgres:
         create_schema(store_at, timeout_s=60)  # a deployment's first step (init-store)
     store = open_approval_store(store_at, timeout_s=60)
     keys = [f"req-{options.tag}-{n}" for n in range(options.requests)]
-    waiting = collections.deque(keys)
-    finals: dict[str, dict[str, Any]] = {}
     stop = threading.Event()
     approver = threading.Thread(target=_approve, args=(store, stop), daemon=True)
     approver.start()
-    selector = selectors.DefaultSelector()
-    workers: list[Worker] = []
-
-    def spawn() -> None:
-        worker = Worker(argv)
-        workers.append(worker)
-        selector.register(worker.stdout, selectors.EVENT_READ, worker)
-
-    for _ in range(options.workers):
-        spawn()
-    kills, started = 0, time.monotonic()
+    fleet = Fleet(argv, keys, options.workers)
+    kills = restarts = 0
+    started = time.monotonic()
     next_kill = started + options.kill_every
     try:
-        while len(finals) < len(keys):
+        while len(fleet.finals) < len(keys):
             if time.monotonic() - started > options.timeout_s:
-                raise TimeoutError(f"{len(keys) - len(finals)} requests never answered")
-            for worker in workers:
-                if worker.ready and worker.request is None and waiting:
-                    worker.send(waiting.popleft())
-            for found, _ in selector.select(timeout=0.05):
-                worker = found.data
-                line = worker.stdout.readline()
-                if not line:
-                    continue
-                said = json.loads(line)
-                if said.get("ready"):
-                    worker.ready = True
-                    continue
-                finals[said["key"]] = said
-                worker.request = None
-            busy = [worker for worker in workers if worker.request is not None]
+                raise TimeoutError(f"{len(keys) - len(fleet.finals)} requests never answered")
+            fleet.step()
+            busy = fleet.busy()
             if kills < options.kills and busy and time.monotonic() >= next_kill:
-                victim = random.choice(busy)
-                selector.unregister(victim.stdout)
-                victim.kill()
-                workers.remove(victim)
-                assert victim.request is not None
-                if victim.request not in finals:
-                    waiting.appendleft(victim.request)  # the client repeats the dropped call
+                fleet.kill(random.choice(busy))
                 kills += 1
                 next_kill = time.monotonic() + options.kill_every
-                spawn()
+            # Restarts spread over the run: the n-th once n / (N + 1) of it is answered.
+            due = len(keys) * (restarts + 1) / (options.db_restarts + 1)
+            if restarts < options.db_restarts and busy and len(fleet.finals) >= due:
+                _restart(fleet, options.pg_cluster if postgres else None)
+                restarts += 1
     finally:
         stop.set()
         approver.join()
-        for worker in workers:
-            worker.kill()
-        selector.close()
+        fleet.close()
     try:
-        return _counted(store, keys, finals, effects, kills, time.monotonic() - started)
+        counts = _counted(store, keys, fleet.finals, effects, time.monotonic() - started)
+        return {
+            "kills": kills,
+            "db restarts": restarts,
+            "repeated after a store failure": fleet.repeated,
+        } | counts
     finally:
         close = getattr(store, "close", None)
         if callable(close):
             close()
 
 
+def _restart(fleet: Fleet, cluster: str | None) -> None:
+    """Restart the database: the PostgreSQL server in ``cluster``, or (SQLite, no server)
+    every worker killed at once and started again."""
+    if cluster is not None:
+        subprocess.run([str(CLUSTER), "restart", cluster], check=True)
+        return
+    for worker in fleet.workers:
+        worker.process.send_signal(signal.SIGKILL)  # all at once, then each replaced
+    for victim in list(fleet.workers):
+        fleet.kill(victim)
+
+
 def _approve(store: Any, stop: threading.Event) -> None:
     """The person: approves every pending ticket, from this process."""
     from dsh_tools.approvals import TicketAnswer, TicketError, TicketState
+    from dsh_tools_plugins.approval_store import ApprovalStoreError
 
     while not stop.is_set():
-        for ticket in store.list_tickets(state=TicketState.PENDING):
-            with contextlib.suppress(TicketError):  # answered meanwhile, or expired
-                store.answer_ticket(ticket.id, TicketAnswer("allowed-once", "ana", "harness"))
+        # A ticket answered meanwhile or expired, or the database restarting: look again.
+        with contextlib.suppress(TicketError, ApprovalStoreError):
+            for ticket in store.list_tickets(state=TicketState.PENDING):
+                with contextlib.suppress(TicketError):
+                    store.answer_ticket(ticket.id, TicketAnswer("allowed-once", "ana", "harness"))
         stop.wait(0.05)
 
 
@@ -220,7 +291,6 @@ def _counted(
     keys: list[str],
     finals: dict[str, dict[str, Any]],
     effects: Path,
-    kills: int,
     seconds: float,
 ) -> dict[str, Any]:
     from dsh_tools.approvals import TicketState
@@ -231,7 +301,6 @@ def _counted(
     codes = collections.Counter(finals[key]["code"] or "ok" for key in keys)
     return {
         "requests": len(keys),
-        "kills": kills,
         "seconds": round(seconds, 1),
         "ran once": sum(1 for key in keys if runs[key] == 1),
         "ran twice": sum(1 for key in keys if runs[key] >= 2),
@@ -253,6 +322,15 @@ def argparse_options(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--kills", type=int, default=12)
     parser.add_argument("--kill-every", type=float, default=1.0, help="seconds between kills")
+    parser.add_argument(
+        "--db-restarts",
+        type=int,
+        default=0,
+        help="database restarts spread over the run (SQLite: every worker killed at once)",
+    )
+    parser.add_argument(
+        "--pg-cluster", help="the folder of a cluster `.ci/postgres start` made (to restart)"
+    )
     parser.add_argument("--body", choices=["def", "blocking"], default="def")
     parser.add_argument("--body-s", type=float, default=0.2, help="how long a body sleeps")
     parser.add_argument("--lease-s", type=float, default=1.0, help="the journal's lease")

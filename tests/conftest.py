@@ -1,10 +1,12 @@
 """Shared pytest configuration: async tests run on both anyio backends; the PostgreSQL
-tests get a server's URL; on a root host, a temporary folder of the session's own."""
+tests get a server's URL (or a cluster of their own to restart); on a root host, a
+temporary folder of the session's own."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -81,6 +83,54 @@ def empty_postgres_url() -> Iterator[str]:
     finally:
         with psycopg.connect(url, autocommit=True) as connection:
             connection.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+CLUSTER_SCRIPT = Path(__file__).resolve().parents[1] / ".ci" / "postgres"
+"""Starts, restarts and stops a throwaway PostgreSQL cluster."""
+
+
+class OwnCluster:
+    """A PostgreSQL cluster of this test session's own, whose server a test may restart
+    (the shared test server has other tests' connections on it)."""
+
+    def __init__(self, folder: Path, url: str) -> None:
+        self.folder = folder
+        self.url = url
+
+    def restart(self) -> None:
+        """``pg_ctl restart -m fast``: every connection cut, back when this returns."""
+        subprocess.run([str(CLUSTER_SCRIPT), "restart", str(self.folder)], check=True)
+
+
+@pytest.fixture(scope="session")
+def own_postgres() -> Iterator[OwnCluster]:
+    """A cluster started with ``.ci/postgres start`` for this session (stopped at its end),
+    its schema created. Needs root (the server runs as ``postgres``) and the server's
+    binaries; skips without them, except under CI, where it fails."""
+    missing = ""
+    if os.geteuid() != 0:
+        missing = "a PostgreSQL cluster of the tests' own needs root (.ci/postgres)"
+    elif not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")):
+        missing = "no PostgreSQL server binaries under /usr/lib/postgresql"
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"{missing}, and CI is set: the PostgreSQL tests must run in CI")
+        pytest.skip(missing)
+    parent = Path(tempfile.mkdtemp(prefix="dsh-tools-own-pg-"))
+    parent.chmod(0o711)  # the server's user reaches its folder through this one
+    folder = parent / "cluster"
+    try:
+        said = subprocess.run(
+            [str(CLUSTER_SCRIPT), "start", str(folder)], check=True, capture_output=True, text=True
+        ).stdout
+        url = said.strip().partition("=")[2]  # export NAME=URL
+        from dsh_tools_plugins.approval_postgres import create_schema
+
+        create_schema(url)
+        yield OwnCluster(folder, url)
+    finally:
+        subprocess.run([str(CLUSTER_SCRIPT), "stop", str(folder)], check=False)
+        shutil.rmtree(parent, ignore_errors=True)
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgresql"])

@@ -402,6 +402,29 @@ class StoreContract:
         assert begun.earlier is None
         assert store.begin_call(entry(key="key-2"), HOUR).earlier is None  # not asked
 
+    def test_finished_entries_older_than_the_retention_are_pruned(self, store: Any) -> None:
+        assert store.journal_retention_s == 7 * 24 * HOUR  # a week unless told otherwise
+        store.begin_call(entry(key="done"), HOUR)
+        assert store.finish_call("coder", "done", "owner-1", "charged")
+        store.begin_call(entry("b.txt", key="running"), HOUR)
+        store.begin_call(entry("c.txt", key="died"), 0.0)  # its lease ran out: unknown
+        assert store.prune_calls() == 0  # finished well within the week
+        assert store.prune_calls(HOUR) == 0
+        assert store.prune_calls(0.0) == 1  # finished 0 s ago or more: dropped
+        assert store.get_call("coder", "done") is None
+        # A started entry (its owner may be alive) and an unknown one (a reconcile step
+        # or a person settles it) stay, however old.
+        assert store.get_call("coder", "running").state is JournalState.STARTED
+        assert store.get_call("coder", "died").state is JournalState.UNKNOWN
+        assert store.prune_calls(0.0) == 0
+        # A repeat of a pruned key is a new call: it starts (and runs) again.
+        assert store.begin_call(entry(key="done", call_id="call-2"), HOUR).started
+
+    @pytest.mark.parametrize("bad", [-1.0, float("inf"), float("nan"), True, "1d"])
+    def test_a_retention_that_is_not_a_duration_is_refused(self, store: Any, bad: Any) -> None:
+        with pytest.raises(ValueError, match=r"older_than_s must be a finite number of seconds"):
+            store.prune_calls(bad)
+
 
 def entry(
     path: str = "a.txt",

@@ -186,3 +186,30 @@ def test_init_store_on_a_sqlite_file_opens_it_and_its_schema_is_made(
     assert (code, err) == (EXIT_OK, "")
     assert out == f"approval store {path}, named by --approvals-store\n"
     assert SqliteApprovalStore(path).list_tickets() == []
+
+
+def test_prune_drops_the_journal_s_old_finished_entries(workspace: Path, tmp_path: Path) -> None:
+    from dsh_tools.approvals import JournalEntry, JournalState, call_digest
+
+    path = tmp_path / "approvals.sqlite3"
+    store = SqliteApprovalStore(path)
+    digest = call_digest("charge", {})
+    for key in ("done", "running"):
+        assert store.begin_call(JournalEntry("a", key, "charge", digest, key, "o"), 600).started
+    assert store.finish_call("a", "done", "o", "charged")
+    code, out, err = dsh("--approvals-store", str(path), "approvals", "prune")
+    assert (code, err) == (EXIT_OK, "")  # finished within the week: kept
+    assert out == (
+        f"approval store {path}, named by --approvals-store: 0 finished journal entries "
+        "older than 7d pruned\n"
+    )
+    code, out, _ = dsh("--approvals-store", str(path), "approvals", "prune", "--older-than", "0s")
+    assert code == EXIT_OK
+    assert ": 1 finished journal entries older than 0s pruned" in out
+    assert store.get_call("a", "done") is None
+    assert store.get_call("a", "running").state is JournalState.STARTED  # never pruned
+    code, out, err = dsh(
+        "--approvals-store", str(path), "approvals", "prune", "--older-than", "a week"
+    )
+    assert code == EXIT_USAGE
+    assert "--older-than: 'a week' is not a duration" in err

@@ -223,6 +223,30 @@ def test_the_memory_store_journals_only_keyed_calls() -> None:
     assert [entry.key for entry in store.list_calls()] == ["order-1"]
 
 
+def test_a_process_prunes_its_store_s_old_finished_entries_by_itself(
+    approval_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dsh_tools._pipeline import scribe
+
+    monkeypatch.setattr(scribe, "PRUNE_FIRST_S", 0.0)  # at once, not a minute in
+    approval_store.journal_retention_s = 0.0  # as if every finished entry were old
+    old = JournalEntry(AGENT, "order-0", "charge", call_digest("charge", {"cents": 1}), "c0", "o")
+    assert approval_store.begin_call(old, 60.0).started
+    assert approval_store.finish_call(AGENT, "order-0", "o", "charged long ago")
+    _dead_attempt(approval_store, "order-died")
+    registry, ran = _registry(approval_store)
+    registry.execute_sync(_call(key="order-new"))  # this process's first journaled call
+    deadline = time.monotonic() + 10.0
+    while approval_store.get_call(AGENT, "order-0") is not None:
+        assert time.monotonic() < deadline, "the old finished entry was never pruned"
+        time.sleep(0.02)
+    assert approval_store.get_call(AGENT, "order-died").state is JournalState.UNKNOWN
+    # A repeat of a pruned key is a new call: it runs again (at most once per key only
+    # within the retention).
+    assert registry.execute_sync(_call(cents=1, key="order-0", call_id="c9")).meta is None
+    assert ran == ["order-new", "order-0"]
+
+
 # ------------------------------------------------------------- tickets and persons
 
 
@@ -265,6 +289,21 @@ def test_a_resumed_ticket_s_call_is_journaled_with_its_ticket(durable_store: Any
     assert again.meta == {"journal": "replayed"}
     assert _code(registry.execute_sync(_call(key=None, call_id="c2"))) == "APPROVAL_PENDING"
     assert len(ran) == 1
+
+
+def test_a_resumed_call_keeps_the_host_s_idempotency_key(approval_store: Any) -> None:
+    registry, ran = _asking(approval_store)
+    ticket_id = _approve(approval_store, registry.execute_sync(_call(key="order-9")))
+    assert approval_store.get_ticket(ticket_id).idempotency_key == "order-9"
+    assert registry.resume_sync(ticket_id).value == {"charged": 5}
+    assert ran == ["order-9"]  # the body is handed the host's key, not the call id
+    entry = approval_store.get_call(AGENT, "order-9")
+    assert (entry.state, entry.ticket_id) == (JournalState.FINISHED, ticket_id)
+    # The host repeats the call with its key after the resume: the recorded result.
+    again = registry.execute_sync(_call(key="order-9", call_id="c2"))
+    assert again.value == {"charged": 5}
+    assert again.meta == {"journal": "replayed"}
+    assert ran == ["order-9"]
 
 
 def test_a_repeat_with_a_new_call_id_after_an_unknown_attempt_is_shown_to_the_person(

@@ -40,6 +40,7 @@ from dsh_tools.approvals import (
     exact_outcome,
 )
 from dsh_tools.approvals._answers import GrantKeeping
+from dsh_tools.approvals._journal import JOURNAL_RETENTION_S, retention
 
 from ._stores.error import ApprovalStoreError
 from ._stores.postgres import Connections
@@ -89,9 +90,19 @@ class PostgresApprovalStore(PostgresTickets, PostgresJournal, GrantKeeping):
     :param create_schema: create or upgrade the tables on the first connection (as
         :func:`create_schema` does) rather than only check them: for a database the
         process's own role owns, such as a developer's or a test's.
+    :param journal_retention_s: how long a finished journal entry is kept (see
+        :meth:`~dsh_tools.approvals.JournalStore.prune_calls`): a week by default.
     """
 
-    def __init__(self, url: str, *, timeout_s: float = 5.0, create_schema: bool = False) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float = 5.0,
+        create_schema: bool = False,
+        journal_retention_s: float = JOURNAL_RETENTION_S,
+    ) -> None:
+        self.journal_retention_s = retention(journal_retention_s, "journal_retention_s")
         self._connections = _connections(url, timeout_s, _create if create_schema else check_schema)
         self._watchers = TicketWatchers(self.settled, RECHECK_S)
         self._listener = Listener(self._connections, CHANNEL, self._watchers)

@@ -50,6 +50,7 @@ from dsh_tools.approvals import (
     wait_watched,
 )
 from dsh_tools.approvals._answers import GrantKeeping
+from dsh_tools.approvals._journal import JOURNAL_RETENTION_S, retention
 
 from ._stores.error import ApprovalStoreError
 from ._stores.sqlite_journal import SqliteJournal
@@ -102,6 +103,8 @@ class SqliteApprovalStore(SqliteJournal, GrantKeeping):
     :param poll_s: how often, while calls of this process wait for answers, one thread
         looks at their tickets in the file (answers made by this store object wake them
         at once).
+    :param journal_retention_s: how long a finished journal entry is kept (see
+        :meth:`~dsh_tools.approvals.JournalStore.prune_calls`): a week by default.
     """
 
     def __init__(
@@ -111,7 +114,9 @@ class SqliteApprovalStore(SqliteJournal, GrantKeeping):
         timeout_s: float = 5.0,
         clock: Callable[[], float] = time.time,
         poll_s: float = 0.05,
+        journal_retention_s: float = JOURNAL_RETENTION_S,
     ) -> None:
+        self.journal_retention_s = retention(journal_retention_s, "journal_retention_s")
         self.path = Path(path)
         self.timeout_s = timeout_s
         self.poll_s = poll_s
@@ -300,18 +305,24 @@ def _columns(key: ApprovalKey) -> tuple[str, str, str]:
 
 
 def open_approval_store(
-    location: str, *, workspace: str | os.PathLike[str] | None = None, timeout_s: float = 5.0
+    location: str,
+    *,
+    workspace: str | os.PathLike[str] | None = None,
+    timeout_s: float = 5.0,
+    journal_retention_s: float = JOURNAL_RETENTION_S,
 ) -> SqliteApprovalStore | PostgresApprovalStore:
     """The store at ``location``, checked (reachable, of a schema this version knows): a
     ``postgresql://`` URL (extra: ``postgres``) or a SQLite file, which must lie outside
-    ``workspace`` (where tools write, an agent could approve itself). ``timeout_s`` is the
-    store's. Raises :class:`ApprovalStoreError` otherwise; never falls back to another
-    store."""
+    ``workspace`` (where tools write, an agent could approve itself). ``timeout_s`` and
+    ``journal_retention_s`` are the store's. Raises :class:`ApprovalStoreError`
+    otherwise; never falls back to another store."""
     from .approval_postgres import PostgresApprovalStore, is_postgres_url
 
     store: SqliteApprovalStore | PostgresApprovalStore
     if is_postgres_url(location):
-        store = PostgresApprovalStore(location, timeout_s=timeout_s)
+        store = PostgresApprovalStore(
+            location, timeout_s=timeout_s, journal_retention_s=journal_retention_s
+        )
     elif "://" in location or not location.strip():
         scheme = location.split("://")[0] if location.strip() else ""
         raise ApprovalStoreError(
@@ -325,7 +336,9 @@ def open_approval_store(
                 f"approval store {path} lies inside the workspace {workspace}, where tools "
                 "write: keep it outside"
             )
-        store = SqliteApprovalStore(path, timeout_s=timeout_s)
+        store = SqliteApprovalStore(
+            path, timeout_s=timeout_s, journal_retention_s=journal_retention_s
+        )
     store.check()
     return store
 

@@ -1,13 +1,16 @@
 """The crash harness, CI-sized: worker processes on one SQLite file and on one
 PostgreSQL database, requests that need a person's approval, workers killed (SIGKILL)
-while they run. No request runs twice, no approval is spent without a record, every
-request is answered, and every unknown attempt is settled by the tool's reconcile step
-(or, without one, answered ``OUTCOME_UNKNOWN``, never run blindly)."""
+while they run, and the database restarted twice (PostgreSQL: a cluster of the tests'
+own, ``pg_ctl restart -m fast``; SQLite: every worker killed at once). No request runs
+twice, no approval is spent without a record, every request is answered, and every
+unknown attempt is settled by the tool's reconcile step (or, without one, answered
+``OUTCOME_UNKNOWN``, never run blindly)."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+import uuid
 from pathlib import Path
 from types import ModuleType
 
@@ -27,20 +30,23 @@ def _harness() -> ModuleType:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> list[str]:
+    """The harness's options naming the store, and the cluster it restarts."""
     if request.param == "sqlite":
-        return str(tmp_path / "approvals.sqlite3")
-    return str(request.getfixturevalue("postgres_url"))
+        return ["--store", str(tmp_path / "approvals.sqlite3")]
+    cluster = request.getfixturevalue("own_postgres")
+    return ["--store", cluster.url, "--pg-cluster", str(cluster.folder)]
 
 
 @pytest.mark.parametrize("reconcile", [True, False], ids=["reconcile", "no-reconcile"])
-def test_killed_workers_never_run_a_request_twice(store: str, reconcile: bool) -> None:
+def test_killed_workers_never_run_a_request_twice(store: list[str], reconcile: bool) -> None:
     harness = _harness()
-    argv = ["--store", store, "--workers", "3", "--requests", "16", "--kills", "4"]
-    argv += ["--kill-every", "0.5", "--timeout-s", "50"]
+    argv = [*store, "--workers", "3", "--requests", "16", "--kills", "4", "--db-restarts", "2"]
+    argv += ["--kill-every", "0.5", "--timeout-s", "50", "--tag", uuid.uuid4().hex[:8]]
     options = harness.argparse_options(argv + ([] if reconcile else ["--no-reconcile"]))
     counts = harness.run(options)
     assert counts["kills"] == 4
+    assert counts["db restarts"] == 2
     assert counts["ran twice"] == 0, counts
     assert counts["approvals spent without a record"] == 0, counts
     assert sum(counts["results"].values()) == counts["requests"] == 16  # all answered

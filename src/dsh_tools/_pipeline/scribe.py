@@ -6,7 +6,11 @@ answer, so it never blocks the loop and never holds a thread of its own (a hundr
 waiting for a person hold none). The same thread renews the leases of the entries this
 process runs, every third of a lease, so they last while the process lives and read
 unknown within a lease after it dies. It runs while anything is to do or held, and ends
-a few seconds after the last of it.
+a few seconds after the last of it. While it runs it also prunes the journal (finished
+entries older than the store's retention, :meth:`~dsh_tools.approvals.JournalStore.
+prune_calls`): :data:`PRUNE_FIRST_S` after this process's first journaled call on the
+store, then at most every :data:`PRUNE_EVERY_S`, so a long-running server's journal does
+not grow for ever, no call waits for the prune, and a short-lived process leaves it be.
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ logger = logging.getLogger("dsh_tools")
 
 _IDLE_S = 5.0
 """How long the thread waits for more work, with nothing held, before it ends."""
+PRUNE_EVERY_S = 3600.0
+"""How often, at most, a process prunes a store's journal."""
+PRUNE_FIRST_S = 60.0
+"""How long after its first journaled call on a store a process first prunes it."""
 
 
 class Scribe:
@@ -44,6 +52,7 @@ class Scribe:
         self._wake = threading.Event()
         self._running = False
         self._renewed = 0.0
+        self._pruned = time.monotonic() - PRUNE_EVERY_S + PRUNE_FIRST_S
 
     async def run(self, operation: Callable[[], T]) -> T:
         """``operation(store)``'s result (or exception), done on this thread; awaited on
@@ -104,6 +113,7 @@ class Scribe:
             for job in jobs:
                 job()
             self._renew(held)
+            self._prune()
             self._wake.clear()
             if not self._jobs:
                 self._wake.wait(self.lease_s / 3 if held else _IDLE_S)
@@ -119,6 +129,19 @@ class Scribe:
                 self.store.renew_call(agent, key, owner, self.lease_s)
             except Exception as error:  # the next round tries again
                 logger.warning("call journal: renewing %r failed: %s", key, message(error))
+
+    def _prune(self) -> None:
+        """Drop the journal's old finished entries, at most every :data:`PRUNE_EVERY_S`
+        (a store without ``prune_calls`` keeps them all)."""
+        now = time.monotonic()
+        prune = getattr(self.store, "prune_calls", None)
+        if prune is None or now - self._pruned < PRUNE_EVERY_S:
+            return
+        self._pruned = now
+        try:
+            prune()
+        except Exception as error:  # tried again in an hour; the calls go on meanwhile
+            logger.warning("call journal: pruning failed: %s", message(error))
 
 
 _scribes: weakref.WeakKeyDictionary[object, Scribe] = weakref.WeakKeyDictionary()

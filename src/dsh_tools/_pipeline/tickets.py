@@ -37,6 +37,7 @@ from ..approvals import (
     TicketStore,
     TicketWatchers,
 )
+from ..approvals._tickets import IDEMPOTENCY_KEY
 from ..errors import ErrorCode
 from ..presentation._cards import unstructure_view
 from ..records import Origin
@@ -257,6 +258,9 @@ def _new_ticket(
         asked_by.update(ask.detail)
     if call.earlier is not None:  # the person's answer settles it: the ticket shows it
         asked_by["earlier_attempt"] = call.earlier
+    asked_by.pop(IDEMPOTENCY_KEY, None)  # the host's alone to give
+    if call.input.idempotency_key is not None:  # a resume journals under it
+        asked_by[IDEMPOTENCY_KEY] = call.input.idempotency_key
     return ApprovalTicket.new(
         key,
         execution.call_id,
@@ -421,5 +425,11 @@ def resumed_call(
     arguments = (
         thaw(found.arguments) if isinstance(found.arguments, FrozenDict) else found.arguments
     )
-    call = ToolExecutionInput(found.call_id, found.tool_name, arguments, agent=found.agent)
+    call = ToolExecutionInput(
+        found.call_id,
+        found.tool_name,
+        arguments,
+        agent=found.agent,
+        idempotency_key=found.idempotency_key,  # journaled where the host's repeat looks
+    )
     return call, ticket_id

@@ -11,11 +11,16 @@ and then finished it.
 
 :meth:`JournalStore.begin_call` starts an entry and, given a ticket, takes the approved
 ticket in the same transaction: an approval is never spent without a record.
+
+Finished entries are kept for a retention (:data:`JOURNAL_RETENTION_S` unless the store
+is given another) and then dropped (:meth:`JournalStore.prune_calls`): a repeat of a key
+older than that runs again. Started and unknown entries are never dropped.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 import os
 import secrets
 from collections.abc import Callable, Sequence
@@ -33,9 +38,14 @@ __all__ = [
     "JournalEntry",
     "JournalState",
     "JournalStore",
+    "JOURNAL_RETENTION_S",
     "begin_entry",
     "journal_owner",
+    "retention",
 ]
+
+JOURNAL_RETENTION_S = 7 * 24 * 3600.0
+"""How long a store keeps a finished journal entry unless told otherwise: a week."""
 
 
 class JournalState(enum.Enum):
@@ -155,6 +165,22 @@ class JournalStore(Protocol):
         that digest) as of now, oldest first. The call path asks for one call's entries
         (an earlier attempt of it): the stores index them by agent, tool and digest."""
         ...
+
+    def prune_calls(self, older_than_s: float | None = None) -> int:
+        """Drop the finished entries that finished ``older_than_s`` seconds ago or more
+        (default: the store's retention), by the store's clock, and say how many.
+        Started and unknown entries stay, however old (an owner may be alive; an unknown
+        outcome is for a reconcile step or a person to settle). Raises ``ValueError``
+        for a negative, infinite or non-numeric ``older_than_s``."""
+        ...
+
+
+def retention(value: object, what: str) -> float:
+    """``value`` as a number of seconds a finished entry is kept (0 or more, finite), or
+    ``ValueError`` naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise ValueError(f"{what} must be a finite number of seconds, 0 or more; got {value!r}")
+    return float(value)
 
 
 def journal_owner() -> str:

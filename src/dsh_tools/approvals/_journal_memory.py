@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from .._json import JsonValue
-from ._journal import JournalBegin, JournalEntry, JournalState, begin_entry
+from ._journal import JournalBegin, JournalEntry, JournalState, begin_entry, retention
 from ._tickets import ApprovalTicket
 
 __all__ = ["MemoryJournal", "seen_now"]
@@ -31,6 +31,7 @@ class MemoryJournal:
     _clock: Callable[[], float]
     _journal: dict[tuple[str, str], JournalEntry]
     consume_ticket: Callable[[str], ApprovalTicket | None]
+    journal_retention_s: float
 
     def begin_call(
         self,
@@ -109,6 +110,21 @@ class MemoryJournal:
                 return False
             self._journal[agent, key] = change(kept)
             return True
+
+    def prune_calls(self, older_than_s: float | None = None) -> int:
+        kept_s = self.journal_retention_s if older_than_s is None else older_than_s
+        before = self._clock() - retention(kept_s, "older_than_s")
+        with self._ticket_lock:
+            old = [
+                place
+                for place, entry in self._journal.items()
+                if entry.state is JournalState.FINISHED
+                and entry.finished_at is not None
+                and entry.finished_at <= before
+            ]
+            for place in old:
+                del self._journal[place]
+        return len(old)
 
     def get_call(self, agent: str, key: str) -> JournalEntry | None:
         with self._ticket_lock:

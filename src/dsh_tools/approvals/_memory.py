@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from ._answers import ApprovalKey, ApprovalOutcome, GrantKeeping
-from ._journal import JournalEntry
+from ._journal import JOURNAL_RETENTION_S, JournalEntry, retention
 from ._journal_memory import MemoryJournal
 from ._tickets import (
     ApprovalTicket,
@@ -42,13 +42,21 @@ class _Grant:
 class MemoryApprovalStore(MemoryJournal, GrantKeeping):
     """The default store: remembered answers, tickets and the call journal in dictionaries of this
     registry's process, gone when it ends. ``clock`` gives the time (seconds since the
-    epoch) tickets are created, answered and expire by, and grants that end expire by."""
+    epoch) tickets are created, answered and expire by, and grants that end expire by.
+    ``journal_retention_s`` is how long a finished journal entry is kept (see
+    :meth:`~dsh_tools.approvals.JournalStore.prune_calls`)."""
 
     durable = False
     """Gone with its process: the call journal records only the calls a host gave an
     idempotency key (a crash loses the rest anyway), so memory does not grow per call."""
 
-    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.time,
+        journal_retention_s: float = JOURNAL_RETENTION_S,
+    ) -> None:
+        self.journal_retention_s = retention(journal_retention_s, "journal_retention_s")
         self._answers: dict[ApprovalKey, _Grant] = {}
         self._lock = threading.Lock()
         self._tickets: dict[str, ApprovalTicket] = {}

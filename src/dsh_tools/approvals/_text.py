@@ -11,6 +11,7 @@ import datetime
 from .._json import FrozenDict, thaw
 from ..presentation._cards import CardError, ToolCallView, fallback_call_view, structure_call_view
 from . import ApprovalTicket, JournalEntry, JournalState
+from ._tickets import IDEMPOTENCY_KEY
 
 __all__ = [
     "asked_by_text",
@@ -41,6 +42,7 @@ def asked_by_text(asked_by: FrozenDict | None) -> str | None:
         return None
     parts = thaw(asked_by)
     parts.pop(EARLIER, None)  # a line of its own: earlier_attempt_text()
+    parts.pop(IDEMPOTENCY_KEY, None)  # the call's, not who asked: ticket_fields()
     plugin, rule = parts.pop("plugin", None), parts.pop("rule", None)
     file, line = parts.pop("file", None), parts.pop("line", None)
     text = ": ".join(str(part) for part in (plugin, rule) if part is not None)
@@ -123,6 +125,7 @@ def ticket_fields(
         ("tool", ticket.tool_name),
         ("agent", ticket.agent or "(the registry)"),
         ("call", ticket.call_id),
+        ("idempotency key", ticket.idempotency_key),
         ("earlier attempt", earlier_attempt_text(ticket)),
         ("asked by", asked_by_text(ticket.asked_by)),
         ("reason", ticket.reason),

@@ -28,6 +28,7 @@ from ._answers import (
 )
 
 __all__ = [
+    "IDEMPOTENCY_KEY",
     "ApprovalTicket",
     "TicketAnswer",
     "TicketAnsweredError",
@@ -133,6 +134,11 @@ class TicketAnswer:
         )
 
 
+IDEMPOTENCY_KEY = "idempotency_key"
+"""The key of a ticket's ``asked_by`` that holds the host's idempotency key of its call
+(see :attr:`ApprovalTicket.idempotency_key`)."""
+
+
 @attrs.frozen
 class ApprovalTicket:
     """One pending question to a person, bound to one call: the agent scope that asked,
@@ -195,6 +201,15 @@ class ApprovalTicket:
     def key(self) -> ApprovalKey:
         """The exact-arguments key of the ticket's call."""
         return ApprovalKey(self.agent, self.tool_name, self.arguments_sha256)
+
+    @property
+    def idempotency_key(self) -> str | None:
+        """The host's idempotency key of the call that asked (``None``: it gave none), so
+        that resuming the ticket journals the call under the key the host repeats it
+        with. Kept in ``asked_by`` (under :data:`IDEMPOTENCY_KEY`): no store's schema
+        changes for it."""
+        key = None if self.asked_by is None else self.asked_by.get(IDEMPOTENCY_KEY)
+        return key if isinstance(key, str) and key else None
 
     def intact(self) -> bool:
         """Whether the stored arguments still hash to ``arguments_sha256`` (a ticket whose

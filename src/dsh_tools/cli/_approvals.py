@@ -23,6 +23,7 @@ from .._safetext import safe_text
 from ..approvals import (
     ApprovalTicket,
     JournalEntry,
+    JournalStore,
     TicketAnswer,
     TicketError,
     TicketNotFoundError,
@@ -38,7 +39,7 @@ __all__ = ["cmd_approvals", "ticket_json"]
 
 def cmd_approvals(options: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``approvals list | show TICKET | approve TICKET | reject TICKET | serve |
-    init-store``.
+    init-store | prune``.
 
     Whatever stops it names the store it read: a ticket that cannot be shown or answered
     is :class:`~dsh_tools.cli._exits.Refused` (exit 1), with the code of its
@@ -63,6 +64,8 @@ def _act(chosen: ChosenStore, options: argparse.Namespace, out: TextIO, err: Tex
     store = cast(TicketStore, chosen.store)
     if action == "serve":
         return _serve(chosen, options, err)
+    if action == "prune":
+        return _prune(chosen, options, out)
     if action == "list":
         state = None if options.all else TicketState.PENDING
         return _listed(store.list_tickets(state=state), _entries(store), options.json, out)
@@ -102,6 +105,25 @@ def _init_store(options: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def _prune(chosen: ChosenStore, options: argparse.Namespace, out: TextIO) -> int:
+    """``approvals prune``: drop the call journal's finished entries older than
+    ``--older-than`` (default: the store's retention, a week); started and unknown
+    entries stay. The processes that run calls on the store prune it too, hourly."""
+    text = options.older_than
+    older_than_s = None if text is None else _duration("--older-than", text, zero=True)
+    store = cast(JournalStore, chosen.store)
+    pruned = store.prune_calls(older_than_s)
+    kept_s = getattr(store, "journal_retention_s", 0.0) if older_than_s is None else older_than_s
+    if options.json:
+        _write(out, {"store": chosen.location, "pruned": pruned, "older_than_s": kept_s})
+    else:
+        out.write(
+            f"approval store {chosen}: {pruned} finished journal entries older than "
+            f"{_seconds_text(kept_s)} pruned\n"
+        )
+    return EXIT_OK
+
+
 def _answered(store: TicketStore, options: argparse.Namespace, out: TextIO) -> int:
     """``approve`` / ``reject``: one answer, by this person, through the command line; an
     answer that came too late, or to an expired or unknown ticket, raises its
@@ -134,9 +156,6 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 def _grant_end(options: argparse.Namespace) -> tuple[float | None, int | None]:
     """``approve --always``'s ``--expires-in`` (in seconds) and ``--uses``, checked."""
-    import math
-    import re
-
     text, uses = options.expires_in, options.uses
     if (text is not None or uses is not None) and not options.always:
         raise UsageError("--uses and --expires-in go with --always (a grant that ends)")
@@ -144,16 +163,33 @@ def _grant_end(options: argparse.Namespace) -> tuple[float | None, int | None]:
         raise UsageError(f"--uses must be at least 1, got {uses}")
     if text is None:
         return None, uses
+    return _duration("--expires-in", text), uses
+
+
+def _duration(flag: str, text: str, *, zero: bool = False) -> float:
+    """The seconds ``flag``'s ``text`` says (``90s``, ``30m``, ``1h``, ``2d``): positive,
+    or with ``zero`` 0 or more."""
+    import math
+    import re
+
     found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd])\s*", text)
     if found is None:
         raise UsageError(
-            f"--expires-in: {safe_text(text)!r} is not a duration: a number and its unit, "
+            f"{flag}: {safe_text(text)!r} is not a duration: a number and its unit, "
             "s, m, h or d (such as 90s, 30m, 1h, 2d)"
         )
     seconds = float(found.group(1)) * _UNITS[found.group(2)]
-    if not 0 < seconds < math.inf:
-        raise UsageError(f"--expires-in must be a positive duration, got {safe_text(text)!r}")
-    return seconds, uses
+    if (seconds == 0 and not zero) or seconds == math.inf:
+        raise UsageError(f"{flag} must be a positive, finite duration, got {safe_text(text)!r}")
+    return seconds
+
+
+def _seconds_text(seconds: float) -> str:
+    """A duration as the largest whole unit that says it exactly (``7d``, ``90s``)."""
+    for unit in "dhm":
+        if seconds >= _UNITS[unit] and seconds % _UNITS[unit] == 0:
+            return f"{seconds / _UNITS[unit]:g}{unit}"
+    return f"{seconds:g}s"
 
 
 def _person() -> str:
@@ -233,18 +269,21 @@ def _shown(ticket: ApprovalTicket, entry: JournalEntry | None, out: TextIO) -> N
         outcome_text,
         ticket_card,
     )
+    from ..approvals._tickets import IDEMPOTENCY_KEY
     from ..presentation._terminal import emit_card, render_call_view
 
     emit_card(render_call_view(ticket_card(ticket)), out)
     lines = [
         f"ticket {ticket.id}: {ticket.state.value}",
         f"  {ticket.agent} asks to run {ticket.tool_name} (call {ticket.call_id})",
+        *([f"  idempotency key {ticket.idempotency_key}"] if ticket.idempotency_key else []),
         f"  asked {_age(ticket)}" + (f": {ticket.reason}" if ticket.reason else ""),
     ]
     earlier = earlier_attempt_text(ticket)
     if earlier is not None:
         lines.append(f"  an earlier attempt: {earlier}")
-    asked_by = {k: v for k, v in (ticket.asked_by or {}).items() if k != EARLIER}
+    own = (EARLIER, IDEMPOTENCY_KEY)  # lines of their own
+    asked_by = {k: v for k, v in (ticket.asked_by or {}).items() if k not in own}
     if asked_by:
         asker = ", ".join(f"{key} {_plain(value)}" for key, value in asked_by.items())
         lines.append(f"  asked by {asker}")

@@ -297,7 +297,8 @@ def _serve_mcp_command(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 def _approvals_command(commands: argparse._SubParsersAction[_Parser]) -> None:
     """``approvals list | show | approve | reject | serve``: the tickets of calls waiting
-    for a person, in the approval store; ``init-store`` makes the store's tables."""
+    for a person, in the approval store; ``init-store`` makes the store's tables;
+    ``prune`` drops the call journal's old finished entries."""
     approvals = _command(commands, "approvals", "list, show, approve or reject tickets")
     actions = approvals.add_subparsers(dest="approvals_command", required=True, metavar="ACTION")
     listing = _command(actions, "list", "the tickets waiting for an answer")
@@ -331,6 +332,15 @@ def _approvals_command(commands: argparse._SubParsersAction[_Parser]) -> None:
         "create or upgrade the approval store's tables (PostgreSQL: as a role that may)",
     )
     init.add_argument("--json", action="store_true", help="print JSON")
+    prune = _command(
+        actions, "prune", "drop the call journal's finished entries older than its retention"
+    )
+    prune.add_argument(
+        "--older-than",
+        metavar="DURATION",
+        help="drop those finished this long ago or more (default: the store's retention, 7d)",
+    )
+    prune.add_argument("--json", action="store_true", help="print JSON")
     serve = _command(actions, "serve", "the web inbox, guarded by a token it prints")
     serve.add_argument("--host", default="127.0.0.1", help="host (loopback by default)")
     serve.add_argument("--port", type=int, default=8765, help="port (0: any free one)")

@@ -2,12 +2,18 @@
 a few idle connections kept for reuse, errors turned into the store's error, and the
 schema checked (or, when asked, created) on the first connection.
 
+A server that restarts (or drops a connection) tells each idle connection so on its
+socket; such a connection is closed when it is next taken, before any statement is sent
+on it, and a new one is made in its place. While the server is down every operation
+fails (closed: :class:`ApprovalStoreError`); the first one after it is back reconnects.
+
 :mod:`dsh_tools_plugins.approval_postgres` is the public face.
 """
 
 from __future__ import annotations
 
 import re
+import select
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -88,8 +94,7 @@ class Connections:
                 self.redacted(f"all {_BUSY} connections stayed busy for {self.timeout_s:g} s")
             )
         try:
-            with self._lock:
-                connection = self._idle.pop() if self._idle else None
+            connection = self._reused()
             if connection is None:
                 connection = self.connect()
             try:
@@ -102,6 +107,16 @@ class Connections:
                         self._idle.append(connection)
         finally:
             self._slots.release()
+
+    def _reused(self) -> psycopg.Connection[tuple[object, ...]] | None:
+        """An idle connection that is still sound, or ``None``; the ones the server ended
+        while they were idle are closed on the way."""
+        while True:
+            with self._lock:
+                connection = self._idle.pop() if self._idle else None
+            if connection is None or not _ended(connection):
+                return connection
+            connection.close()
 
     def connect(self) -> psycopg.Connection[tuple[object, ...]]:
         """A new connection, outside the pool: the caller closes it."""
@@ -149,6 +164,19 @@ class Connections:
             connection.close()
             raise
         return connection
+
+
+def _ended(connection: psycopg.Connection[tuple[object, ...]]) -> bool:
+    """Whether the server said something to an idle connection: nothing is asked on
+    it, so what it says is that it ends (a restart, a terminated backend) or has
+    ended (its socket closed). One ``select`` with no wait, no round trip."""
+    if connection.closed or connection.broken:
+        return True
+    try:
+        readable, _, _ = select.select([connection.fileno()], [], [], 0)
+    except ValueError:  # a descriptor beyond select's reach: used as it is
+        return False
+    return bool(readable)
 
 
 def _close_all(idle: list[psycopg.Connection[tuple[object, ...]]], lock: threading.Lock) -> None:

@@ -4,7 +4,8 @@
 Every method is one transaction. Starting an entry takes a transaction-level advisory
 lock on its key first, so two processes (or machines) never both start one key; taking
 the ticket happens in the same transaction. Retaking, renewing and finishing are each one
-``UPDATE`` compare-and-set on the row. Leases are judged by the server's clock.
+``UPDATE`` compare-and-set on the row. Leases are judged by the server's clock, and so is
+the age of a finished entry that :meth:`PostgresJournal.prune_calls` drops.
 
 :data:`JOURNAL_SCHEMA` is the table's DDL, the component ``journal`` of
 :data:`~dsh_tools_plugins._stores.postgres_schema.COMPONENTS`.
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from dsh_tools._json import JsonValue
 from dsh_tools.approvals import JournalBegin, JournalEntry, JournalState, begin_entry
+from dsh_tools.approvals._journal import retention
 
 from .journal_columns import JOURNAL_COLUMNS, earlier_where, entry_from_row, entry_row, filters
 from .postgres_tickets import NOW, consume
@@ -42,7 +44,7 @@ JOURNAL_SCHEMA = (
     "ON dsh_tools_call_journal (agent, tool, arguments_sha256)",
 )
 """The journal's table (the rights a store's role needs on it: ``SELECT``, ``INSERT``,
-``UPDATE``, and ``USAGE`` on its sequence)."""
+``UPDATE``, ``DELETE`` to prune it, and ``USAGE`` on its sequence)."""
 JOURNAL_SCHEMA_VERSION = 1
 _TABLE = "dsh_tools_call_journal"
 _SELECT = f"SELECT {JOURNAL_COLUMNS}, {NOW} FROM {_TABLE}"
@@ -54,6 +56,7 @@ class PostgresJournal:
     ``_connections`` reach the database."""
 
     _connections: Connections
+    journal_retention_s: float
 
     def begin_call(
         self,
@@ -115,6 +118,18 @@ class PostgresJournal:
 
     def get_call(self, agent: str, key: str) -> JournalEntry | None:
         return self._connections.run(lambda connection: _get(connection, agent, key))
+
+    def prune_calls(self, older_than_s: float | None = None) -> int:
+        kept_s = self.journal_retention_s if older_than_s is None else older_than_s
+        kept_s = retention(kept_s, "older_than_s")
+
+        def run(connection: Connection) -> int:
+            return connection.execute(
+                f"DELETE FROM {_TABLE} WHERE state = 'finished' AND finished_at <= {NOW} - %s",
+                (kept_s,),
+            ).rowcount
+
+        return self._connections.run(run)
 
     def list_calls(
         self,

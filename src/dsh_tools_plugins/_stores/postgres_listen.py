@@ -9,13 +9,15 @@ handful of processes stay within the server's connection limit. Once it listens,
 listener tells every waiter to look once (an answer given while it connected is not
 missed). When it cannot listen, the watchers' own look at every waited ticket (once a
 second, one statement) still finds the answers: a lost connection slows answers down,
-never loses one.
+never loses one. After a failure (the server restarting) it tries again at most twice a
+second.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -80,7 +82,7 @@ class Listener:
                     for notice in connection.notifies(timeout=_LISTEN_WAIT_S):
                         watchers.announce((notice.payload,))
         except Exception:  # the watchers' own look finds the answers meanwhile
-            pass
+            time.sleep(_LISTEN_WAIT_S)  # a server that is down is not asked in a loop
         finally:
             with self._lock:
                 self._running = False

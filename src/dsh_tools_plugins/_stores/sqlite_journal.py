@@ -4,7 +4,7 @@
 Every method is one ``BEGIN IMMEDIATE`` transaction (the file's write lock held from its
 start), so taking a ticket and starting an entry happen together or not at all, and two
 processes never both start, retake or finish one entry. Leases are judged by the store's
-clock.
+clock, and so is the age of a finished entry that :meth:`SqliteJournal.prune_calls` drops.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 from dsh_tools._json import JsonValue
 from dsh_tools.approvals import JournalBegin, JournalEntry, JournalState, begin_entry
+from dsh_tools.approvals._journal import retention
 
 from .journal_columns import JOURNAL_COLUMNS, earlier_where, entry_from_row, entry_row, filters
 from .sqlite_tickets import TicketRows, Transaction
@@ -43,6 +44,7 @@ class SqliteJournal:
     _transaction: Transaction[Any]
     _tickets: TicketRows
     _clock: Callable[[], float]
+    journal_retention_s: float
 
     def begin_call(
         self,
@@ -99,6 +101,18 @@ class SqliteJournal:
 
     def get_call(self, agent: str, key: str) -> JournalEntry | None:
         return self._transaction(lambda connection: self._get(connection, agent, key), False)  # type: ignore[no-any-return]
+
+    def prune_calls(self, older_than_s: float | None = None) -> int:
+        kept_s = self.journal_retention_s if older_than_s is None else older_than_s
+        kept_s = retention(kept_s, "older_than_s")
+
+        def run(connection: sqlite3.Connection) -> int:
+            return connection.execute(
+                "DELETE FROM call_journal WHERE state = 'finished' AND finished_at <= ?",
+                (self._clock() - kept_s,),
+            ).rowcount
+
+        return self._transaction(run, True)  # type: ignore[no-any-return]
 
     def list_calls(
         self,
