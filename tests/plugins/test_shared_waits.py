@@ -200,3 +200,33 @@ def test_a_forked_child_keeps_no_state_of_its_parents(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["0", "1"]
+
+
+def test_the_first_in_the_stores_line_is_served_whatever_order_it_joined_in(
+    tmp_path: Path,
+) -> None:
+    # A call waiting on its own thread takes its place in the store's line, then joins
+    # this process's line: two such calls may join in the other order. The one ahead in
+    # the store's line must still get the permit when it comes back (it waited forever).
+    from dsh_tools_plugins._limits.keeper import SharedWaiter
+
+    limits = sqlite_limits(tmp_path)
+    permits = limits.permits("overall", 1)
+    assert permits.try_acquire()
+    woken, then = threading.Event(), threading.Event()
+    first, second = SharedWaiter(woken.set, "overall", 1), SharedWaiter(then.set, "overall", 1)
+    for waiter in (first, second):
+        assert not permits._took(waiter, queue=True)  # a place in the store's line
+    assert first.seq is not None
+    assert second.seq is not None
+    assert first.seq < second.seq
+    limits.keeper.wait(second)
+    limits.keeper.wait(first)
+    permits.release()
+    assert woken.wait(10), "the first in the store's line was never served"
+    assert first.granted
+    assert not second.granted
+    permits.release()
+    assert then.wait(10)
+    assert second.granted
+    permits.release()

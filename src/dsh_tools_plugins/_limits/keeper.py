@@ -209,7 +209,7 @@ class Keeper:
         """Grant the waiters of each line in order while the store has permits, and put
         the others in the store's line."""
         with self._lock:
-            lines = {pool: list(line) for pool, line in self._lines.items()}
+            lines = {pool: sorted(line, key=_in_store_order) for pool, line in self._lines.items()}
         for pool, line in lines.items():
             open_ = True
             for waiter in line:
@@ -281,6 +281,15 @@ def _forget_the_parent() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_the_parent)
+
+
+def _in_store_order(waiter: SharedWaiter) -> tuple[bool, int]:
+    """Waiters by their place in the store's line, those without one after them. A call
+    waiting on its own thread takes its place before it joins this process's line, so
+    the two orders may differ, and once one waiter is refused the ones behind it are not
+    asked: served out of order, the first in the store's line would never be."""
+    return (waiter.seq is None, waiter.seq or 0)
+
 
 _LINGER_S = 5.0
 """How long the keeper's thread outlives its last work."""
