@@ -470,14 +470,21 @@ def test_calls_whose_result_is_never_observed_do_not_accumulate(tmp_path: Path) 
         # tracemalloc counts as allocated: a first batch fills them (and the caches);
         # only what grows with the next, larger batch is kept per call.
         calls(300)
-        gc.collect()
-        before = _kept_by_the_project()
-        calls(900)
-        gc.collect()
-        grown = _kept_by_the_project() - before
+        growth = []
+        # A background thread of the project that an earlier test left running (a
+        # limits keeper, a store's watcher) may allocate during a batch; what the calls
+        # keep grows in every batch, so the smallest of three is what they keep.
+        for _ in range(3):
+            gc.collect()
+            before = _kept_by_the_project()
+            calls(900)
+            gc.collect()
+            growth.append(_kept_by_the_project() - before)
+            if growth[-1] < 20_000:
+                break
     finally:
         tracemalloc.stop()
-    assert grown < 20_000, f"{grown} bytes kept for 900 dropped calls"
+    assert min(growth) < 20_000, f"{growth} bytes kept for 900 dropped calls, each batch"
 
 
 _FRAMES = 6
