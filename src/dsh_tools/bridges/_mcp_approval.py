@@ -302,8 +302,10 @@ def _carried_answer(
     arguments), and the earlier attempt its question showed; ``None`` for what it does
     not carry."""
     answer = (params.input_responses or {}).get(_ANSWER_KEY)
+    if not isinstance(answer, mcp_types.ElicitResult):
+        return None, None  # most requests: no arguments' digest to compute
     state, digest = params.request_state or "", _state(call)
-    if not isinstance(answer, mcp_types.ElicitResult) or state.split(":", 1)[0] != digest:
+    if state.split(":", 1)[0] != digest:
         return None, None
     return answer, state[len(digest) + 1 :] or None
 
