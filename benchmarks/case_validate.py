@@ -12,7 +12,7 @@ from typing import Any
 
 from _harness import Row, Settings, Skip, compare_sync, ratio_row, us
 
-from dsh_tools._jsonschema import compile_validator
+from dsh_tools._schema.subset import compile_validator
 
 SMALL: dict[str, Any] = {
     "type": "object",

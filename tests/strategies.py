@@ -174,7 +174,7 @@ def dsl_parameter_specs() -> st.SearchStrategy[dict[str, Any]]:
 def raw_schemas() -> st.SearchStrategy[dict[str, Any]]:
     """Raw schemas of the enforced subset (compiled from random DSL specs, plus ``{}``)."""
     from dsh_tools._json import thaw
-    from dsh_tools._schema import value_spec_to_json_schema
+    from dsh_tools._schema.dsl import value_spec_to_json_schema
 
     return dsl_value_specs().map(lambda spec: thaw(value_spec_to_json_schema(spec)))
 

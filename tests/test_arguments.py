@@ -10,9 +10,9 @@ import attrs
 import pytest
 from hypothesis import given
 
-from dsh_tools._arguments import arguments_model, raw_arguments_model
 from dsh_tools._json import FrozenDict, FrozenList, snapshot
-from dsh_tools._jsonschema import assert_supported_json_schema
+from dsh_tools._schema.arguments import arguments_model, raw_arguments_model
+from dsh_tools._schema.subset import assert_supported_json_schema
 from dsh_tools.errors import DefinitionError, JsonSchemaError, JsonValueError, ToolArgsError
 from strategies import any_values, dsl_parameter_specs
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh_tools._plugins import GUARDS_GROUP, PLUGINS_GROUP, TOOLS_GROUP
+from dsh_tools._plugins.loading import GUARDS_GROUP, PLUGINS_GROUP, TOOLS_GROUP
 from fake_dists import Site, installed_command, on_sys_path, run_dsh
 
 

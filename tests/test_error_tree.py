@@ -17,9 +17,9 @@ SOURCES = Path(__file__).resolve().parents[1] / "src"
 SIGNALS = frozenset(
     {
         # A schema, a value or a pattern a fast path cannot take: the slow path runs.
-        "dsh_tools._arguments._Unsupported",
+        "dsh_tools._schema.arguments._Unsupported",
         "dsh_tools._json._Rejected",
-        "dsh_tools._validation.codegen._NotInlined",
+        "dsh_tools._schema.codegen._NotInlined",
         "dsh_tools_plugins._reach._Unresolved",
         "dsh_tools_plugins._search.ripgrep._Unsupported",
         # The call path's own: each ends as the call's result, never raised to a caller.
@@ -28,7 +28,7 @@ SIGNALS = frozenset(
         "dsh_tools._pipeline.loops.NeedsEventLoop",
         "dsh_tools._pipeline.stream.FilterFailed",
         # One entry point's failure, which becomes a PluginFailure in the load report.
-        "dsh_tools._plugin_loaders.LoadFailure",
+        "dsh_tools._plugins.loaders.LoadFailure",
         # The command's: each becomes a line on standard error and an exit code.
         "dsh_tools.cli._exits.PluginsFailed",
         "dsh_tools.cli._exits.Refused",

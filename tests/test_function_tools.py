@@ -29,7 +29,7 @@ from dsh_tools import (
     tool,
     tool_from_function,
 )
-from dsh_tools._schema import SchemaSpec, schema_spec_to_json_schema, validate_args
+from dsh_tools._schema.dsl import SchemaSpec, schema_spec_to_json_schema, validate_args
 from dsh_tools.errors import DefinitionError
 from strategies import Point, Tone, TypedParameter, any_values, typed_parameters
 

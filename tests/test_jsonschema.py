@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh_tools._json import MAX_DEPTH, FrozenDict, FrozenList, snapshot
-from dsh_tools._jsonschema import (
+from dsh_tools._schema.codegen import compile_admitter
+from dsh_tools._schema.subset import (
     _compile_closures,
     _compile_predicate,
     assert_supported_json_schema,
@@ -24,7 +25,6 @@ from dsh_tools._jsonschema import (
     validate_json_schema_value,
     validate_structured_value,
 )
-from dsh_tools._validation.codegen import compile_admitter
 from dsh_tools.errors import JsonSchemaError, OutputSchemaError
 from strategies import KEYS, any_values, json_values, raw_schemas
 

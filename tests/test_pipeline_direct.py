@@ -26,10 +26,10 @@ from dsh_tools import (
     define_tool,
     hookimpl,
 )
-from dsh_tools._arguments import ArgumentsModel
 from dsh_tools._json import FrozenDict
 from dsh_tools._models import result_to_json
 from dsh_tools._pipeline import drivers as _drivers
+from dsh_tools._schema.arguments import ArgumentsModel
 from dsh_tools.errors import ToolError
 
 PNG = "iVBORw0KGgo="

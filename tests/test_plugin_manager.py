@@ -27,7 +27,7 @@ from dsh_tools._models import (
     ToolExecutionInput,
     ToolExecutionResult,
 )
-from dsh_tools._plugins import PLUGINS_GROUP, load_plugins
+from dsh_tools._plugins.loading import PLUGINS_GROUP, load_plugins
 from dsh_tools._registry import ToolRegistry
 from dsh_tools.errors import RegistrationError
 from dsh_tools.hookspecs import hookimpl

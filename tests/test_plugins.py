@@ -27,7 +27,7 @@ import pytest
 
 import dsh_tools
 from dsh_tools._models import ToolExecutionInput
-from dsh_tools._plugins import (
+from dsh_tools._plugins.loading import (
     BLOCK_ENV_VAR,
     GROUPS,
     GUARDS_GROUP,
@@ -90,7 +90,7 @@ def test_importing_dsh_tools_discovers_and_imports_no_plugin(site: Site, tmp_pat
     marker = tmp_path / "imported"
     module = site.module("eager", f"open({str(marker)!r}, 'w').close()\nTOOLS = []\n")
     site.dist("eager-dist", {TOOLS_GROUP: {"eager": f"{module}:TOOLS"}})
-    code = "import dsh_tools, dsh_tools._plugins, dsh_tools._registry"
+    code = "import dsh_tools, dsh_tools._plugins.loading, dsh_tools._registry"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site.root), *sys.path])}
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
     assert not marker.exists()
@@ -630,7 +630,7 @@ import attrs
 
 from dsh_tools.errors import PluginError
 from dsh_tools._models import ToolExecutionInput
-from dsh_tools._plugins import load_plugins
+from dsh_tools._plugins.loading import load_plugins
 from dsh_tools._registry import ToolRegistry
 
 

@@ -12,7 +12,7 @@ import pytest
 from dsh_tools import Ask, Deny, ToolRegistry, hookimpl
 from dsh_tools._define import define_tool
 from dsh_tools._models import Block, ToolExecutionInput
-from dsh_tools._plugins import load_plugins
+from dsh_tools._plugins.loading import load_plugins
 from dsh_tools.records import DecisionRecord
 from dsh_tools.testing import CallRecorder, ScriptedApproval
 from fake_dists import Site, on_sys_path

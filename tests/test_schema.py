@@ -10,13 +10,13 @@ from hypothesis import given
 
 from dsh_tools import ToolExecutionInput, ToolRegistry, define_tool
 from dsh_tools._json import MAX_DEPTH, FrozenDict
-from dsh_tools._jsonschema import assert_supported_json_schema, compile_validator
-from dsh_tools._schema import (
+from dsh_tools._schema.dsl import (
     SchemaSpec,
     schema_spec_to_json_schema,
     validate_args,
     value_spec_to_json_schema,
 )
+from dsh_tools._schema.subset import assert_supported_json_schema, compile_validator
 from dsh_tools.errors import JsonSchemaError
 from strategies import any_values, dsl_parameter_specs, dsl_value_specs, json_values
 

@@ -17,10 +17,10 @@ from typing import Any, Final, cast
 
 import attrs
 
-from ._jsonschema import assert_supported_json_schema
 from ._models import PresentableResult, ToolDefinition, ToolSchema
 from ._pipeline.loops import is_awaitable, run_on_own_loop
 from ._registry import ToolRegistry
+from ._schema.subset import assert_supported_json_schema
 from .errors import DshToolsError
 from .presentation._cards import unstructure_view
 

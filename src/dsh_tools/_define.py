@@ -20,11 +20,9 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar, overload
 
 import attrs
 
-from ._arguments import ArgumentsModel, Field, annotated_description, arguments_model, fields_model
 from ._content import ContentLike
 from ._context import ToolRunContext
 from ._json import FrozenDict
-from ._jsonschema import assert_supported_json_schema
 from ._models import (
     PresentableResult,
     ToolDefinition,
@@ -34,7 +32,15 @@ from ._models import (
 )
 from ._numbers import positive_finite
 from ._paths import ToolPaths
-from ._schema import SchemaSpec
+from ._schema.arguments import (
+    ArgumentsModel,
+    Field,
+    annotated_description,
+    arguments_model,
+    fields_model,
+)
+from ._schema.dsl import SchemaSpec
+from ._schema.subset import assert_supported_json_schema
 from .errors import DefinitionError, JsonSchemaError, JsonValueError, within
 
 if TYPE_CHECKING:

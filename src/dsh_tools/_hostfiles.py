@@ -34,7 +34,7 @@ import os
 import stat
 from collections.abc import Iterable
 
-from ._plugin_settings import WORKSPACE_ENV, plugin_settings
+from ._plugins.settings import WORKSPACE_ENV, plugin_settings
 from .errors import DshToolsError, ErrorCode
 
 __all__ = [

@@ -36,7 +36,7 @@ from .approvals._answers import ApprovalOutcome
 from .errors import DefinitionError, ErrorCode, JsonValueError, within
 
 if TYPE_CHECKING:
-    from ._arguments import ArgumentsModel
+    from ._schema.arguments import ArgumentsModel
     from .presentation._cards import ToolCallView, ToolResultView
     from .progress import ProgressListener
 
@@ -373,7 +373,7 @@ def _positive_timeout(instance: ToolDefinition[Any], attribute: object, value: o
 
 
 def _raw_arguments(definition: ToolDefinition[Any]) -> ArgumentsModel[Any]:
-    from ._arguments import raw_arguments_model
+    from ._schema.arguments import raw_arguments_model
 
     return raw_arguments_model(definition.parameters)
 

@@ -267,7 +267,7 @@ class PluginConfigError(PluginError):
 
     Raise it from an entry point (at import, or from its factory) when the settings it
     was given cannot be used, such as a permission rules file with a typo.
-    :func:`~dsh_tools._plugins.load_plugins` never treats it as an optional plugin that
+    :func:`~dsh_tools.load_plugins` never treats it as an optional plugin that
     failed to load: it undoes the call's registrations and raises the error, strict or not,
     because running without configuration someone asked for would be weaker than asked.
     """

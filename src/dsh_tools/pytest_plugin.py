@@ -76,7 +76,7 @@ def tool_registry(
     registry = tool_registry_factory()
     marker = request.node.get_closest_marker(MARKER)
     if marker is not None:
-        from ._plugins import load_plugins
+        from ._plugins.loading import load_plugins
 
         names = [str(name) for name in marker.args]
         report = load_plugins(registry, only=names, strict=True)

@@ -85,7 +85,7 @@ load, since tools may be registered after them: :func:`unmatched_rules` (or
 
 Malformed rule files raise :class:`RulesError` naming the file, the line and the rule. It
 is a :class:`~dsh_tools.errors.PluginConfigError`, so the ``default_permissions`` entry
-point stops :func:`~dsh_tools._plugins.load_plugins` rather than leaving the host without
+point stops :func:`~dsh_tools.load_plugins` rather than leaving the host without
 the rules it asked for. Unknown keys are errors at every level (``acton``,
 ``comand_matches``), never ignored.
 TOML syntax errors carry their own line and column. For a rule that parses but is
@@ -99,8 +99,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from dsh_tools._plugin_settings import RULES_ENV
-from dsh_tools._plugins import plugin_settings
+from dsh_tools._plugins.settings import RULES_ENV, plugin_settings
 
 from ._rules.error import RulesError
 from ._rules.fields import Action
@@ -209,7 +208,7 @@ def configured_sandbox() -> SandboxSettings:
     """The sandbox settings the host configured, for the entry points.
 
     The ``[sandbox]`` table of the rules file (the ``rules`` given to
-    :func:`~dsh_tools._plugins.load_plugins`, else ``$DSH_TOOLS_RULES``), then the
+    :func:`~dsh_tools.load_plugins`, else ``$DSH_TOOLS_RULES``), then the
     ``sandbox`` mode and ``network`` (else ``$DSH_TOOLS_SANDBOX`` and
     ``$DSH_TOOLS_NETWORK``) over it: the command's ``--sandbox`` and ``--network`` set
     those, so its flags win over the file. Without any of them: mode ``auto``, network off. A bad
@@ -222,13 +221,13 @@ def configured_sandbox() -> SandboxSettings:
 
 def default_permissions() -> PermissionRules:
     """The ``dsh_tools.plugins`` entry point factory: the rules in the TOML file
-    :func:`~dsh_tools._plugins.load_plugins` was given (``rules=``, else
+    :func:`~dsh_tools.load_plugins` was given (``rules=``, else
     ``$DSH_TOOLS_RULES``), or :func:`default_rules` when there is none; either way
     with the sandbox settings of :func:`configured_sandbox`, which the ``workspace``
     entry point gives ``run_command`` too.
 
     A set but unreadable or malformed file raises :class:`RulesError`, a
-    :class:`~dsh_tools.errors.PluginConfigError`: :func:`~dsh_tools._plugins.load_plugins`
+    :class:`~dsh_tools.errors.PluginConfigError`: :func:`~dsh_tools.load_plugins`
     raises it in turn (strict or not), so a host never runs with no rules, or with the
     defaults, in place of the file it named.
     """

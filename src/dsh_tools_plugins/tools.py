@@ -2,8 +2,8 @@
 
 Registered as ``[project.entry-points."dsh_tools.tools"] workspace =
 "dsh_tools_plugins.tools:workspace_tools"``; the plugin loader calls it with no argument,
-so the root then comes from :func:`~dsh_tools._plugins.plugin_settings`: the
-``workspace`` given to :func:`~dsh_tools._plugins.load_plugins`, else the
+so the root then comes from :func:`~dsh_tools.plugin_settings`: the
+``workspace`` given to :func:`~dsh_tools.load_plugins`, else the
 ``DSH_TOOLS_WORKSPACE`` environment variable, else the current directory.
 """
 
@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from dsh_tools import _hostfiles as hostfiles
 from dsh_tools._models import ToolDefinition
-from dsh_tools._plugins import plugin_settings
+from dsh_tools._plugins.settings import plugin_settings
 
 from .command import run_command_tool
 from .files import edit_file_tool, list_dir_tool, read_file_tool, write_file_tool
@@ -39,7 +39,7 @@ def workspace_tools(
     """``read_file``, ``write_file``, ``edit_file``, ``list_dir``, ``glob``, ``grep`` and
     ``run_command``, all confined to one :class:`~dsh_tools_plugins.workspace.Workspace`.
 
-    ``root=None`` takes the workspace :func:`~dsh_tools._plugins.load_plugins` was given,
+    ``root=None`` takes the workspace :func:`~dsh_tools.load_plugins` was given,
     else :data:`WORKSPACE_ENV`, else the current directory.
     ``sandbox`` and ``env`` go to :func:`~dsh_tools_plugins.command.run_command_tool`;
     ``sandbox=None`` (what the entry point gets) takes what the host configured,

@@ -10,7 +10,7 @@ import pytest
 
 from dsh_tools._define import define_tool
 from dsh_tools._models import ToolExecutionInput
-from dsh_tools._plugins import load_plugins
+from dsh_tools._plugins.loading import load_plugins
 from dsh_tools._registry import ToolRegistry
 from dsh_tools_plugins.permissions import RULES_ENV_VAR, PermissionRules, RulesError
 

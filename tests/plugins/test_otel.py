@@ -36,7 +36,7 @@ from dsh_tools import (
     hookimpl,
 )
 from dsh_tools._cancel import CancelSource
-from dsh_tools._plugins import load_plugins
+from dsh_tools._plugins.loading import load_plugins
 from dsh_tools.errors import ErrorCode, PluginConfigError, ToolError
 from dsh_tools_plugins.otel import (
     DURATION_METRIC,

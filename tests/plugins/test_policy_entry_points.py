@@ -16,7 +16,7 @@ import pytest
 from dsh_tools._context import ToolRunContext
 from dsh_tools._define import define_tool
 from dsh_tools._models import ToolExecutionInput, ToolExecutionResult
-from dsh_tools._plugins import PLUGINS_GROUP, load_plugins
+from dsh_tools._plugins.loading import PLUGINS_GROUP, load_plugins
 from dsh_tools._registry import ToolRegistry
 from dsh_tools.errors import ErrorCode, ToolError
 from dsh_tools_plugins.retry import RetryPolicy

@@ -24,7 +24,7 @@ from pathlib import Path
 import anyio
 
 from dsh_tools import ToolExecutionInput, ToolRegistry, define_tool
-from dsh_tools._plugins import load_plugins
+from dsh_tools._plugins.loading import load_plugins
 
 name, log, calls, driver, go = sys.argv[1:]
 log, calls, go = Path(log), int(calls), Path(go)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh_tools._plugins import GUARDS_GROUP, PLUGINS_GROUP, TOOLS_GROUP, load_plugins
+from dsh_tools._plugins.loading import GUARDS_GROUP, PLUGINS_GROUP, TOOLS_GROUP, load_plugins
 from dsh_tools._registry import ToolRegistry
 from dsh_tools.errors import PluginConfigError
 from dsh_tools_plugins.permissions import RulesError

@@ -61,7 +61,6 @@ from dsh_tools import (
 )
 from dsh_tools._content import ContextMessage, TextContent
 from dsh_tools._json import FrozenDict, FrozenList, dumps, loads, snapshot, thaw
-from dsh_tools._jsonschema import assert_supported_json_schema, compile_validator
 from dsh_tools._models import (
     ToolDefinition,
     ToolExecution,
@@ -71,7 +70,8 @@ from dsh_tools._models import (
     ToolOutput,
     result_to_json,
 )
-from dsh_tools._schema import schema_spec_to_json_schema, value_spec_to_json_schema
+from dsh_tools._schema.dsl import schema_spec_to_json_schema, value_spec_to_json_schema
+from dsh_tools._schema.subset import assert_supported_json_schema, compile_validator
 from dsh_tools.errors import DshToolsError, ErrorCode, JsonSchemaError, JsonValueError
 from dsh_tools.presentation import (
     CardError,

@@ -54,7 +54,7 @@ from dsh_tools._models import (
     ToolExecutionSuccess,
     ToolOutput,
 )
-from dsh_tools._plugins import BLOCK_ENV_VAR, GUARDS_GROUP, PLUGINS_GROUP, load_plugins
+from dsh_tools._plugins.loading import BLOCK_ENV_VAR, GUARDS_GROUP, PLUGINS_GROUP, load_plugins
 from dsh_tools.bridges.wire import DECLARATION_FORMATS, declarations
 from dsh_tools.presentation import GenericCallView, GenericResultView
 from dsh_tools_plugins.audit import read_audit_log

@@ -11,9 +11,9 @@ from typing_extensions import assert_type
 
 from dsh_tools import ToolDefinition, ToolRunContext, define_tool, tool_from_function
 from dsh_tools import tool as dsh_tool
-from dsh_tools._arguments import ArgumentsModel, arguments_model
 from dsh_tools._define import FunctionTool
 from dsh_tools._json import FrozenDict
+from dsh_tools._schema.arguments import ArgumentsModel, arguments_model
 
 
 @attrs.frozen

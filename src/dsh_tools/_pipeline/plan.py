@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
-from .._jsonschema import compile_validator
 from .._models import ApprovalService, ToolDefinition, ToolOutput, ToolSchema
+from .._schema.codegen import Admitter
+from .._schema.subset import compile_validator
 from .._tracing import Tracer
-from .._validation.codegen import Admitter
 from ..errors import DefinitionError, JsonSchemaError, within
 from ..records import Origin
 

@@ -21,7 +21,7 @@ from .._models import (
     ToolExecutionSuccess,
     failure_result,
 )
-from .._validation.codegen import compiled
+from .._schema.codegen import compiled
 from ..errors import DshToolsError, ErrorCode
 from .loops import stops_the_caller
 

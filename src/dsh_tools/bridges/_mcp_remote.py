@@ -19,9 +19,9 @@ from mcp.shared.dispatcher import ProgressFnT
 from .._content import ImageContent, TextContent, content_text
 from .._context import ToolRunContext
 from .._json import FrozenDict, JsonValue, dumps, snapshot, thaw
-from .._jsonschema import assert_supported_json_schema
 from .._models import ToolDefinition, ToolOutput
 from .._registry import Disposer
+from .._schema.subset import assert_supported_json_schema
 from ..errors import DshToolsError, JsonSchemaError, ToolError
 from ._mcp_elicit import calling_remote
 from ._mcp_hints import imported_metadata

@@ -46,7 +46,7 @@ from ._serve import cmd_serve_mcp
 from ._setup import build, exported_options
 
 if TYPE_CHECKING:
-    from .._plugins import LoadReport
+    from .._plugins.loading import LoadReport
     from .._registry import ToolRegistry
 
 __all__ = [

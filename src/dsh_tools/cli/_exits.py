@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ._console import EXIT_OUTPUT_CLOSED
 
 if TYPE_CHECKING:
-    from .._plugins import LoadReport
+    from .._plugins.loading import LoadReport
 
 __all__ = [
     "EXIT_CALL_FAILED",

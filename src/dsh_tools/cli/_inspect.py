@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, TextIO
 from ._exits import EXIT_CALL_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
-    from .._plugins import LoadReport
+    from .._plugins.loading import LoadReport
     from .._registry import ToolRegistry
 
 __all__ = ["cmd_check", "cmd_list", "cmd_plugins", "cmd_schemas"]

@@ -18,7 +18,7 @@ from ._exits import PluginsFailed, UsageError
 
 if TYPE_CHECKING:
     from .._models import ApprovalOutcome, ApprovalRequest
-    from .._plugins import LoadReport
+    from .._plugins.loading import LoadReport
     from .._registry import ToolRegistry
     from ..approvals import ApprovalStore
 
@@ -74,7 +74,7 @@ def build(
     options: argparse.Namespace, stdin: TextIO, stderr: TextIO
 ) -> tuple[ToolRegistry, LoadReport]:
     """The registry the command works on, with the plugins the options ask for."""
-    from .._plugins import LoadReport, load_plugins
+    from .._plugins.loading import LoadReport, load_plugins
     from .._registry import ToolRegistry
 
     registry = ToolRegistry(approval=TerminalApproval(stdin, stderr))

@@ -23,6 +23,7 @@ from collections.abc import Callable
 import attrs
 
 from dsh_tools._numbers import positive_finite
+from dsh_tools._plugins.settings import plugin_settings
 
 from ..limits import SharedLimits
 from .error import RulesError
@@ -80,8 +81,6 @@ def place(
 def shared_limits(where: SharedPlace) -> SharedLimits:
     """The shared limits at ``where``, opened once per process; raises
     :class:`RulesError` naming the rules file's line when the store cannot be used."""
-    from dsh_tools._plugins import plugin_settings
-
     from ..approval_store import APPROVALS_URL_ENV, ApprovalStoreError, SqliteApprovalStore
 
     workspace = plugin_settings().workspace or os.getcwd()

@@ -10,7 +10,7 @@ from typing import Final
 
 import attrs
 
-from dsh_tools._plugin_settings import NETWORK_ENV, SANDBOX_ENV
+from dsh_tools._plugins.settings import NETWORK_ENV, SANDBOX_ENV, plugin_settings
 
 from ..sandbox._settings import SandboxLimits, SandboxMode, SandboxSettings
 from .error import RulesError
@@ -73,8 +73,6 @@ def sandbox_from_table(text: str, source: str, table: object) -> SandboxSettings
 def with_overrides(settings: SandboxSettings) -> SandboxSettings:
     """``settings`` with the host's sandbox mode and network applied (``load_plugins``'
     ``sandbox`` and ``network``, else ``$DSH_TOOLS_SANDBOX`` and ``$DSH_TOOLS_NETWORK``)."""
-    from dsh_tools._plugins import plugin_settings
-
     given = plugin_settings()  # load_plugins' arguments were checked: a bad value is $VAR's
     mode, network = given.sandbox, given.network
     if mode:

@@ -5,9 +5,9 @@ value that comes back. So :func:`assert_supported_json_schema` rejects anything 
 small subset (``type oneOf properties required additionalProperties items enum const`` plus
 the annotations ``description title default examples``), listing every violation with its
 path. Accepted schemas compile once (:func:`compile_validator`) into a validator: a tree of
-small closures that is the one place violations come from (:mod:`dsh_tools._validation.validators`),
+small closures that is the one place violations come from (:mod:`dsh_tools._schema.validators`),
 behind generated straight-line source that answers "certainly valid" for the usual value
-at next to no cost (:mod:`dsh_tools._validation.codegen`).
+at next to no cost (:mod:`dsh_tools._schema.codegen`).
 
 Python mapping of JSON: ``None`` is null (and counts as present), ``bool`` is never a
 number, a float without a fractional part (``2.0``) is an integer, tuples are arrays.
@@ -21,10 +21,10 @@ import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeAlias
 
-from ._json import MAX_DEPTH, FrozenDict, int_has_text
-from ._validation.codegen import generate
-from ._validation.validators import ABSENT, Check, Validator, compile_checks, finish, is_lossless
-from .errors import JsonSchemaError, OutputSchemaError
+from .._json import MAX_DEPTH, FrozenDict, int_has_text
+from ..errors import JsonSchemaError, OutputSchemaError
+from .codegen import generate
+from .validators import ABSENT, Check, Validator, compile_checks, finish, is_lossless
 
 __all__ = [
     "JsonSchema",

@@ -11,7 +11,7 @@ vocabulary is JSON Schema's own words (so the spec reads like what the model see
 
 Author mistakes are reported one at a time with a DSL path (``parameters.tags.items.type
 ...``): the first problem is usually the cause of the rest. The compiled schema then passes
-:func:`~dsh_tools._jsonschema.assert_supported_json_schema`, which reports everything left.
+:func:`~dsh_tools._schema.subset.assert_supported_json_schema`, which reports everything left.
 An explicit nested ``{"type": "object"}`` is open unless it says ``additionalProperties:
 False`` (JSON Schema's default). So is the parameter root, which is implicit in a property
 map; an author who wants undeclared argument keys refused writes the root out as an object
@@ -26,8 +26,9 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NoReturn, TypeAlias, TypedDict
 
-from ._json import MAX_DEPTH, FrozenDict
-from ._jsonschema import (
+from .._json import MAX_DEPTH, FrozenDict
+from ..errors import JsonSchemaError
+from .subset import (
     ANNOTATIONS,
     MAX_NODE_DEPTH,
     SCALAR_TYPES,
@@ -36,7 +37,6 @@ from ._jsonschema import (
     compile_validator,
     is_record,
 )
-from .errors import JsonSchemaError
 
 __all__ = [
     "PropertySpec",

@@ -1,7 +1,7 @@
 """Generated validators: straight-line Python source per schema, for the valid path.
 
 Every tool call validates its arguments, so a valid value must cost next to nothing. In
-front of the closure tree (:mod:`dsh_tools._validation.validators`) sits an accelerator: source
+front of the closure tree (:mod:`dsh_tools._schema.validators`) sits an accelerator: source
 generated per schema (one call, no loop over the schema) that answers "certainly valid"
 by the tree's own rules, or "not sure". It only reads values of exact builtin types
 (``str int float bool None``, ``dict``/``FrozenDict``, ``list``/``tuple``/``FrozenList``),

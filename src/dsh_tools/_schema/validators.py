@@ -3,7 +3,7 @@
 Each schema node compiles once (:func:`compile_checks`) into a small closure, a
 :data:`Check`; :func:`finish` turns the root into a public validator. Paths are only
 assembled, innermost segment first, for the violations that are reported. The generated
-accelerator in :mod:`dsh_tools._validation.codegen` answers "certainly valid" in front of this tree
+accelerator in :mod:`dsh_tools._schema.codegen` answers "certainly valid" in front of this tree
 and leaves every other verdict, and every message, to it.
 """
 

@@ -3,7 +3,7 @@
 One loader per kind (tools, guards, plugins). Each imports its entry point, checks what
 it found, registers it all or nothing and returns what it added with a disposer that
 undoes it; every failure is a :class:`LoadFailure` whose message says what went wrong.
-:func:`dsh_tools._plugins.load_plugins` decides which entry points to load and reports.
+:func:`dsh_tools.load_plugins` decides which entry points to load and reports.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Final, Literal
 
-from ._models import ToolDefinition
-from .errors import PluginConfigError
-from .records import Origin
+from .._models import ToolDefinition
+from ..errors import PluginConfigError
+from ..records import Origin
 
 if TYPE_CHECKING:
     from importlib_metadata import EntryPoint
 
-    from ._registry import ToolRegistry
+    from .._registry import ToolRegistry
 
 _UNKNOWN = "unknown"
 
@@ -31,7 +31,7 @@ Disposer = Callable[[], None]
 
 
 class LoadFailure(Exception):
-    """Why one entry point failed; becomes a :class:`~dsh_tools._plugins.PluginFailure`."""
+    """Why one entry point failed; becomes a :class:`~dsh_tools.PluginFailure`."""
 
 
 def shipped_by(entry_point: EntryPoint) -> tuple[str, str]:
@@ -55,7 +55,7 @@ def _cause(exc: BaseException) -> str:
 def _failing_as(what: str) -> Iterator[None]:
     """Turn an exception into a :class:`LoadFailure` saying ``<what><Type>: <message>``.
 
-    A :class:`PluginConfigError` passes through: :func:`~dsh_tools._plugins.load_plugins`
+    A :class:`PluginConfigError` passes through: :func:`~dsh_tools.load_plugins`
     raises it.
     """
     try:

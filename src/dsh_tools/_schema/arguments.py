@@ -43,11 +43,12 @@ from typing import (
 
 import attrs
 
-from ._json import FrozenDict, flat_object, snapshot
-from ._jsonschema import assert_supported_json_schema, compile_validator
-from ._schema import schema_spec_to_json_schema
-from ._validation.codegen import Admitter, compile_admitter
-from ._validation.validators import (
+from .._json import FrozenDict, flat_object, snapshot
+from ..errors import DefinitionError, ToolArgsError
+from .codegen import Admitter, compile_admitter
+from .dsl import schema_spec_to_json_schema
+from .subset import assert_supported_json_schema, compile_validator
+from .validators import (
     Check,
     Validator,
     array_check,
@@ -58,7 +59,6 @@ from ._validation.validators import (
     object_check,
     scalar_check,
 )
-from .errors import DefinitionError, ToolArgsError
 
 __all__ = ["ArgumentsModel", "arguments_model", "raw_arguments_model"]
 

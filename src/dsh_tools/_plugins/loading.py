@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from ._plugin_loaders import (
+from ..errors import PluginConfigError, PluginError
+from .loaders import (
     LOADERS,
     Disposer,
     LoadFailure,
@@ -49,13 +50,12 @@ from ._plugin_loaders import (
     dispose_all,
     shipped_by,
 )
-from ._plugin_settings import PluginSettings, given_settings, plugin_settings
-from .errors import PluginConfigError, PluginError
+from .settings import PluginSettings, given_settings, plugin_settings
 
 if TYPE_CHECKING:
     from importlib_metadata import EntryPoint
 
-    from ._registry import ToolRegistry
+    from .._registry import ToolRegistry
 
 __all__ = [
     "BLOCK_ENV_VAR",

@@ -17,7 +17,7 @@ from typing import Final
 
 import attrs
 
-from .errors import PluginConfigError
+from ..errors import PluginConfigError
 
 __all__ = [
     "NETWORK_ENV",
@@ -63,13 +63,13 @@ class PluginSettings:
 _GIVEN: contextvars.ContextVar[PluginSettings | None] = contextvars.ContextVar(
     "dsh_tools_plugin_settings", default=None
 )
-"""What the running :func:`~dsh_tools._plugins.load_plugins` was given."""
+"""What the running :func:`~dsh_tools.load_plugins` was given."""
 _NOTHING: Final = PluginSettings()
 
 
 def plugin_settings() -> PluginSettings:
     """The settings an entry point is configured with: each one the running
-    :func:`~dsh_tools._plugins.load_plugins` call was given, else its environment
+    :func:`~dsh_tools.load_plugins` call was given, else its environment
     variable (:data:`WORKSPACE_ENV`, :data:`RULES_ENV`, :data:`SANDBOX_ENV`,
     :data:`NETWORK_ENV`; empty counts as unset), else ``None``."""
     given = _GIVEN.get() or _NOTHING
@@ -93,7 +93,7 @@ def given_settings(
     network: bool | None,
 ) -> Iterator[None]:
     """While entry points load, :func:`plugin_settings` answers with these arguments of
-    :func:`~dsh_tools._plugins.load_plugins`, checked; raises
+    :func:`~dsh_tools.load_plugins`, checked; raises
     :class:`~dsh_tools.errors.PluginConfigError` naming a bad one."""
     if workspace is not None and not os.path.isdir(workspace):
         raise PluginConfigError(

@@ -1,1 +1,0 @@
-"""JSON Schema validators compiled once: closures, and generated source in front of them."""
