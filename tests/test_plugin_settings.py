@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from dsh_tools import ToolExecutionInput, ToolRegistry
-from dsh_tools._plugins.loading import load_plugins, plugin_settings
+from dsh_tools._plugins.loading import load_plugins
+from dsh_tools._plugins.settings import plugin_settings
 from dsh_tools.errors import PluginConfigError
 
 ONLY = ["workspace", "default_permissions", "limits", "budgets", "cache"]

@@ -102,8 +102,10 @@ if TYPE_CHECKING:
         LoadReport,
         PluginFailure,
         PluginRecord,
-        PluginSettings,
         load_plugins,
+    )
+    from ._plugins.settings import (
+        PluginSettings,
         plugin_settings,
     )
     from ._registry import (
@@ -212,7 +214,7 @@ _LOCATIONS: dict[str, str] = {
     "PluginError": "errors",
     "PluginFailure": "_plugins.loading",
     "PluginRecord": "_plugins.loading",
-    "PluginSettings": "_plugins.loading",
+    "PluginSettings": "_plugins.settings",
     "PostExecuteDecision": "_models",
     "PreExecuteDecision": "_models",
     "PresentableResult": "_models",
@@ -263,7 +265,7 @@ _LOCATIONS: dict[str, str] = {
     "note": "_tracing",
     "open_host_file": "_hostfiles",
     "open_unlinked": "_hostfiles",
-    "plugin_settings": "_plugins.loading",
+    "plugin_settings": "_plugins.settings",
     "result_to_json": "_models",
     "safe_text": "_safetext",
     "schema_spec_to_json_schema": "_schema.dsl",

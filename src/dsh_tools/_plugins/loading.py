@@ -50,7 +50,7 @@ from .loaders import (
     dispose_all,
     shipped_by,
 )
-from .settings import PluginSettings, given_settings, plugin_settings
+from .settings import given_settings
 
 if TYPE_CHECKING:
     from importlib_metadata import EntryPoint
@@ -66,10 +66,8 @@ __all__ = [
     "PluginFailure",
     "PluginKind",
     "PluginRecord",
-    "PluginSettings",
     "TOOLS_GROUP",
     "load_plugins",
-    "plugin_settings",
 ]
 
 logger = logging.getLogger("dsh_tools")
