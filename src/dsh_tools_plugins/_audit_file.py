@@ -1,5 +1,5 @@
 """The audit log's file: whole lines appended durably, by one writer at a time across
-processes, and never written on the host's event loop.
+processes, and never waiting for another writer on an event loop.
 
 :class:`AuditFile` appends each batch of lines with a single ``write`` followed by
 ``os.fsync``, holding this process's lock of the file and an exclusive ``flock`` on
@@ -10,8 +10,8 @@ whole or not at all and no two records mix, whatever process is killed. Rotation
 size, under the same lock.
 
 Waiting for that lock (another process may hold it for as long as its own write and
-``fsync`` take, or for as long as it is stopped) must not stall an event loop. On the
-host's loop, :meth:`AuditFile.appended` writes at once only when both locks are free at
+``fsync`` take, or for as long as it is stopped) must not stall an event loop. On an event
+loop, :meth:`AuditFile.appended` writes at once only when both locks are free at
 once (the loop then waits for this write's own ``fsync``, nothing else); when another
 writer holds one, it returns an awaitable of the write done in a worker thread. It does
 not always move to a thread: a host that drops a call by closing its coroutine still
@@ -34,7 +34,7 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 from dsh_tools._hostfiles import open_host_file
-from dsh_tools._pipeline.loops import on_host_loop
+from dsh_tools._pipeline.loops import on_event_loop
 
 __all__ = ["AuditFile"]
 
@@ -53,12 +53,12 @@ class AuditFile:
         self._lock_path = path + ".lock"
 
     def appended(self, data: bytes) -> Awaitable[None] | None:
-        """Append ``data`` and return ``None``, or an awaitable that appends it: on the
-        host's event loop, when another writer holds the file (its lock is not free at
+        """Append ``data`` and return ``None``, or an awaitable that appends it: on an
+        event loop, when another writer holds the file (its lock is not free at
         once), the append waits for it in a worker thread, so the loop never does; it
         finishes even if its awaiter is cancelled meanwhile, then the cancellation goes
         on. Anywhere else it appends at once, waiting its turn."""
-        if not on_host_loop():
+        if not on_event_loop():
             self.append(data)
             return None
         if not self._lock.acquire(blocking=False):

@@ -116,13 +116,14 @@ class Call:
         "signal",
         "started",
         "stream",
+        "synchronous",
         "ticket",
         "tool",
     )
 
     execution: ToolExecution
-    """The call as every stage sees it: set by :meth:`record`, which the staged runner
-    calls first (a direct call's body may never need it)."""
+    """The call as every stage sees it: set by :meth:`begin`, which the staged runner
+    calls first (a direct call's body may never need it: :meth:`record`)."""
 
     def __init__(
         self,
@@ -133,6 +134,7 @@ class Call:
         entry: ToolEntry | None,
         admitted: FrozenDict | None = None,
         resumes: str | None = None,
+        synchronous: bool = False,
     ) -> None:
         self.plan = plan
         self.handle = handle
@@ -157,6 +159,8 @@ class Call:
         body that reports nothing costs none."""
         self.resumes = resumes
         """The approval ticket this call resumes (``registry.resume``), or ``None``."""
+        self.synchronous = synchronous
+        """``execute_sync`` drives the call: its caller's thread waits for it anyway."""
         self.asker: Origin | None = None
         """The pre-execute implementation whose ``Ask`` stage 1 returned."""
         self.ticket: ApprovalTicket | None = None
@@ -170,24 +174,30 @@ class Call:
         self.attempt: Attempt | None = None
         """The call journal's entry this call owns (:mod:`dsh_tools._pipeline.journal`)."""
 
-    def record(self, dry_run: bool = False) -> ToolExecution:
-        """:attr:`execution`, made on first request (``dry_run`` for ``explain``)."""
+    def record(self) -> ToolExecution:
+        """:attr:`execution`, made on first request (a direct call's body may ask)."""
         try:
             return self.execution
         except AttributeError:
-            call, arguments = self.input, self.arguments
-            self.execution = _execution_record(
-                ExecutionToken(),
-                call.call_id,
-                call.name,
-                arguments if type(arguments) is FrozenDict else None,
-                call.agent,
-                call.parent,
-                call.root_call_id or call.call_id,
-                call.signal,
-                dry_run,
-            )
-            return self.execution
+            return self.begin()
+
+    def begin(self, dry_run: bool = False) -> ToolExecution:
+        """Make :attr:`execution` (``dry_run`` for ``explain``): what the staged runner
+        and ``explain`` do first, without :meth:`record`'s look (a missing attribute
+        raises, which costs more than the rest of it)."""
+        call, arguments = self.input, self.arguments
+        self.execution = _execution_record(
+            ExecutionToken(),
+            call.call_id,
+            call.name,
+            arguments if type(arguments) is FrozenDict else None,
+            call.agent,
+            call.parent,
+            call.root_call_id or call.call_id,
+            call.signal,
+            dry_run,
+        )
+        return self.execution
 
     def stream_on_demand(self) -> Stream:
         """The call's stream, made on first request: its body reported (see

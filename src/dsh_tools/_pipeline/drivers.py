@@ -41,20 +41,28 @@ if TYPE_CHECKING:
 Run = Coroutine[Any, Any, ToolExecutionResult]
 
 
-def start(plan: Plan, handle: Handle, call: ToolExecutionInput, resumes: str | None = None) -> Run:
+def start(
+    plan: Plan,
+    handle: Handle,
+    call: ToolExecutionInput,
+    resumes: str | None = None,
+    *,
+    synchronous: bool = False,
+) -> Run:
     """The call, ready to run: its arguments frozen now (so no later change by the caller
     reaches a stage), its runner chosen by the plan.
 
     Arguments the tool's model admits (a flat dict of scalars its schema accepts) are
     snapshotted and validated in one step; anything else is snapshotted here and
     validated by the body step. ``resumes`` names the approval ticket a resumed call
-    takes its answer from (such a call is always staged).
+    takes its answer from (such a call is always staged); ``synchronous`` says that
+    :func:`execute_sync` drives it (a plain body then runs on the caller's thread).
     """
     name, raw = call.name, call.arguments
     entry = plan.tools.get(name)
     admitted = None if entry is None else entry.admit(raw)
     arguments = admitted if admitted is not None else frozen_arguments(raw)
-    state = Call(plan, handle, call, arguments, entry, admitted, resumes)
+    state = Call(plan, handle, call, arguments, entry, admitted, resumes, synchronous)
     if (
         state.signal is None
         and name in plan.direct
@@ -71,7 +79,7 @@ def execute_sync(
 ) -> ToolExecutionResult:
     """The sync driver: by hand, with no event loop, unless the plan or the tool has
     something ``async def`` to await (then on a loop of its own)."""
-    run = start(plan, handle, call, resumes)
+    run = start(plan, handle, call, resumes, synchronous=True)
     entry = plan.tools.get(call.name)
     if plan.needs_loop or (entry is not None and entry.is_async):
         return run_on_own_loop(run)
@@ -80,7 +88,7 @@ def execute_sync(
 
 async def run_staged(call: Call) -> ToolExecutionResult:
     """Every stage of the call's plan, in order; see the module docstring."""
-    call.record()
+    call.begin()
     try:
         result = await _decided_and_dispatched(call)
         # The post path. A success is never reported for a call the caller cancelled.

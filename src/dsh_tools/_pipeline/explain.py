@@ -29,7 +29,7 @@ async def explain(plan: Plan, handle: Handle, call: ToolExecutionInput) -> Expla
     state = Call(
         plan.dry_run(), handle, call, frozen_arguments(call.arguments), plan.tools.get(call.name)
     )
-    state.record(dry_run=True)
+    state.begin(dry_run=True)
     state.trace("call", None, "entered")
     arguments = state.arguments
     if isinstance(arguments, JsonValueError):

@@ -17,7 +17,6 @@ import inspect
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from contextvars import ContextVar
 from types import CoroutineType
 from typing import Any, TypeVar
 
@@ -25,21 +24,11 @@ T = TypeVar("T")
 
 _modules = sys.modules
 
-_OWN_LOOP: ContextVar[bool] = ContextVar("dsh_tools_own_loop", default=False)
-"""Set inside :func:`run_on_own_loop`: the loop running here is a sync caller's own."""
-
 
 def on_event_loop() -> bool:
     """Whether an asyncio or trio loop runs in this thread (asked without raising: it is
     asked on every ``execute_sync``, and only a library that was imported can run)."""
     return _running_library() is not None
-
-
-def on_host_loop() -> bool:
-    """Whether the loop running in this thread is the host's (``await execute``), not
-    one that :func:`run_on_own_loop` started for a synchronous caller: a plain body moves
-    to a worker thread only off the host's loop's thread."""
-    return _running_library() is not None and not _OWN_LOOP.get()
 
 
 def refuse_inside_a_loop() -> None:
@@ -175,7 +164,6 @@ def drive(coroutine: Coroutine[Any, Any, T]) -> T:
 
 
 async def _awaited(awaitable: Awaitable[T]) -> T:
-    _OWN_LOOP.set(True)  # in the loop's own task: nothing outside it sees the mark
     return await awaitable
 
 

@@ -15,7 +15,7 @@ deadline (the earliest of the tool's ``timeout_ms`` or the registry's
   tool that says ``blocking=False`` (its body never blocks) runs inline on the loop;
 * under ``execute_sync`` a plain ``def`` body runs inline on the calling thread (the sync
   host's thread waits for the call anyway), also when the call needed an event loop of
-  its own (:func:`~dsh_tools._pipeline.loops.on_host_loop` tells the two loops apart);
+  its own (the call says which driver runs it: ``Call.synchronous``);
 * a ``def`` body with a deadline runs in one worker thread wherever it is called; at the
   deadline its signal fires and the call ends ``TOOL_TIMEOUT`` at once. A thread cannot
   be interrupted: it is left to finish (:func:`dsh_tools._lingering.left_running` says
@@ -42,7 +42,6 @@ from .loops import (
     NEVER_AWAITABLE,
     is_awaitable,
     on_event_loop,
-    on_host_loop,
     run_on_own_loop,
     stops_the_caller,
 )
@@ -110,7 +109,9 @@ async def run(
 ) -> Any:
     """What the body of ``entry`` returns for ``parsed`` (awaited, when it is awaitable),
     run where the module docstring says; raises what the body raised."""
-    if not entry.is_async and (timer is not None or (entry.definition.blocking and on_host_loop())):
+    if not entry.is_async and (
+        timer is not None or (entry.definition.blocking and not call.synchronous)
+    ):
         raw = await _in_thread(call, entry, parsed, context, timer)
     else:
         raw = entry.definition.execute(parsed, context)
