@@ -398,6 +398,26 @@ def test_lines_classes_and_anchors_follow_the_documented_dialect(
     assert lines("bad") == ["b.txt:4:bad \ufffd byte"]  # and is shown as U+FFFD
 
 
+def test_a_larger_pattern_looks_at_the_signal_more_often() -> None:
+    """Where RE2 cannot keep its automaton, a byte costs one look at every step of the
+    compiled pattern, and counted repetitions multiply the steps: such a pattern is
+    searched in chunks as much smaller as its program is larger, so a cancelled grep
+    stops between chunks within a fraction of a second, not after seconds."""
+    data = (b"b" * 1023 + b"\n") * 256  # 256 KiB: one chunk for a small pattern
+
+    def polls(pattern: str) -> int:
+        asked: list[bool] = []
+        regex = _regex.compile_line_pattern(pattern, case_insensitive=False)
+        _regex.matching_lines(regex, data, 10, lambda: asked.append(True) or False)
+        return len(asked)
+
+    assert polls("ab?c") == 0
+    large = _regex.compile_line_pattern("((a|a){2,30}){2,30}$", case_insensitive=False)
+    assert large.program_size > 1000  # 20 characters, 30 x 30 copies of (a|a)
+    assert large.chunk_bytes() < 10 * 1024
+    assert polls("((a|a){2,30}){2,30}$") >= 20  # 256 KiB in chunks of 9 KiB and a line
+
+
 def test_line_numbers_hold_across_chunk_boundaries(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
