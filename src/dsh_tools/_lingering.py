@@ -43,7 +43,7 @@ class Lingering:
     __slots__ = ("_lock", "_release", "_running", "_token")
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock: threading.Lock | None = None  # made by the first work left running
         self._running = 0
         self._release: Callable[[], None] | None = None
         self._token: Token[tuple[Lingering, ...]] | None = None
@@ -63,11 +63,16 @@ class Lingering:
             self._token = None
 
     def _add(self, when_done: WhenDone) -> None:
+        # In the block's own context, so before any _ended or a then() that locks: most
+        # blocks leave nothing running and never need the lock.
+        if self._lock is None:
+            self._lock = threading.Lock()
         with self._lock:
             self._running += 1
         when_done(self._ended)
 
     def _ended(self) -> None:
+        assert self._lock is not None  # made by _add, which came first
         with self._lock:
             self._running -= 1
             release = self._release if self._running == 0 else None
@@ -80,6 +85,7 @@ class Lingering:
         """Run ``release`` now when nothing is left running, else when the last piece of
         left-running work ends (in the thread where it ends). Call it once."""
         if self._running:  # only work ending can lower it now: decide under the lock
+            assert self._lock is not None
             with self._lock:
                 if self._running:
                     self._release = release

@@ -32,11 +32,12 @@ import json
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from dsh_tools._accounts import account
 from dsh_tools._cancel import NEVER_CANCELLED, CancelSignal, Deadline
-from dsh_tools._lingering import watching
+from dsh_tools._lingering import Lingering
 from dsh_tools._models import (
     Deny,
     ToolDefinition,
@@ -172,41 +173,29 @@ class ConcurrencyLimit:
         dispatch = yield
         if tool is None:
             return dispatch  # an unknown tool runs no body
-        if not self.pools(execution.name, execution.agent):
+        route = self.pools(execution.name, execution.agent)
+        if not route:
             return dispatch
         timeout_ms = tool.timeout_ms
 
         async def limited(signal: CancelSignal | None = None) -> ToolExecutionResult:
             taken: list[Permits] = []
-            with watching() as lingering:
+            with Lingering() as lingering:
                 try:
-                    pools = self._take_free(execution, taken)
-                    if pools is None:
+                    if _took_free(route, taken):
                         return await dispatch(signal)
                     entered = time.monotonic()
                     deadline = _deadline(execution.signal, signal, timeout_ms)
-                    if not await self._wait(pools, execution, signal, deadline, taken):
+                    if not await self._wait(route, execution, signal, deadline, taken):
                         return _not_started(execution, signal, deadline)
                     waited = time.monotonic() - entered
                     note("ConcurrencyLimit", f"waited {waited * 1000:.1f} ms for a permit")
                     return await dispatch(_charged(signal, timeout_ms, waited))
                 finally:
                     # A body abandoned at its deadline keeps its permits until it returns.
-                    lingering.then(lambda: _release(taken))
+                    lingering.then(partial(_release, taken))
 
         return limited
-
-    def _take_free(
-        self, execution: ToolExecution, taken: list[Permits]
-    ) -> tuple[Permits, ...] | None:
-        """Take the free permits of the call's pools in order, without waiting: ``None``
-        when it got them all, else its pools (``taken`` holds those it got)."""
-        pools = self.pools(execution.name, execution.agent)
-        for pool in pools:
-            if not pool.try_acquire():
-                return pools
-            taken.append(pool)
-        return None
 
     async def _wait(
         self,
@@ -229,6 +218,17 @@ class ConcurrencyLimit:
                 _release(taken)
                 taken.clear()
                 pools = self.pools(execution.name, execution.agent)
+
+
+def _took_free(pools: tuple[Permits, ...], taken: list[Permits]) -> bool:
+    """Take the free permits of ``pools`` in order, without waiting: whether it got them
+    all (``taken`` holds those it got). A pool retired since the route was read has no
+    free permit: the wait that follows takes the route again."""
+    for pool in pools:
+        if not pool.try_acquire():
+            return False
+        taken.append(pool)
+    return True
 
 
 def _release(taken: list[Permits]) -> None:
