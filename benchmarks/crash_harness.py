@@ -1,14 +1,24 @@
-"""A crash harness: worker processes call ``registry.execute`` on one shared store while
-they are killed and the database restarts, and every request is counted by what became of
-it (issue 31).
+"""A crash harness: worker processes run calls on one shared store while they are killed
+and the database restarts, and every request is counted by what became of it (issue 31).
 
 N worker processes share one approval store (a SQLite file, or a PostgreSQL database).
-This process is the client and the person: it sends each request (an idempotency key) to
-an idle worker, repeats it on another worker when its worker died (as a client repeats a
-dropped call, with a new call id) or when it failed because the store could not be
-reached, approves every ticket the workers open, and SIGKILLs a busy worker every
-``--kill-every`` seconds (a new one takes its place). The tool's body appends its key to
-an effects file, then sleeps; its ``reconcile`` step reads that file.
+This process is the client and the person: it sends each request to an idle worker,
+repeats it on another worker when its worker died (as a client repeats a dropped call,
+with a new call id) or when it failed because the store could not be reached, approves
+every ticket the workers open, and SIGKILLs a busy worker every ``--kill-every`` seconds
+(a new one takes its place). The tool's body appends its key and call id to an effects
+file, then sleeps; its ``reconcile`` step reads that file.
+
+``--transport`` says how a worker runs a call. ``execute`` (the default): the worker
+calls ``registry.execute_sync``, and waits in process for the person's answer.
+``mcp``: the worker serves its registry with ``serve_http`` (what ``dsh-tools serve-mcp
+--http`` runs, ``approvals="pending"``) and calls it with the official MCP client over
+HTTP, one bearer token for every worker (one client, as a client behind a load balancer
+is); an ``APPROVAL_PENDING`` answer is repeated every 50 ms until the person answered,
+as a model that was told to wait does. The request carries its idempotency key (``_meta``
+over MCP) unless ``--no-key``: then a repeat is known by its agent, tool and arguments
+only, and a repeat of a call that finished but whose reply was lost runs again, as a new
+call (docs/once.md); the harness counts those apart.
 
 ``--db-restarts N`` restarts the database N times, spread over the run. On PostgreSQL it
 is a real restart (``pg_ctl restart -m fast``: the server cuts every connection and comes
@@ -17,16 +27,18 @@ the workers' store calls fail while it is down (closed: an error result, never a
 without its journal entry) and work again once it is back. SQLite has no server: the
 nearest thing is every worker killed at once (every connection to the file gone
 together, a transaction cut short leaving its rollback journal) and new workers opening
-the file again.
+the file again. A worker that exits by itself (it could not open the store while the
+database was down) is replaced, and counted.
 
-At the end it prints, per request: ran once, ran twice (or more), not run, and how many
-results were ``OUTCOME_UNKNOWN`` (unsettled) or reconciled (an unknown attempt settled by
-the tool), and how many approvals were spent without a journal record. The promise: 0
-ran twice, 0 approvals spent without a record, every request answered.
+At the end it prints, per request: ran once, ran twice (or more), not run, and, from the
+call journal, how many ended ``OUTCOME_UNKNOWN`` (unsettled) or reconciled (an unknown
+attempt settled by the tool), and how many approvals were spent without a journal
+record. The promise: 0 ran twice (without a key: 0 whose runs overlapped), 0 approvals
+spent without a record, every request answered.
 
     python benchmarks/crash_harness.py --store /tmp/h.sqlite3 --workers 4 --requests 200 --kills 12
     python benchmarks/crash_harness.py --store postgresql://... --body blocking \\
-        --db-restarts 2 --pg-cluster /tmp/pg
+        --db-restarts 2 --pg-cluster /tmp/pg --transport mcp
 """
 
 from __future__ import annotations
@@ -34,9 +46,11 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import itertools
 import json
 import os
 import random
+import secrets
 import selectors
 import signal
 import subprocess
@@ -47,12 +61,12 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-WORKER = r"""
+REGISTRY = r"""
 import json, sys, time, uuid
 from dsh_tools import Ask, ToolExecutionInput, ToolRegistry, define_tool, hookimpl
 from dsh_tools_plugins.approval_store import open_approval_store
 
-store_at, effects, body_kind, lease_s, body_s, reconciles = sys.argv[1:]
+store_at, effects, body_kind, lease_s, body_s, reconciles, token, keyed = sys.argv[1:]
 
 
 def charge(args, ctx):
@@ -86,27 +100,80 @@ registry.register(define_tool(
     reconcile=reconcile if reconciles == "yes" else None,
 ))
 registry.add_plugin(AskAlways(), name="permissions")
+"""
+
+EXECUTE = r"""
 print(json.dumps({"ready": True}), flush=True)
 for line in sys.stdin:
     key = line.strip()
     call = ToolExecutionInput(
         f"{key}-{uuid.uuid4().hex[:8]}", "charge", {"key": key}, agent="client",
-        idempotency_key=key,
+        idempotency_key=key if keyed == "yes" else None,
     )
     result = registry.execute_sync(call)
-    journal = result.meta.get("journal") if isinstance(result.meta, dict) else None
     code = result.error.info.code if result.is_error else None
     store = result.is_error and "approval store" in result.error.message
-    print(json.dumps({"key": key, "code": code, "journal": journal, "store": store}), flush=True)
+    reconciled = not result.is_error and result.value.get("reconciled") is True
+    said = {"key": key, "code": code, "store": store, "reconciled": reconciled}
+    print(json.dumps(said), flush=True)
 """
+
+MCP = r"""
+import functools, anyio, httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from dsh_tools.bridges.mcp import serve_http
+
+PENDING = "dsh-tools approvals approve "  # the line an APPROVAL_PENDING answer carries
+UNKNOWN = "may or may not have run"  # what an OUTCOME_UNKNOWN answer says
+KEY = "dsh-tools/idempotency-key"  # where a request's _meta names the call (docs/once.md)
+
+
+async def main():
+    async with anyio.create_task_group() as group:
+        url = await group.start(
+            functools.partial(serve_http, registry, port=0, approvals="pending")
+        )
+        headers = {"Authorization": f"Bearer {token}"}  # one client, whichever worker
+        async with httpx2.AsyncClient(timeout=120, headers=headers) as http:
+            transport = streamable_http_client(url, http_client=http)
+            async with Client(transport, mode="2026-07-28") as client:
+                print(json.dumps({"ready": True}), flush=True)
+                while line := await anyio.to_thread.run_sync(sys.stdin.readline):
+                    key = line.strip()
+                    meta = {KEY: key} if keyed == "yes" else None
+                    while True:  # the model repeats its call until the person answered
+                        result = await client.call_tool("charge", {"key": key}, meta=meta)
+                        text = "".join(getattr(b, "text", "") for b in result.content)
+                        if not (result.is_error and PENDING in text):
+                            break
+                        await anyio.sleep(0.05)
+                    # What a model reads: the text (an MCP answer carries no code).
+                    code = "error" if result.is_error else None
+                    if result.is_error and UNKNOWN in text:
+                        code = "OUTCOME_UNKNOWN"
+                    store = result.is_error and "approval store" in text
+                    value = {} if result.is_error else json.loads(text)
+                    reconciled = value.get("reconciled") is True
+                    said = {"key": key, "code": code, "store": store, "reconciled": reconciled}
+                    print(json.dumps(said), flush=True)
+        group.cancel_scope.cancel()
+
+
+anyio.run(main)
+"""
+
+WORKERS = {"execute": REGISTRY + EXECUTE, "mcp": REGISTRY + MCP}
+"""What a worker process runs: the registry, then the calls through ``execute_sync``,
+or through the official MCP client and the worker's own ``serve_http`` server."""
 
 
 class Worker:
     """One worker process, and the request it runs now (``None``: idle)."""
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, script: str, argv: list[str]) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-c", WORKER, *argv],
+            [sys.executable, "-c", script, *argv],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -142,18 +209,20 @@ CLUSTER = Path(__file__).resolve().parents[1] / ".ci" / "postgres"
 class Fleet:
     """The workers, the requests still to answer, and the answers: the client's side."""
 
-    def __init__(self, argv: list[str], keys: list[str], size: int) -> None:
+    def __init__(self, script: str, argv: list[str], keys: list[str], size: int) -> None:
+        self.script = script
         self.argv = argv
         self.waiting = collections.deque(keys)
-        self.finals: dict[str, dict[str, Any]] = {}
+        self.answered: dict[str, dict[str, Any]] = {}
         self.repeated = 0
+        self.exited = 0
         self.selector = selectors.DefaultSelector()
         self.workers: list[Worker] = []
         for _ in range(size):
             self.spawn()
 
     def spawn(self) -> None:
-        worker = Worker(self.argv)
+        worker = Worker(self.script, self.argv)
         self.workers.append(worker)
         self.selector.register(worker.stdout, selectors.EVENT_READ, worker)
 
@@ -165,7 +234,9 @@ class Fleet:
         for found, _ in self.selector.select(timeout=0.05):
             worker = found.data
             line = worker.stdout.readline()
-            if not line:
+            if not line:  # it exited by itself (a store it could not open): replaced
+                self.exited += 1
+                self.kill(worker)
                 continue
             said = json.loads(line)
             if said.get("ready"):
@@ -176,7 +247,7 @@ class Fleet:
                 self.repeated += 1
                 self.waiting.append(said["key"])
             else:
-                self.finals[said["key"]] = said
+                self.answered[said["key"]] = said
 
     def busy(self) -> list[Worker]:
         return [worker for worker in self.workers if worker.request is not None]
@@ -187,7 +258,7 @@ class Fleet:
         self.selector.unregister(victim.stdout)
         victim.kill()
         self.workers.remove(victim)
-        if victim.request is not None and victim.request not in self.finals:
+        if victim.request is not None and victim.request not in self.answered:
             self.waiting.appendleft(victim.request)
         self.spawn()
 
@@ -216,6 +287,8 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         str(options.lease_s),
         str(options.body_s),
         "yes" if options.reconcile else "no",
+        secrets.token_urlsafe(32),  # the bearer token of the one MCP client
+        "yes" if options.keyed else "no",
     ]
     if postgres:
         create_schema(store_at, timeout_s=60)  # a deployment's first step (init-store)
@@ -224,14 +297,14 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
     stop = threading.Event()
     approver = threading.Thread(target=_approve, args=(store, stop), daemon=True)
     approver.start()
-    fleet = Fleet(argv, keys, options.workers)
+    fleet = Fleet(WORKERS[options.transport], argv, keys, options.workers)
     kills = restarts = 0
     started = time.monotonic()
     next_kill = started + options.kill_every
     try:
-        while len(fleet.finals) < len(keys):
+        while len(fleet.answered) < len(keys):
             if time.monotonic() - started > options.timeout_s:
-                raise TimeoutError(f"{len(keys) - len(fleet.finals)} requests never answered")
+                raise TimeoutError(f"{len(keys) - len(fleet.answered)} requests never answered")
             fleet.step()
             busy = fleet.busy()
             if kills < options.kills and busy and time.monotonic() >= next_kill:
@@ -240,7 +313,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                 next_kill = time.monotonic() + options.kill_every
             # Restarts spread over the run: the n-th once n / (N + 1) of it is answered.
             due = len(keys) * (restarts + 1) / (options.db_restarts + 1)
-            if restarts < options.db_restarts and busy and len(fleet.finals) >= due:
+            if restarts < options.db_restarts and busy and len(fleet.answered) >= due:
                 _restart(fleet, options.pg_cluster if postgres else None)
                 restarts += 1
     finally:
@@ -248,11 +321,12 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         approver.join()
         fleet.close()
     try:
-        counts = _counted(store, keys, fleet.finals, effects, time.monotonic() - started)
+        counts = _counted(store, keys, fleet.answered, effects, time.monotonic() - started)
         return {
             "kills": kills,
             "db restarts": restarts,
             "repeated after a store failure": fleet.repeated,
+            "workers that exited by themselves": fleet.exited,
         } | counts
     finally:
         close = getattr(store, "close", None)
@@ -289,27 +363,51 @@ def _approve(store: Any, stop: threading.Event) -> None:
 def _counted(
     store: Any,
     keys: list[str],
-    finals: dict[str, dict[str, Any]],
+    answers: dict[str, dict[str, Any]],
     effects: Path,
     seconds: float,
 ) -> dict[str, Any]:
+    """What became of each request: its runs by the effects file, its answer as the
+    client saw it, and the approvals spent by the call journal."""
     from dsh_tools.approvals import TicketState
 
-    runs = collections.Counter(line.split()[0] for line in effects.read_text().splitlines())
-    recorded = {entry.ticket_id for entry in store.list_calls() if entry.ticket_id}
+    runs: dict[str, list[str]] = collections.defaultdict(list)  # key: the call ids that ran it
+    for line in effects.read_text().splitlines():
+        key, call_id = line.split()
+        runs[key].append(call_id)
+    entries = store.list_calls()
+    by_call = {entry.call_id: entry for entry in entries}
+    recorded = {entry.ticket_id for entry in entries if entry.ticket_id}
     spent = [t.id for t in store.list_tickets(state=TicketState.RESUMED) if t.id not in recorded]
-    codes = collections.Counter(finals[key]["code"] or "ok" for key in keys)
+    codes = collections.Counter(answers[key]["code"] or "ok" for key in keys)
     return {
         "requests": len(keys),
         "seconds": round(seconds, 1),
-        "ran once": sum(1 for key in keys if runs[key] == 1),
-        "ran twice": sum(1 for key in keys if runs[key] >= 2),
-        "not run": sum(1 for key in keys if runs[key] == 0),
+        "ran once": sum(1 for key in keys if len(runs[key]) == 1),
+        "ran twice": sum(1 for key in keys if len(runs[key]) >= 2),
+        "of them, after the run before finished": sum(
+            1 for key in keys if len(runs[key]) >= 2 and _one_after_another(runs[key], by_call)
+        ),
+        "not run": sum(1 for key in keys if not runs[key]),
         "unknown, unsettled": codes["OUTCOME_UNKNOWN"],
-        "unknown, reconciled": sum(1 for k in keys if finals[k]["journal"] == "reconciled"),
+        "unknown, reconciled": sum(1 for key in keys if answers[key]["reconciled"]),
         "approvals spent without a record": len(spent),
         "results": dict(codes),
     }
+
+
+def _one_after_another(call_ids: list[str], by_call: dict[str, Any]) -> bool:
+    """Whether each run of a request began after the run before it had finished: a
+    client without an idempotency key repeating a call whose reply it lost, which the
+    journal can only take for the new call it looks like."""
+    ran = [by_call.get(call_id) for call_id in call_ids]
+    return all(
+        before is not None
+        and after is not None
+        and before.finished_at is not None
+        and before.finished_at <= after.started_at
+        for before, after in itertools.pairwise(ran)
+    )
 
 
 def argparse_options(argv: list[str] | None = None) -> argparse.Namespace:
@@ -335,16 +433,35 @@ def argparse_options(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--body-s", type=float, default=0.2, help="how long a body sleeps")
     parser.add_argument("--lease-s", type=float, default=1.0, help="the journal's lease")
     parser.add_argument("--no-reconcile", dest="reconcile", action="store_false")
+    parser.add_argument(
+        "--transport",
+        choices=sorted(WORKERS),
+        default="execute",
+        help="how a worker runs a call: execute_sync, or the official MCP client against "
+        "the worker's own serve_http server (one client: the same bearer token everywhere)",
+    )
+    parser.add_argument(
+        "--no-key",
+        dest="keyed",
+        action="store_false",
+        help="send no idempotency key: a repeat is known by its tool and arguments",
+    )
     parser.add_argument("--timeout-s", type=float, default=600.0)
     parser.add_argument("--tag", default=f"{os.getpid()}", help="what the request keys carry")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    counts = run(argparse_options(argv))
+    options = argparse_options(argv)
+    counts = run(options)
     for name, value in counts.items():
-        print(f"{name:>34}: {value}")
-    return 0 if counts["ran twice"] == 0 and counts["approvals spent without a record"] == 0 else 1
+        print(f"{name:>40}: {value}")
+    # Without a key, a repeat of a finished call is a new call (docs/once.md): only a
+    # second run that overlapped the first, or met it unfinished, breaks the promise.
+    overlapping = counts["ran twice"] - (
+        0 if options.keyed else counts["of them, after the run before finished"]
+    )
+    return 0 if overlapping == 0 and counts["approvals spent without a record"] == 0 else 1
 
 
 if __name__ == "__main__":

@@ -377,17 +377,24 @@ class StoreContract:
         ]
         assert store.list_calls(tool="other") == []
 
-    def test_a_begin_that_looks_first_meets_an_earlier_unknown_attempt(self, store: Any) -> None:
-        store.begin_call(entry("a.txt", key="live"), HOUR)  # running: not an unknown one
+    def test_a_begin_that_looks_first_meets_an_earlier_unfinished_attempt(self, store: Any) -> None:
+        store.begin_call(entry("a.txt", key="done"), HOUR)
+        store.finish_call("coder", "done", "owner-1", "charged")  # finished: not met
+        # Running (or killed less than a lease ago): met, as an unknown one is.
+        store.begin_call(entry("a.txt", key="live"), HOUR)
         store.begin_call(entry("b.txt", key="other-args"), 0.0)
         store.begin_call(entry("a.txt", key="died", call_id="call-0"), 0.0)
         store.begin_call(entry("a.txt", key="died-later", call_id="call-9"), 0.0)
         store.begin_call(entry("a.txt", key="reviewers", agent="reviewer"), 0.0)
         looked = store.begin_call(entry(key="key-1"), HOUR, earlier=True)
         assert (looked.entry, looked.started, looked.ticket) == (None, False, None)
-        assert looked.earlier.key == "died"  # the oldest; nothing began
-        assert looked.earlier.state is JournalState.UNKNOWN
+        assert looked.earlier.key == "live"  # the oldest unfinished; nothing began
+        assert looked.earlier.state is JournalState.STARTED
         assert store.get_call("coder", "key-1") is None
+        store.finish_call("coder", "live", "owner-1", "charged")
+        looked = store.begin_call(entry(key="key-1"), HOUR, earlier=True)
+        assert looked.earlier.key == "died"
+        assert looked.earlier.state is JournalState.UNKNOWN
         # Its own key's unknown entry is the begin's to find, not an earlier attempt.
         store.begin_call(entry(key="mine"), 0.0)
         for key in ("died", "died-later"):
@@ -396,7 +403,9 @@ class StoreContract:
         again = store.begin_call(entry(key="mine"), HOUR, earlier=True)
         assert again.earlier is None
         assert (again.started, again.entry.key) == (False, "mine")
-        store.retake_call("coder", "mine", "owner-2", HOUR)
+        store.retake_call("coder", "mine", "owner-2", HOUR)  # running again: met
+        assert store.begin_call(entry(key="key-1"), HOUR, earlier=True).earlier.key == "mine"
+        store.finish_call("coder", "mine", "owner-2", None)
         begun = store.begin_call(entry(key="key-1"), HOUR, earlier=True)
         assert begun.started
         assert begun.earlier is None

@@ -5,7 +5,9 @@ unknown runs only when the tool (idempotent, reconcile) or a person settles it."
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -328,6 +330,56 @@ def test_a_repeat_with_a_new_call_id_after_an_unknown_attempt_is_shown_to_the_pe
     assert earlier.state is JournalState.FINISHED  # settled by the person's answer
     assert earlier.result["error"]["info"]["code"] == "OUTCOME_UNKNOWN"
     assert plain.execute_sync(_call(key=None, call_id="c3")).value == {"charged": 5}
+
+
+def test_a_repeat_with_a_new_call_id_meets_an_attempt_killed_less_than_a_lease_ago(
+    durable_store: Any,
+) -> None:
+    """A client repeats a dropped call at once, before the killed attempt's lease ran out:
+    the attempt still looks running, and the repeat waits for it, then does not run it
+    blindly."""
+    registry, ran = _registry(durable_store)
+    digest = call_digest("charge", {"cents": 5})
+    killed = JournalEntry(AGENT, "c0", "charge", digest, "c0", "host-a:4242:dead")
+    assert durable_store.begin_call(killed, 0.5).started  # nobody renews it
+    result = registry.execute_sync(_call(key=None, call_id="c1"))
+    assert _code(result) == "OUTCOME_UNKNOWN", result
+    assert "(call c0)" in result.error.message
+    assert ran == []
+
+
+def test_a_repeat_with_a_new_call_id_runs_once_the_earlier_attempt_finished(
+    durable_store: Any,
+) -> None:
+    registry, ran = _registry(durable_store)
+    digest = call_digest("charge", {"cents": 5})
+    running = JournalEntry(AGENT, "c0", "charge", digest, "c0", "host-b:7:alive")
+    assert durable_store.begin_call(running, 60.0).started
+    timer = threading.Timer(
+        0.3, durable_store.finish_call, (AGENT, "c0", "host-b:7:alive", {"value": 5})
+    )
+    timer.start()
+    try:
+        result = registry.execute_sync(_call(key=None, call_id="c1"))
+    finally:
+        timer.join()
+    assert result.value == {"charged": 5}  # a new call: it waited, then ran
+    assert ran == ["c1"]
+
+
+def test_the_same_call_made_twice_at_once_runs_twice_one_after_the_other(
+    durable_store: Any,
+) -> None:
+    """Two calls with the same arguments and no key are two calls: the later one waits
+    for the older to finish, then runs."""
+    registry, ran = _registry(durable_store)
+    registry.add_plugin(_AskAlways(), name="permissions")
+    registry.approval = lambda request: "allowed-once"
+    calls = [_call(key=None, call_id=f"c{n}") for n in (1, 2)]
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(registry.execute_sync, calls))
+    assert [result.value for result in results] == [{"charged": 5}] * 2, results
+    assert sorted(ran) == ["c1", "c2"]
 
 
 def test_approval_service_requests_are_unchanged_for_journaled_calls(

@@ -57,3 +57,25 @@ def test_killed_workers_never_run_a_request_twice(store: list[str], reconcile: b
         assert counts["unknown, reconciled"] == 0
         # A request answered OUTCOME_UNKNOWN ran exactly once, in the killed attempt.
         assert counts["ran once"] == 16 - counts["not run"]
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "no-key"])
+def test_killed_mcp_http_workers_never_run_a_request_twice(store: list[str], keyed: bool) -> None:
+    """The trial that found the journal missing: each worker serves over streamable HTTP
+    (``serve_http``, approvals pending) to the official MCP client, one bearer token for
+    all; a worker is killed mid-call and the client repeats the call on another. Without
+    a key, a repeat whose earlier run finished (its reply lost) is a new call and runs;
+    no run may overlap or follow an unfinished one."""
+    pytest.importorskip("mcp")
+    harness = _harness()
+    argv = [*store, "--workers", "3", "--requests", "16", "--kills", "4", "--db-restarts", "1"]
+    argv += ["--kill-every", "0.5", "--timeout-s", "90", "--tag", uuid.uuid4().hex[:8]]
+    argv += ["--transport", "mcp", *([] if keyed else ["--no-key"])]
+    counts = harness.run(harness.argparse_options(argv))
+    assert counts["kills"] == 4
+    assert counts["db restarts"] == 1
+    twice = counts["ran twice"] - (0 if keyed else counts["of them, after the run before finished"])
+    assert twice == 0, counts
+    assert counts["approvals spent without a record"] == 0, counts
+    assert sum(counts["results"].values()) == counts["requests"] == 16  # all answered
+    assert counts["unknown, unsettled"] == 0, counts  # the tool settled every one

@@ -15,8 +15,10 @@ transaction), one thread per store renews the leases of this process's running e
 * an entry still running elsewhere, or unknown (its owner died): the tool's
   ``metadata["idempotent"]`` runs it again, its ``reconcile`` step settles it, else
   ``OUTCOME_UNKNOWN``. A call without a host key (over MCP each retry has a new call id)
-  is held to the same rule against an unknown attempt of the same agent, tool and
-  arguments; a person who approved it with that attempt shown on the ticket settles it.
+  is held to the same rule against an earlier attempt of the same agent, tool and
+  arguments that never finished: it waits (at most a lease) for one still running, which
+  may be a killed process's not yet past its lease, and runs once it finished; a person
+  who approved it with that attempt shown on the ticket settles it.
 """
 
 from __future__ import annotations
@@ -183,18 +185,18 @@ async def _close(call: Call, attempt: Attempt | None, result: ToolExecutionResul
 
 async def _begun(call: Call, store: JournalStore) -> ToolExecutionResult | None:
     """Begin the call's entry (``None``: it runs), or what settles it instead. A call
-    without a host key first meets an unknown attempt of the same call under another
+    without a host key first meets an unfinished attempt of the same call under another
     key (a retry with a new call id): in the begin's own transaction, so a call that
     meets none pays one round trip."""
     look = call.input.idempotency_key is None
     if call.attempt is not None:  # its ticket began it
-        earlier = await _earlier(call, store) if look else None
-        return None if earlier is None else await _settled(call, store, earlier, "repeat")
+        earlier = await _earlier(call, store, call.attempt.entry) if look else None
+        return None if earlier is None else await _after(call, store, earlier)
     begun = await _begin(call, store, look)
     if isinstance(begun, ToolExecutionFailure):
         return begun
     if begun.earlier is not None:
-        settled = await _settled(call, store, begun.earlier, "repeat")
+        settled = await _after(call, store, begun.earlier)
         if settled is not None:
             return settled
         begun = await _begin(call, store, False)
@@ -249,25 +251,39 @@ async def _pause(seconds: float) -> None:
         time.sleep(seconds)
 
 
-async def _earlier(call: Call, store: JournalStore) -> JournalEntry | None:
-    """An unknown attempt of the same agent, tool and arguments under another key."""
-    found = await _io(call, "read the journal", lambda: _unknown_attempts(call, store))
+async def _earlier(call: Call, store: JournalStore, own: JournalEntry) -> JournalEntry | None:
+    """An attempt of the same agent, tool and arguments under another key that began
+    before ``own`` (the call's entry) and never finished. Only one that began before:
+    two such calls that began together wait for the older, never for each other."""
+    found = await _io(call, "read the journal", lambda: _attempts(call, store))
     if isinstance(found, ToolExecutionFailure):
         raise StageFailed(found)
-    for entry in found:
-        if entry.key != call.key:  # its own key's entry is the begin's to find
+    for entry in found:  # oldest first: the call's own entry ends the look
+        if entry.key == own.key:
+            return None
+        if entry.state is not JournalState.FINISHED:
             return entry
     return None
 
 
-def _unknown_attempts(call: Call, store: JournalStore) -> Sequence[JournalEntry]:
-    """The unknown attempts of the same agent, tool and arguments (an indexed lookup)."""
-    return store.list_calls(
-        agent=_agent(call),
-        state=JournalState.UNKNOWN,
-        tool=call.name,
-        arguments_sha256=_digest(call),
-    )
+def _attempts(call: Call, store: JournalStore) -> Sequence[JournalEntry]:
+    """The attempts of the same agent, tool and arguments, oldest first (an indexed
+    lookup)."""
+    return store.list_calls(agent=_agent(call), tool=call.name, arguments_sha256=_digest(call))
+
+
+async def _after(
+    call: Call, store: JournalStore, earlier: JournalEntry
+) -> ToolExecutionResult | None:
+    """A repeat's earlier attempt that never finished, once it no longer runs (waiting at
+    most one lease): ``None`` lets the call run when it finished meanwhile, else it is
+    settled as unknown (:func:`_settled`)."""
+    kept = await _outlived(call, store, earlier)
+    if isinstance(kept, ToolExecutionFailure):
+        return kept
+    if kept.state is JournalState.FINISHED:
+        return None
+    return await _settled(call, store, kept, "repeat")
 
 
 async def _settled(
@@ -361,10 +377,12 @@ async def earlier_attempt(call: Call) -> dict[str, Any] | None:
     store = journal_of(call)
     if store is None:
         return None
-    found = await _io(call, "read the journal", lambda: _unknown_attempts(call, store))
-    if isinstance(found, ToolExecutionFailure) or not found:
+    found = await _io(call, "read the journal", lambda: _attempts(call, store))
+    if isinstance(found, ToolExecutionFailure):
         return None
-    entry = found[0]
+    entry = next((e for e in found if e.state is JournalState.UNKNOWN), None)
+    if entry is None:
+        return None
     return {
         "key": entry.key,
         "call_id": entry.call_id,

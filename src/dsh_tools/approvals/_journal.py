@@ -88,9 +88,10 @@ class JournalBegin:
     """What :meth:`JournalStore.begin_call` found: ``entry`` as stored now, whether this
     caller ``started`` it (it owns it; else the entry is an earlier attempt's), and the
     ``ticket`` it took (``None`` when none was asked for, or another caller took it first,
-    in which case ``entry`` is ``None`` too). ``earlier`` is an unknown attempt of the same
-    call under another key, when the caller asked for one and it exists: then nothing
-    began (``entry`` is ``None``), so the caller settles that attempt first."""
+    in which case ``entry`` is ``None`` too). ``earlier`` is an attempt of the same call
+    under another key that never finished (running, or unknown), when the caller asked
+    for one and it exists: then nothing began (``entry`` is ``None``), so the caller waits
+    for that attempt, or settles it, first."""
 
     entry: JournalEntry | None
     started: bool
@@ -129,9 +130,10 @@ class JournalStore(Protocol):
         :class:`JournalConflictError` when that one is of another tool or other arguments.
         With ``ticket_id``, take that answered ticket in the same transaction; when it
         cannot be taken, start nothing. With ``earlier``, first look (in the same
-        transaction, so a call pays one round trip) for the oldest unknown attempt of the
-        same agent, tool and arguments under another key; when there is one, start nothing
-        and return it as :attr:`JournalBegin.earlier`."""
+        transaction, so a call pays one round trip) for the oldest attempt of the same agent,
+        tool and arguments under another key that never finished (a process killed less
+        than a lease ago still looks running); when there is one, start nothing and return
+        it as :attr:`JournalBegin.earlier`."""
         ...
 
     def retake_call(self, agent: str, key: str, owner: str, lease_s: float) -> JournalEntry | None:
@@ -201,8 +203,8 @@ def begin_entry(
 ) -> JournalBegin:
     """:meth:`JournalStore.begin_call` inside a store's transaction: ``kept`` is the entry
     its key holds, ``take`` takes a ticket, ``now`` reads the store's clock, ``insert``
-    stores the started entry and ``earlier`` is the unknown attempt the caller asked to
-    meet first (``None``: none asked for, or none found)."""
+    stores the started entry and ``earlier`` is the unfinished attempt the caller asked
+    to meet first (``None``: none asked for, or none found)."""
     if earlier is not None:
         return JournalBegin(None, started=False, earlier=earlier)
     if kept is not None:

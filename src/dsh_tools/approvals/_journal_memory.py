@@ -58,14 +58,14 @@ class MemoryJournal:
             )
 
     def _earlier(self, entry: JournalEntry) -> JournalEntry | None:
-        """The oldest unknown attempt of ``entry``'s call under another key."""
+        """The oldest attempt of ``entry``'s call under another key that never finished."""
         found = self.list_calls(
-            agent=entry.agent,
-            state=JournalState.UNKNOWN,
-            tool=entry.tool_name,
-            arguments_sha256=entry.arguments_sha256,
+            agent=entry.agent, tool=entry.tool_name, arguments_sha256=entry.arguments_sha256
         )
-        return next((each for each in found if each.key != entry.key), None)
+        return next(
+            (e for e in found if e.key != entry.key and e.state is not JournalState.FINISHED),
+            None,
+        )
 
     def retake_call(self, agent: str, key: str, owner: str, lease_s: float) -> JournalEntry | None:
         with self._ticket_lock:

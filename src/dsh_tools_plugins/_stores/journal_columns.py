@@ -83,10 +83,11 @@ def filters(
     return f"WHERE {clause}", tuple(value for _, value in asked)
 
 
-def earlier_where(entry: JournalEntry, mark: str, now: str) -> tuple[str, tuple[str, ...]]:
+def earlier_where(entry: JournalEntry, mark: str) -> tuple[str, tuple[str, ...]]:
     """The ``WHERE`` clause (and its parameters, placeholders ``mark``) that keeps the
-    unknown attempts of ``entry``'s call under other keys: started, their lease run out
-    by the store's clock ``now`` (an expression), found through the index by call."""
+    attempts of ``entry``'s call under other keys that never finished: running, or unknown
+    (an owner killed less than a lease ago looks running), found through the index by
+    call."""
     where, parameters = filters(entry.agent, entry.tool_name, entry.arguments_sha256, mark)
-    clause = f"{where} AND key <> {mark} AND state = 'started' AND lease_expires_at <= {now}"
+    clause = f"{where} AND key <> {mark} AND state = 'started'"
     return clause, (*parameters, entry.key)

@@ -158,7 +158,7 @@ class PostgresJournal:
 
 
 def _earlier(connection: Connection, entry: JournalEntry) -> JournalEntry | None:
-    where, parameters = earlier_where(entry, "%s", NOW)
+    where, parameters = earlier_where(entry, "%s")
     row = connection.execute(
         f"{_SELECT} {where} ORDER BY started_at, seq LIMIT 1", parameters
     ).fetchone()

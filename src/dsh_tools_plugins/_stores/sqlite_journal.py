@@ -142,14 +142,13 @@ class SqliteJournal:
         return self._transaction(run, True)  # type: ignore[no-any-return]
 
     def _earlier(self, connection: sqlite3.Connection, entry: JournalEntry) -> JournalEntry | None:
-        where, parameters = earlier_where(entry, "?", "?")
-        now = self._clock()
+        where, parameters = earlier_where(entry, "?")
         row = connection.execute(
             f"SELECT {JOURNAL_COLUMNS} FROM call_journal {where} "
             "ORDER BY started_at, rowid LIMIT 1",
-            (*parameters, now),
+            parameters,
         ).fetchone()
-        return None if row is None else entry_from_row(row, now)
+        return None if row is None else entry_from_row(row, self._clock())
 
     def _get(self, connection: sqlite3.Connection, agent: str, key: str) -> JournalEntry | None:
         row = connection.execute(
