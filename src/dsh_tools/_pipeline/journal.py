@@ -31,15 +31,11 @@ from typing import Any, TypeVar, cast
 import attrs
 
 from .._accounts import account
-from .._content import ContextMessage
-from .._json import FrozenDict, snapshot, thaw
+from .._json import FrozenDict, snapshot
 from .._models import (
     ToolDefinition,
-    ToolErrorInfo,
     ToolExecutionFailure,
     ToolExecutionResult,
-    ToolExecutionSuccess,
-    ToolFailure,
     failure_result,
     result_to_json,
 )
@@ -57,6 +53,7 @@ from ..errors import ErrorCode
 from ..records import Origin
 from .call import Attempt, Call, StageFailed
 from .loops import is_awaitable, on_event_loop
+from .recorded import marked, result_from_json
 from .render import render
 from .scribe import scribe
 
@@ -352,7 +349,7 @@ async def _reconciled(
     if call.plan.traced:
         call.trace("journal", JOURNAL.name, "reconciled", kept.key, JOURNAL)
     await _close(call, attempt, result)
-    return _marked(result, "reconciled")
+    return marked(result, "reconciled")
 
 
 def _shown(call: Call, earlier: JournalEntry) -> bool:
@@ -426,35 +423,7 @@ def _replayed(call: Call, kept: JournalEntry) -> ToolExecutionResult:
     """The recorded result of a finished call, marked replayed: the body did not run."""
     if call.plan.traced:
         call.trace("journal", JOURNAL.name, "replayed", kept.key, JOURNAL)
-    return _marked(result_from_json(kept.result), "replayed")
-
-
-def _marked(result: ToolExecutionResult, how: str) -> ToolExecutionResult:
-    meta = dict(thaw(result.meta)) if isinstance(result.meta, FrozenDict) else {}
-    meta["journal"] = how
-    return attrs.evolve(result, meta=meta)
-
-
-def result_from_json(recorded: object) -> ToolExecutionResult:
-    """A result from :func:`~dsh_tools._models.result_to_json`'s JSON (a recorded one)."""
-    if not isinstance(recorded, FrozenDict):
-        return failure_result("the journal holds no readable result", ErrorCode.OUTCOME_UNKNOWN)
-    data: dict[str, Any] = thaw(recorded)
-    contexts = tuple(
-        ContextMessage(c["id"], c["content"], c.get("source"))
-        for c in data.get("additionalContexts", ())
-    )
-    common: dict[str, Any] = {
-        "content": data["content"],
-        "meta": data.get("meta"),
-        "additional_contexts": contexts,
-        "concludes_turn": data.get("concludesTurn") is True,
-    }
-    error = data.get("error")
-    if error is not None:
-        info = ToolErrorInfo(error["info"]["name"], error["info"]["code"])
-        return ToolExecutionFailure(ToolFailure(error["message"], info), **common)
-    return ToolExecutionSuccess(data.get("value"), **common)
+    return marked(result_from_json(kept.result), "replayed")
 
 
 def _entry(call: Call, owner: str) -> JournalEntry:
