@@ -367,6 +367,21 @@ def test_a_repeat_with_a_new_call_id_runs_once_the_earlier_attempt_finished(
     assert ran == ["c1"]
 
 
+def test_a_repeat_with_a_new_call_id_does_not_outwait_a_live_attempt(
+    durable_store: Any,
+) -> None:
+    registry, ran = _registry(durable_store)  # a lease of 0.2 s: it waits 1.2 s at most
+    digest = call_digest("charge", {"cents": 5})
+    running = JournalEntry(AGENT, "c0", "charge", digest, "c0", "host-b:7:alive")
+    assert durable_store.begin_call(running, 60.0).started  # its owner renews it
+    result = registry.execute_sync(_call(key=None, call_id="c1"))
+    assert _code(result) == "OUTCOME_UNKNOWN", result
+    assert "still running" in result.error.message
+    # Without a key a later call is a new call, not the earlier one's result.
+    assert "Check whether it took effect" in result.error.message
+    assert ran == []
+
+
 def test_the_same_call_made_twice_at_once_runs_twice_one_after_the_other(
     durable_store: Any,
 ) -> None:

@@ -394,7 +394,11 @@ def _unknown(call: Call, kept: JournalEntry, how: str) -> ToolExecutionFailure:
     which = f"under key {kept.key!r}" if how == "key" else f"(call {kept.call_id})"
     if kept.state is JournalState.STARTED:
         state = "is still running (or its process died less than a lease ago)"
-        advice = "Call it again later to get its result."
+        advice = (
+            "Call it again later to get its result."
+            if how == "key"  # without a key, a later call is a new call: it runs again
+            else "Check whether it took effect before calling it again."
+        )
     else:
         state = "stopped without recording its end (its process died)"
         advice = (
