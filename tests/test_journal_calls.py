@@ -54,12 +54,17 @@ def _code(result: Any) -> str | None:
     return None if not result.is_error else str(result.error.info.code)
 
 
+def _attempt(store: Any, key: str, owner: str, lease_s: float, cents: int = 5) -> None:
+    """An attempt of ``charge`` by ``owner``, started under ``key`` (call id ``c0``)."""
+    digest = call_digest("charge", {"cents": cents})
+    entry = JournalEntry(AGENT, key, "charge", digest, "c0", owner)
+    assert store.begin_call(entry, lease_s).started
+
+
 def _dead_attempt(store: Any, key: str, cents: int = 5) -> None:
     """An attempt of ``charge`` that started under ``key`` and whose owner died: its
     lease runs out and nobody renews it."""
-    digest = call_digest("charge", {"cents": cents})
-    entry = JournalEntry(AGENT, key, "charge", digest, "c0", "host-a:4242:dead")
-    assert store.begin_call(entry, 0.05).started
+    _attempt(store, key, "host-a:4242:dead", 0.05, cents)
     deadline = time.monotonic() + 10
     while store.get_call(AGENT, key).state is not JournalState.UNKNOWN:
         assert time.monotonic() < deadline
@@ -339,9 +344,7 @@ def test_a_repeat_with_a_new_call_id_meets_an_attempt_killed_less_than_a_lease_a
     the attempt still looks running, and the repeat waits for it, then does not run it
     blindly."""
     registry, ran = _registry(durable_store)
-    digest = call_digest("charge", {"cents": 5})
-    killed = JournalEntry(AGENT, "c0", "charge", digest, "c0", "host-a:4242:dead")
-    assert durable_store.begin_call(killed, 0.5).started  # nobody renews it
+    _attempt(durable_store, "c0", "host-a:4242:dead", 0.5)  # nobody renews it
     result = registry.execute_sync(_call(key=None, call_id="c1"))
     assert _code(result) == "OUTCOME_UNKNOWN", result
     assert "(call c0)" in result.error.message
@@ -352,9 +355,7 @@ def test_a_repeat_with_a_new_call_id_runs_once_the_earlier_attempt_finished(
     durable_store: Any,
 ) -> None:
     registry, ran = _registry(durable_store)
-    digest = call_digest("charge", {"cents": 5})
-    running = JournalEntry(AGENT, "c0", "charge", digest, "c0", "host-b:7:alive")
-    assert durable_store.begin_call(running, 60.0).started
+    _attempt(durable_store, "c0", "host-b:7:alive", 60.0)
     timer = threading.Timer(
         0.3, durable_store.finish_call, (AGENT, "c0", "host-b:7:alive", {"value": 5})
     )
@@ -371,9 +372,7 @@ def test_a_repeat_with_a_new_call_id_does_not_outwait_a_live_attempt(
     durable_store: Any,
 ) -> None:
     registry, ran = _registry(durable_store)  # a lease of 0.2 s: it waits 1.2 s at most
-    digest = call_digest("charge", {"cents": 5})
-    running = JournalEntry(AGENT, "c0", "charge", digest, "c0", "host-b:7:alive")
-    assert durable_store.begin_call(running, 60.0).started  # its owner renews it
+    _attempt(durable_store, "c0", "host-b:7:alive", 60.0)  # its owner renews it
     result = registry.execute_sync(_call(key=None, call_id="c1"))
     assert _code(result) == "OUTCOME_UNKNOWN", result
     assert "still running" in result.error.message
