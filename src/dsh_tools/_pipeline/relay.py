@@ -46,6 +46,8 @@ Send = Callable[[list[Event]], Awaitable[None]]
 class Relay:
     """The ``on_progress`` listener of one call, and the task that sends what it heard."""
 
+    __slots__ = ("_chars", "_events", "_home", "_lock", "_pump", "_send")
+
     def __init__(self, send: Send) -> None:
         self._send = send
         self._lock = threading.Lock()
@@ -141,6 +143,8 @@ class Relay:
 class _Pump:
     """The task that hands a relay's batches to its bridge every :data:`TICK_S`, started
     by the call's first event (from any thread) on the loop :meth:`Relay.run` runs on."""
+
+    __slots__ = ("_ended", "_flush", "_home", "_stopping", "_task", "_wake")
 
     def __init__(self, flush: Callable[[], Awaitable[None]], home: Home) -> None:
         self._flush = flush

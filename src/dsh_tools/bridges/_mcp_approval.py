@@ -95,8 +95,11 @@ for each value, as MCP's ``TitledSingleSelectEnumSchema`` (``oneOf`` of ``const`
 @attrs.define
 class _Caller:
     """The MCP request a call came from, the scope that runs it, and, on the per-request
-    protocol (no back-channel), the answer the request carries or the question it needs."""
+    protocol (no back-channel), the answer the request carries or the question it needs.
+    While the call runs (``with``), the caller is found in ``calls`` by its call id."""
 
+    calls: dict[str, _Caller]
+    call_id: str
     ctx: ServerRequestContext[Any]
     view: ToolRegistry | ToolScope
     answer: mcp_types.ElicitResult | None = None
@@ -105,29 +108,19 @@ class _Caller:
     """The key of the earlier attempt the question (asked, or answered in this retried
     request) showed the user."""
 
+    def __enter__(self) -> _Caller:
+        self.calls[self.call_id] = self
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        del self.calls[self.call_id]
+
     def decided(self, answer: mcp_types.ElicitResult) -> ApprovalAnswer:
         """The user's answer with what they wrote (the pipeline tells the model a
         rejection's feedback, and records it whatever the outcome)."""
         written = (answer.content or {}).get("feedback") if answer.action == "accept" else None
         feedback = written.strip() if isinstance(written, str) and written.strip() else None
         return ApprovalAnswer(_outcome(answer), feedback=feedback, channel=CHANNEL)
-
-
-class _Calling:
-    """The block a call runs in: its caller is known by its call id meanwhile (a plain
-    context manager: one per MCP request)."""
-
-    __slots__ = ("_call_id", "_caller", "_calls")
-
-    def __init__(self, calls: dict[str, _Caller], call_id: str, caller: _Caller) -> None:
-        self._calls, self._call_id, self._caller = calls, call_id, caller
-
-    def __enter__(self) -> _Caller:
-        self._calls[self._call_id] = self._caller
-        return self._caller
-
-    def __exit__(self, *exc_info: object) -> None:
-        del self._calls[self._call_id]
 
 
 def _elicits(session: ServerSession) -> bool:
@@ -203,11 +196,11 @@ class McpApprovals:
         ctx: ServerRequestContext[Any],
         params: mcp_types.CallToolRequestParams,
         view: ToolRegistry | ToolScope,
-    ) -> _Calling:
+    ) -> _Caller:
         """While the call runs (``with``), an ask about it goes to the client of ``ctx``;
         the caller's ``question`` is set when the answer must come in a retried request."""
         answer, shown = _carried_answer(params, call)
-        return _Calling(self._calls, call.call_id, _Caller(ctx, view, answer, shown=shown))
+        return _Caller(self._calls, call.call_id, ctx, view, answer, shown=shown)
 
     def answers_now(self, request: ApprovalRequest) -> bool:
         """Whether the call's client can answer now (its request carries an answer, or it

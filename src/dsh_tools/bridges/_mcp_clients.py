@@ -9,12 +9,13 @@ A client is known, in this order, by
 2. the server's one client (stdio): the scope the host gave it (``client=``, so that a
    restarted server, or one process per call, finds the tickets and answers of the
    last), else one of its own for the process's life;
-3. the connection its requests share (the initialize handshake's session), with 128
-   random bits of its own (``mcp-anon-<hex>``);
+3. the connection its requests share (the initialize handshake's session), with a key
+   of its own no other client of any process has (``mcp-anon-<hex>``: 128 bits that
+   nobody can predict, :mod:`dsh_tools.bridges._mcp_ids`);
 4. nothing: a request of the per-request protocol (2026-07-28) without a token is a
    client of its own, so nothing it is answered is remembered for another request.
 
-The scope of a client known by 3 or 4 is *anonymous* (``mcp-anon-`` and 32 random hex
+The scope of a client known by 3 or 4 is *anonymous* (``mcp-anon-`` and 32 such hex
 digits). Anyone can be such a client again at will, so per-agent limits
 (``dsh_tools_plugins.limits``) count every anonymous client of a served scope as one
 agent; their answers and tickets stay each client's own.
@@ -25,7 +26,6 @@ agent; their answers and tickets stay each client's own.
 from __future__ import annotations
 
 import hashlib
-import secrets
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ from .._accounts import ANONYMOUS_PREFIX
 from .._content import TextContent
 from .._models import ToolExecutionFailure
 from ..errors import DshToolsError, ErrorCode
+from ._mcp_ids import unguessable_hex
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
@@ -131,7 +132,7 @@ class ClientScopes:
                 f"client must be a scope key, a non-empty string without '/', got {client!r}"
             )
         self.one_client = one_client or client is not None
-        self.client = client or f"mcp-{secrets.token_hex(16)}"
+        self.client = client or f"mcp-{unguessable_hex()}"
         self._keys: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
 
     def key(self, ctx: ServerRequestContext[Any]) -> str:
@@ -144,12 +145,12 @@ class ClientScopes:
             return self.client
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             # A client of its own, anonymous: nothing kept for it, one account for limits.
-            return f"{ANONYMOUS_PREFIX}{secrets.token_hex(16)}"
+            return f"{ANONYMOUS_PREFIX}{unguessable_hex()}"
         session = ctx.session
         connection = getattr(session, "_connection", session)
         key = self._keys.get(connection)
         if key is None:
-            key = self._keys[connection] = f"{ANONYMOUS_PREFIX}{secrets.token_hex(16)}"
+            key = self._keys[connection] = f"{ANONYMOUS_PREFIX}{unguessable_hex()}"
         return key
 
     def lasting(self, ctx: ServerRequestContext[Any]) -> bool:

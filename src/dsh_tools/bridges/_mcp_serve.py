@@ -6,7 +6,7 @@ what an in-process host gets. :mod:`dsh_tools.bridges.mcp` is the public import 
 
 from __future__ import annotations
 
-import secrets
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias, cast
 
@@ -27,6 +27,7 @@ from ..progress import Output, Progress
 from ._mcp_approval import ApprovalsMode, McpApprovals, input_required, with_approval_hint
 from ._mcp_clients import ClientIdentityError, with_identity_hint
 from ._mcp_hints import annotations_of
+from ._mcp_ids import unguessable_hex
 from .wire import to_mcp_call_result, to_mcp_tools
 
 View: TypeAlias = "ToolRegistry | ToolScope"
@@ -145,6 +146,8 @@ class _ProgressNotifier:
     of notifications sent. The message is the newest output (at most
     :data:`MAX_MESSAGE_CHARS`), else the tool's progress message, made safe to show."""
 
+    __slots__ = ("last", "output", "session", "value")
+
     def __init__(self, session: Any) -> None:
         self.session = session
         self.value = 0.0
@@ -232,7 +235,7 @@ async def _call_tool(
         return _call_tool_result(failure_result(str(error), ErrorCode.INVALID_ARGS), False)
     relay = Relay(_ProgressNotifier(ctx.session).send) if _may_want_progress(ctx) else None
     call = ToolExecutionInput(
-        call_id=f"mcp-{secrets.token_hex(16)}",
+        call_id=f"mcp-{unguessable_hex()}",
         name=params.name,
         arguments={} if params.arguments is None else params.arguments,
         agent=client_view.agent,
@@ -299,13 +302,9 @@ def build_mcp_server(
     ) -> mcp_types.ListToolsResult:
         return mcp_types.ListToolsResult(tools=mcp_tools(target))
 
-    async def call_tool(
-        ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
-    ) -> CallResult | mcp_types.InputRequiredResult:
-        return await _call_tool(target, asking, ctx, params)
-
     # The runner takes a handler's result as a dict too (HandlerResult); the parameter's
     # type names the models only.
+    call_tool = functools.partial(_call_tool, target, asking)
     handler = cast("Callable[..., Awaitable[mcp_types.CallToolResult]]", call_tool)
     return Server(
         name, version=__version__, on_list_tools=list_tools, on_call_tool=handler, **_NOTHING
