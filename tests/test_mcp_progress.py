@@ -4,10 +4,13 @@ scope's policies, bounded, and never after the result."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
 import os
 import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +19,12 @@ import pytest
 
 pytest.importorskip("mcp")
 
+import httpx2
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from dsh_tools import ToolDefinition, ToolRegistry, ToolRunContext, define_tool
-from dsh_tools.bridges.mcp import build_mcp_server
+from dsh_tools.bridges.mcp import build_mcp_server, serve_http
 from dsh_tools.progress import Progress
 from dsh_tools_plugins.command import run_command_tool
 from dsh_tools_plugins.workspace import Workspace
@@ -129,8 +134,33 @@ async def test_a_proxied_tool_streams_its_remote_progress_to_local_listeners() -
     assert len(progress) >= 2  # as the remote tool went, not one at the end
 
 
+@contextlib.asynccontextmanager
+async def _connected(registry: ToolRegistry, transport: str) -> AsyncIterator[Client]:
+    """The official client on ``registry``'s server: in-process on either protocol, or
+    over streamable HTTP on the per-request one."""
+    if transport != "http":
+        async with Client(build_mcp_server(registry), mode=transport) as client:
+            yield client
+        return
+    async with anyio.create_task_group() as group:
+        url = await group.start(functools.partial(serve_http, registry, port=0))
+        async with httpx2.AsyncClient(timeout=30) as http:
+            stream = streamable_http_client(url, http_client=http)
+            async with Client(stream, mode="2026-07-28") as client:
+                yield client
+        group.cancel_scope.cancel()
+
+
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_a_request_without_a_progress_token_gives_the_call_no_stream() -> None:
+@pytest.mark.parametrize("transport", ["legacy", "2026-07-28", "http"])
+async def test_a_request_that_asks_for_no_progress_gives_the_call_no_stream(
+    transport: str,
+) -> None:
+    """A client that asks for no progress gets no stream, so a body's report is not even
+    checked: a request of the handshake protocol, or one over HTTP, has no progress token;
+    one of the per-request protocol in-process (where the SDK hands the callback over
+    without a token) has no callback."""
+
     def careless(args: Any, ctx: ToolRunContext) -> str:
         ctx.report_progress("not a number")  # type: ignore[arg-type]  # checked only when heard
         return "ran"
@@ -143,9 +173,10 @@ async def test_a_request_without_a_progress_token_gives_the_call_no_stream() -> 
     async def progress(value: float, total: float | None, message: str | None) -> None:
         return None
 
-    async with Client(build_mcp_server(registry), mode="legacy") as client:
-        unheard = await client.call_tool("careless", {})
-        heard = await client.call_tool("careless", {}, progress_callback=progress)
+    with anyio.fail_after(30):
+        async with _connected(registry, transport) as client:
+            unheard = await client.call_tool("careless", {})
+            heard = await client.call_tool("careless", {}, progress_callback=progress)
     assert (unheard.is_error, unheard.content[0].text) == (False, "ran")  # type: ignore[union-attr]
     assert heard.is_error
     assert "report_progress() done must be a finite number" in heard.content[0].text  # type: ignore[union-attr]

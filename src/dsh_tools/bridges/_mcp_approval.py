@@ -98,7 +98,7 @@ class _Caller:
     protocol (no back-channel), the answer the request carries or the question it needs.
     While the call runs (``with``), the caller is found in ``calls`` by its call id."""
 
-    calls: dict[str, _Caller]
+    calls: dict[str, _Caller] = attrs.field(repr=False, eq=False)
     call_id: str
     ctx: ServerRequestContext[Any]
     view: ToolRegistry | ToolScope

@@ -174,18 +174,36 @@ class _ProgressNotifier:
 
 
 _PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+_UNSEEN = object()
 
 
 def _may_want_progress(ctx: ServerRequestContext[Any]) -> bool:
-    """Whether the request may want progress: its ``_meta`` carries a progress token, or
-    it uses the per-request protocol, whose in-process dispatch hands the client's
-    callback over without a token the server can see. A request known not to want any
-    (no token, handshake-era protocol) skips the relay and its task."""
+    """Whether the request may want progress; one known not to skips the relay.
+
+    A request that crossed a wire carries a progress token in its ``_meta`` exactly when
+    its client wants progress. On the per-request protocol dispatched in-process, the SDK
+    hands the client's callback to the request's dispatch context instead
+    (:func:`_in_process_callback`)."""
     meta = (ctx.params or {}).get("_meta")
     if isinstance(meta, dict) and meta.get("progressToken") is not None:
         return True
     known = ctx.meta or {}
-    return known.get("progress_token") is not None or _PROTOCOL_VERSION_KEY in known
+    if known.get("progress_token") is not None:
+        return True
+    if _PROTOCOL_VERSION_KEY not in known or ctx.request is not None:
+        return False  # the handshake-era protocol, or an HTTP request: the token is all
+    return _in_process_callback(ctx) is not None
+
+
+def _in_process_callback(ctx: ServerRequestContext[Any]) -> object:
+    """The progress callback the SDK's in-process dispatch holds for the request
+    (``None``: the client gave none). That dispatch context is private to the SDK; this
+    reads where SDK 2.x keeps it (the per-request protocol wraps the context in one
+    more), and where it is not there (stdio, or another SDK), the answer is "it may have
+    one", never "it has none"."""
+    dispatch = getattr(ctx.session, "_request_outbound", None)
+    dispatch = getattr(dispatch, "_inner", dispatch)
+    return getattr(dispatch, "_on_progress", _UNSEEN)
 
 
 IDEMPOTENCY_KEY = "dsh-tools/idempotency-key"
