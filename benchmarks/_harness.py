@@ -142,6 +142,11 @@ async def compare_on_loop(
     return {name: _summary(values) for name, values in samples.items()}
 
 
+NOISY_SPREAD = 1.25
+"""A median this many times its minimum says the samples were disturbed (a quiet run of
+the MCP round trip keeps both within 1.05x)."""
+
+
 def ratio_row(
     case: str,
     name: str,
@@ -151,9 +156,16 @@ def ratio_row(
     limit: float | None = None,
     note: str = "",
 ) -> Row:
-    """A timing row judged against ``baseline`` (ratio of medians; ``limit`` is the target)."""
+    """A timing row judged against ``baseline`` (ratio of medians; ``limit`` is the target).
+
+    When either median lies more than :data:`NOISY_SPREAD` times above its minimum, the
+    note says so: the machine was busy while it ran, and the ratio says little."""
     median, minimum = us(timing)
     ratio = timing[0] / baseline[0]
+    spreads = (timing[0] / timing[1], baseline[0] / baseline[1])
+    if max(spreads) > NOISY_SPREAD:
+        noisy = "noisy: medians {:.2f}x and {:.2f}x their minimums".format(*spreads)
+        note = f"{note}; {noisy}" if note else noisy
     return Row(
         case=case,
         name=name,
