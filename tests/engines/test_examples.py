@@ -28,8 +28,13 @@ def test_the_agent_example_runs_its_calls_and_the_approved_one_once(
 
     assert done.returncode == 0, done.stderr
     # The example's own lines: Temporal's dev server is a process of its own writing its
-    # banner (three "Temporal ..." lines) to the same stdout, before or after them.
-    shown = [line for line in done.stdout.splitlines() if not line.startswith("Temporal ")]
+    # banner (three "Temporal ..." lines and a blank one) to the same stdout, before or
+    # after them; the example prints no blank line.
+    shown = [
+        line
+        for line in done.stdout.splitlines()
+        if line.strip() and not line.startswith("Temporal ")
+    ]
     asked = [line for line in shown if line.startswith("pending: dsh-tools --approvals-store ")]
     assert len(asked) == 1
     assert shown[-3:] == [
