@@ -1299,6 +1299,33 @@ def test_plugins_apply_to_their_scope_and_descendants(registry: ToolRegistry) ->
     ]
 
 
+def test_a_scope_keeps_its_plugins_until_the_last_one_is_removed(
+    registry: ToolRegistry,
+) -> None:
+    """Two plugins in one scope: removing one leaves the other seeing that scope's calls
+    (and its descendants'); removing both leaves the scope with the global ones only."""
+    registry.register(tool("x"))
+    seen: list[str] = []
+
+    class Observer:
+        def __init__(self, label: str) -> None:
+            self.label = label
+
+        @hookimpl
+        def dsh_tools_result(self, execution: ToolExecution) -> None:
+            seen.append(self.label)
+
+    scope = registry.scope("a")
+    first = scope.add_plugin(Observer("first"))
+    second = scope.add_plugin(Observer("second"))
+    first()
+    ran(scope.scope("b"), "x")
+    assert seen == ["second"]
+    second()
+    ran(scope.scope("b"), "x")
+    assert seen == ["second"]
+
+
 def test_scoped_execute_wrappers_wrap_only_their_scope(registry: ToolRegistry) -> None:
     registry.register(tool("x"))
 

@@ -16,6 +16,7 @@ see pipeline calls.
 from __future__ import annotations
 
 import inspect
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,8 @@ class PluginManager(pluggy.PluginManager):
         self.add_hookspecs(hookspecs)
         self._on_change = on_change
         self._scopes: dict[str, tuple[str, ...]] = {}
+        self._scoped: Counter[tuple[str, ...]] = Counter()
+        """How many plugins each scope in ``_scopes`` has (a call asks on every run)."""
         self._distributions: dict[str, str] = {}
 
     def parse_hookimpl_opts(self, plugin: object, name: str) -> pluggy.HookimplOpts | None:
@@ -80,6 +83,7 @@ class PluginManager(pluggy.PluginManager):
             raise pluggy.PluginValidationError(plugin, problem)
         if path:
             self._scopes[registered] = path
+            self._scoped[path] += 1
         self._on_change()
         return registered
 
@@ -89,7 +93,11 @@ class PluginManager(pluggy.PluginManager):
             name = self.get_name(plugin)
         removed = super().unregister(plugin, name)
         if name is not None:
-            self._scopes.pop(name, None)
+            path = self._scopes.pop(name, None)
+            if path is not None and self._scoped[path] == 1:
+                del self._scoped[path]
+            elif path is not None:
+                self._scoped[path] -= 1
             self._distributions.pop(name, None)
         self._on_change()
         return removed
@@ -112,7 +120,7 @@ class PluginManager(pluggy.PluginManager):
 
     def has_scope(self, path: tuple[str, ...]) -> bool:
         """Whether a plugin was added to the scope ``path`` itself."""
-        return path in self._scopes.values()
+        return path in self._scoped
 
     def names_within(self, path: tuple[str, ...]) -> list[str]:
         """The plugins added to the scope ``path`` or to a scope inside it."""
