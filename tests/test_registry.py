@@ -1303,7 +1303,7 @@ def test_a_scope_keeps_its_plugins_until_the_last_one_is_removed(
     registry: ToolRegistry,
 ) -> None:
     """Two plugins in one scope: removing one leaves the other seeing that scope's calls
-    (and its descendants'); removing both leaves the scope with the global ones only."""
+    (and its descendants'); once both are removed, neither sees them."""
     registry.register(tool("x"))
     seen: list[str] = []
 

@@ -94,10 +94,10 @@ class PluginManager(pluggy.PluginManager):
         removed = super().unregister(plugin, name)
         if name is not None:
             path = self._scopes.pop(name, None)
-            if path is not None and self._scoped[path] == 1:
-                del self._scoped[path]
-            elif path is not None:
+            if path is not None:
                 self._scoped[path] -= 1
+                if not self._scoped[path]:
+                    del self._scoped[path]
             self._distributions.pop(name, None)
         self._on_change()
         return removed

@@ -16,7 +16,7 @@ import os
 __all__ = ["BATCH", "unguessable_hex"]
 
 BATCH = 64
-"""Ids read from the random source at once (4 KB of text held at most)."""
+"""Ids read from the random source at once (about 5 KB held at most)."""
 
 _ready: list[str] = []
 
