@@ -144,7 +144,7 @@ async def compare_on_loop(
 
 NOISY_SPREAD = 1.25
 """A median this many times its minimum says the samples were disturbed (a quiet run of
-the MCP round trip keeps both within 1.05x)."""
+the MCP round trip keeps both within about 1.1x)."""
 
 
 def ratio_row(
