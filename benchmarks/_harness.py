@@ -4,7 +4,9 @@ Machines here are noisy (absolute times drift 2x between runs), so every compari
 measured *interleaved in the same run*: each repeat times every candidate once, in turn,
 and a figure is only ever judged as a ratio to a baseline measured alongside it. A fast
 candidate makes more calls per sample (see :func:`_matched_counts`), so that all samples
-last about as long and a burst of noise is as likely to land in any of them.
+last about as long and a burst of noise is as likely to land in any of them. A ratio of
+two candidates of one comparison is the median of their per-repeat ratios (see
+:func:`ratio_of`).
 """
 
 from __future__ import annotations
@@ -15,10 +17,26 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-Timing = tuple[float, float]
-"""(median, minimum) seconds per operation."""
+
+class Timing(NamedTuple):
+    """Seconds per operation: the median and minimum of a candidate's samples, the
+    samples in the order their repeats ran, and the comparison that measured them."""
+
+    median: float
+    minimum: float
+    samples: tuple[float, ...] = ()
+    comparison: object = None
+
+    def per(self, operations: float) -> Timing:
+        """The same timing for one of ``operations`` operations."""
+        return Timing(
+            self.median / operations,
+            self.minimum / operations,
+            tuple(sample / operations for sample in self.samples),
+            self.comparison,
+        )
 
 
 class Skip(Exception):
@@ -53,11 +71,31 @@ class Row:
 
 
 def us(timing: Timing) -> tuple[float, float]:
-    return timing[0] * 1e6, timing[1] * 1e6
+    return timing.median * 1e6, timing.minimum * 1e6
 
 
-def _summary(samples: list[float]) -> Timing:
-    return statistics.median(samples), min(samples)
+def _summaries(samples: Mapping[str, list[float]]) -> dict[str, Timing]:
+    """The timings of one comparison's candidates, each marked as measured in it."""
+    comparison = object()
+    return {
+        name: Timing(statistics.median(values), min(values), tuple(values), comparison)
+        for name, values in samples.items()
+    }
+
+
+def ratio_of(timing: Timing, baseline: Timing) -> float:
+    """``timing`` as a multiple of ``baseline``.
+
+    For two candidates of one comparison: the median of their per-repeat ratios. Each
+    repeat timed both within moments of each other, so a slowdown of the whole machine
+    that lasted a few batches (another tenant's work) slows both and cancels, where a
+    ratio of medians takes each median from whichever repeats it happened to fall in.
+    Timings of different comparisons: the ratio of their medians."""
+    if timing.comparison is None or timing.comparison is not baseline.comparison:
+        return timing.median / baseline.median
+    return statistics.median(
+        mine / theirs for mine, theirs in zip(timing.samples, baseline.samples, strict=True)
+    )
 
 
 _MAX_STRETCH = 50
@@ -102,7 +140,7 @@ def compare_sync(
             finally:
                 gc.enable()
             samples[name].append(elapsed / counts[name])
-    return {name: _summary(values) for name, values in samples.items()}
+    return _summaries(samples)
 
 
 def compare_async(
@@ -139,7 +177,7 @@ async def compare_on_loop(
             finally:
                 gc.enable()
             samples[name].append(elapsed / counts[name])
-    return {name: _summary(values) for name, values in samples.items()}
+    return _summaries(samples)
 
 
 NOISY_SPREAD = 1.25
@@ -156,13 +194,13 @@ def ratio_row(
     limit: float | None = None,
     note: str = "",
 ) -> Row:
-    """A timing row judged against ``baseline`` (ratio of medians; ``limit`` is the target).
+    """A timing row judged against ``baseline`` (:func:`ratio_of`; ``limit`` is the target).
 
     When either median lies more than :data:`NOISY_SPREAD` times above its minimum, the
     note says so: the machine was busy while it ran, and the ratio says little."""
     median, minimum = us(timing)
-    ratio = timing[0] / baseline[0]
-    spreads = (timing[0] / timing[1], baseline[0] / baseline[1])
+    ratio = ratio_of(timing, baseline)
+    spreads = (timing.median / timing.minimum, baseline.median / baseline.minimum)
     if max(spreads) > NOISY_SPREAD:
         noisy = "noisy: medians {:.2f}x and {:.2f}x their minimums".format(*spreads)
         note = f"{note}; {noisy}" if note else noisy

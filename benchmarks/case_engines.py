@@ -24,7 +24,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from _harness import Row, Settings, Timing, compare_sync, ratio_row
+from _harness import Row, Settings, compare_sync, ratio_row, us
 
 CALLS = 20
 """Calls per workflow; a figure is per call."""
@@ -47,10 +47,6 @@ def _registry() -> Any:
         )
     )
     return registry
-
-
-def _per_call(timing: Timing) -> Timing:
-    return timing[0] / CALLS, timing[1] / CALLS
 
 
 class _Loop:
@@ -108,15 +104,11 @@ def _temporal(settings: Settings) -> list[Row]:
         loop.run(running.shutdown())
         loop.run(env.shutdown())
         loop.close()
-    bare, tool = _per_call(timings["bare"]), _per_call(timings["call_tool"])
+    bare, tool = timings["bare"].per(CALLS), timings["call_tool"].per(CALLS)
     return [
-        Row("13", "Temporal: bare activity, per call", *_us(bare)),
+        Row("13", "Temporal: bare activity, per call", *us(bare)),
         ratio_row("13", "Temporal: call_tool, per call", tool, "bare activity", bare, limit=1.2),
     ]
-
-
-def _us(timing: Timing) -> tuple[float, float]:
-    return timing[0] * 1e6, timing[1] * 1e6
 
 
 def _dbos(settings: Settings) -> list[Row]:
@@ -149,9 +141,9 @@ def _dbos(settings: Settings) -> list[Row]:
             )
         finally:
             DBOS.destroy()
-    bare, tool = _per_call(timings["bare"]), _per_call(timings["call_tool"])
+    bare, tool = timings["bare"].per(CALLS), timings["call_tool"].per(CALLS)
     return [
-        Row("13", "DBOS (SQLite): bare step, per call", *_us(bare)),
+        Row("13", "DBOS (SQLite): bare step, per call", *us(bare)),
         ratio_row("13", "DBOS (SQLite): call_tool, per call", tool, "bare step", bare, limit=1.2),
     ]
 

@@ -213,7 +213,7 @@ def run_async_cases(settings: Settings) -> list[Row]:
         )
     )
     if peer_calls:
-        fastest = min(peer_calls, key=lambda name: timings[name][0])
+        fastest = min(peer_calls, key=lambda name: timings[name].median)
         rows.append(
             ratio_row(
                 "1",
@@ -319,7 +319,7 @@ def run_sync_case(settings: Settings) -> list[Row]:
         ),
     ]
     if peer_calls:
-        fastest = min(peer_calls, key=lambda name: peer_timings[name][0])
+        fastest = min(peer_calls, key=lambda name: peer_timings[name].median)
         against = f"fastest peer, def tool: {fastest}"
         rows.append(
             ratio_row("3", "dsh-tools execute_sync", base, against, peer_timings[fastest], 0.05)

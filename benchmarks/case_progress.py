@@ -17,7 +17,7 @@ import statistics
 import time
 from typing import Any
 
-from _harness import Row, Settings, compare_sync
+from _harness import Row, Settings, compare_sync, us
 
 from dsh_tools import ToolExecutionInput, ToolRegistry, ToolRunContext, define_tool
 
@@ -53,11 +53,11 @@ def _no_listener(settings: Settings) -> list[Row]:
         number,
         settings.repeat,
     )
-    call = timings["quiet"][0]
-    per_report = max(0.0, timings["reporting"][0] - call) / REPORTS
+    call = timings["quiet"].median
+    per_report = max(0.0, timings["reporting"].median - call) / REPORTS
     ratio = per_report / call
     return [
-        Row("10", "plugin-free execute_sync, no reports", *(t * 1e6 for t in timings["quiet"])),
+        Row("10", "plugin-free execute_sync, no reports", *us(timings["quiet"])),
         Row(
             "10",
             "one report, no listener",

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from _harness import Row, Settings, Timing, compare_sync
+from _harness import Row, Settings, Timing, compare_sync, ratio_of
 
 from dsh_tools import ToolExecutionInput, ToolRegistry
 from dsh_tools_plugins.command import run_command_tool
@@ -55,7 +55,7 @@ def run(settings: Settings) -> list[Row]:
         number = max(3, int(8 * settings.scale))
         timings = compare_sync(candidates, number, settings.repeat)
     bare, plain, boxed = (timings[name] for name in candidates)
-    added = (boxed[0] - plain[0]) * 1000
+    added = (boxed.median - plain.median) * 1000
     return [
         _row("bare subprocess.run(['true'])", bare),
         _row("run_command true, sandbox off", plain, "bare subprocess.run", bare),
@@ -79,5 +79,7 @@ def _row(
     **judged: Any,
 ) -> Row:
     """A row in milliseconds, with its ratio to ``against`` when there is one."""
-    ratio = None if against is None else timing[0] / against[0]
-    return Row("7", name, timing[0] * 1000, timing[1] * 1000, "ms", baseline, ratio, **judged)
+    ratio = None if against is None else ratio_of(timing, against)
+    return Row(
+        "7", name, timing.median * 1000, timing.minimum * 1000, "ms", baseline, ratio, **judged
+    )

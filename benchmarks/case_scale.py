@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
-from _harness import Row, Settings, compare_sync, us
+from _harness import Row, Settings, Timing, compare_sync, ratio_of, us
 
 from dsh_tools import ToolExecutionInput, ToolRegistry, ToolScope, define_tool
 
@@ -89,14 +89,13 @@ def _per_tool(
         groups["schemas() cold"][1][size] = cold
     rows: list[Row] = []
     for kind, (per, fns) in groups.items():
-        timings: dict[int, tuple[float, float]] = {}
+        timings: dict[int, Timing] = {}
         for size, fn in fns.items():
             divisor = size if per == "per tool" else LOOKUPS
             work = size if per == "per tool" else LOOKUPS
             budget = 2_000_000 if "warm" in kind else 100_000
             number = max(3, int(budget // work * settings.scale))
-            median, minimum = compare_sync({kind: fn}, number, settings.repeat)[kind]
-            timings[size] = (median / divisor, minimum / divisor)
+            timings[size] = compare_sync({kind: fn}, number, settings.repeat)[kind].per(divisor)
         small = timings[SIZES[0]]
         for size, timing in timings.items():
             row = Row(
@@ -104,11 +103,11 @@ def _per_tool(
                 f"{kind}, {size} tools ({per})",
                 *us(timing),
                 baseline=f"{SIZES[0]} tools",
-                ratio=timing[0] / small[0],
+                ratio=ratio_of(timing, small),
             )
             if size == SIZES[-1]:
                 row.target = "<= 2x"
-                row.met = timing[0] / small[0] <= 2
+                row.met = row.ratio <= 2
             rows.append(row)
     return rows
 

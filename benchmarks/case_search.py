@@ -163,7 +163,7 @@ def run(settings: Settings) -> list[Row]:
                 found = totals.get(name, expected)
                 note = "same lines" if found == expected else f"{found} lines vs {expected}"
                 row = ratio_row("8", f"{title}: {name}", timing, base_name, baseline, limit, note)
-                row.median, row.minimum = timing[0] * 1e3, timing[1] * 1e3
+                row.median, row.minimum = timing.median * 1e3, timing.minimum * 1e3
                 row.unit = "ms"
                 rows.append(row)
         rows.append(
