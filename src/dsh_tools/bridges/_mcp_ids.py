@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["BATCH", "unguessable_hex"]
+__all__ = ["unguessable_hex"]
 
 BATCH = 64
 """Ids read from the random source at once (about 5 KB held at most)."""
