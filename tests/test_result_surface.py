@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+
+import attrs
 import pytest
 
 from dsh_tools import ToolRegistry
@@ -31,6 +34,31 @@ def test_success_and_failure_answer_the_same_questions() -> None:
 def test_a_call_without_a_usable_id_is_refused_naming_the_field(call_id: object) -> None:
     with pytest.raises(TypeError, match=r"ToolExecutionInput\.call_id must be a non-empty string"):
         ToolExecutionInput(call_id=call_id, name="echo")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("key", ["", 7, b"k"])
+def test_an_unusable_idempotency_key_is_refused_naming_the_field(key: object) -> None:
+    with pytest.raises(
+        TypeError, match=r"ToolExecutionInput\.idempotency_key must be a non-empty string"
+    ):
+        ToolExecutionInput("c1", "echo", idempotency_key=key)  # type: ignore[arg-type]
+
+
+def test_the_input_takes_exactly_its_fields_with_their_defaults() -> None:
+    """The constructor is written by hand (it runs once per call): it must take every
+    field, by name and in order, with the default the field declares."""
+    parameters = list(inspect.signature(ToolExecutionInput).parameters.values())
+    fields = attrs.fields(ToolExecutionInput)
+    assert [p.name for p in parameters] == [f.name for f in fields]
+    bare = ToolExecutionInput("c1", "echo")
+    assert fields.arguments.default == attrs.Factory(dict)
+    for field in fields[3:]:
+        assert getattr(bare, field.name) == field.default, field.name
+    assert bare.arguments == {}
+    assert bare.arguments is not ToolExecutionInput("c2", "echo").arguments  # its own dict
+    everything = {f.name: f"{f.name}-value" for f in fields}
+    assert attrs.asdict(ToolExecutionInput(**everything)) == everything  # type: ignore[arg-type]
+    assert attrs.evolve(bare, agent="a").agent == "a"
 
 
 def test_a_refused_id_reaches_no_observer() -> None:

@@ -136,22 +136,16 @@ class UnreadableArguments:
     problem: str = attrs.field(validator=attrs.validators.instance_of(str))
 
 
-def _non_empty_string(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
-    """Refuse an identifier the observers, audit log and approval store could not key on."""
-    if not isinstance(value, str) or not value:
-        got = "an empty string" if value == "" else f"a {type(value).__name__}"
-        raise TypeError(
-            f"{type(instance).__name__}.{attribute.name} must be a non-empty string, got {got}"
-        )
+def _refused_identifier(instance: object, field: str, value: object) -> TypeError:
+    """The error for an identifier no observer, audit log or approval store can key on."""
+    got = "an empty string" if value == "" else f"a {type(value).__name__}"
+    return TypeError(f"{type(instance).__name__}.{field} must be a non-empty string, got {got}")
 
 
-def _optional_key(instance: object, attribute: attrs.Attribute[str | None], value: object) -> None:
-    """``None``, or a key :func:`_non_empty_string` accepts."""
-    if value is not None:
-        _non_empty_string(instance, attribute, value)  # type: ignore[arg-type]
+_NO_ARGUMENTS: Any = object()  # not given: the call gets an empty dict of its own
 
 
-@attrs.frozen(slots=False)  # one per call: a dict-backed record is filled faster
+@attrs.frozen(slots=False, init=False)  # one per call: a dict-backed record, filled by hand
 class ToolExecutionInput:
     """What a host asks the registry to run: one tool call as the model made it.
 
@@ -168,7 +162,7 @@ class ToolExecutionInput:
     not read-only at most once per key and agent; without one, the call id is its key.
     """
 
-    call_id: str = attrs.field(validator=_non_empty_string)
+    call_id: str
     name: str
     arguments: object = attrs.field(factory=dict)
     agent: str | None = None
@@ -176,7 +170,36 @@ class ToolExecutionInput:
     root_call_id: str | None = None
     signal: CancelSignal | None = None
     on_progress: ProgressListener | None = None
-    idempotency_key: str | None = attrs.field(default=None, validator=_optional_key)
+    idempotency_key: str | None = None
+
+    def __init__(
+        self,
+        call_id: str,
+        name: str,
+        arguments: object = _NO_ARGUMENTS,
+        agent: str | None = None,
+        parent: ExecutionToken | None = None,
+        root_call_id: str | None = None,
+        signal: CancelSignal | None = None,
+        on_progress: ProgressListener | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        # Hand-written (one per call; attrs' validators cost a third): a test pins the fields.
+        if not isinstance(call_id, str) or not call_id:
+            raise _refused_identifier(self, "call_id", call_id)
+        key = idempotency_key
+        if key is not None and not (isinstance(key, str) and key):
+            raise _refused_identifier(self, "idempotency_key", key)
+        fields = self.__dict__
+        fields["call_id"] = call_id
+        fields["name"] = name
+        fields["arguments"] = {} if arguments is _NO_ARGUMENTS else arguments
+        fields["agent"] = agent
+        fields["parent"] = parent
+        fields["root_call_id"] = root_call_id
+        fields["signal"] = signal
+        fields["on_progress"] = on_progress
+        fields["idempotency_key"] = idempotency_key
 
 
 @attrs.frozen(slots=False)  # one per call: a dict-backed record is filled faster

@@ -1,10 +1,10 @@
 """The body step: the innermost dispatch, around the one place a tool body is called.
 
 :func:`run_body` checks that the call may still run, resolves the tool (late: it may
-have changed since the call entered), and hands one run to :func:`_ran`, which parses
-the arguments, makes the :class:`~dsh_tools.ToolRunContext`, runs the body (where, and
-under what deadline, is :func:`dsh_tools._pipeline.running.run`'s to say) and renders
-what it returned by the output contract. Both runners use it: the direct runner is this step
+have changed since the call entered), then parses the arguments, makes the
+:class:`~dsh_tools.ToolRunContext`, runs the body (where, and under what deadline, is
+:func:`dsh_tools._pipeline.running.run`'s to say) and renders what it returned by the
+output contract. Both runners use it: the direct runner is this step
 alone, the staged one reaches it through the execute wrappers.
 
 When the plan traces, the step is one ``body`` step whose time is the body run's own
@@ -32,7 +32,11 @@ if TYPE_CHECKING:
 
 async def run_body(call: Call, replacement: CancelSignal | None = None) -> ToolExecutionResult:
     """Resolve the tool now, validate, run, render; ``replacement`` is the signal a
-    wrapper passed to its inner dispatch (the body also keeps the caller's)."""
+    wrapper passed to its inner dispatch (the body also keeps the caller's).
+
+    One coroutine around the body's own (every call passes here, and each awaited frame
+    costs it): parse, run and render inside the body's bounds, which end, and its stream
+    with them, whatever happens."""
     since = time.perf_counter() if call.plan.traced else 0.0
     parents = () if replacement is None and call.signal is None else _parents(call, replacement)
     if parents and any(parent.cancelled for parent in parents):
@@ -40,46 +44,42 @@ async def run_body(call: Call, replacement: CancelSignal | None = None) -> ToolE
     elif (entry := call.entry if not call.plan.stale else call.resolve()) is None:
         result = call.unknown()
     else:
-        return await _ran(call, entry, parents, since)
-    if call.plan.traced:
-        started = None if call.started else "not started"  # a wrapper may dispatch again
-        call.trace("body", started, code(result), result, since=since)
+        bounds, context = _bounded(call, entry, parents)
+        timer = bounds.timer
+        try:
+            try:
+                parsed = call.parsed if call.parsed_by is entry else call.parse(entry)
+                call.started = True
+                raw = await run(call, entry, parsed, context, timer)
+            except BaseException as error:  # the caller's own is re-raised by _failed
+                result = _failed(call, error, context, timer)
+            else:
+                result = _rendered(call, entry, parsed, raw, context, timer)
+            _traced(call, result, since)
+        finally:
+            _ended(call, context, bounds)
+        return result
+    _traced(call, result, since)
     return result
 
 
-async def _ran(
-    call: Call, entry: ToolEntry, parents: tuple[CancelSignal, ...], since: float
-) -> ToolExecutionResult:
-    """One run of ``entry``'s body, bound by ``parents`` and its timeout; traced as the
-    body step (then its progress), its stream closed whatever happens."""
+def _bounded(
+    call: Call, entry: ToolEntry, parents: tuple[CancelSignal, ...]
+) -> tuple[Bounds, ToolRunContext]:
+    """What holds one run of ``entry``'s body (``parents`` and its timeout), and the
+    context it gets."""
     timeout_ms = entry.definition.timeout_ms or call.plan.default_timeout_ms
     bounds = UNBOUND if timeout_ms is None and not parents else Bounds(parents, timeout_ms)
     plan = call.plan
     streams = plan.recording or plan.listeners or call.input.on_progress is not None
-    context = ToolRunContext(call, bounds.signal, call.stream, bool(streams))
-    try:
-        result = await _outcome(call, entry, context, bounds.timer)
-    except BaseException:  # the caller's own (the rest is contained): the stream ends too
-        _ended(call, context, bounds)
-        raise
+    return bounds, ToolRunContext(call, bounds.signal, call.stream, bool(streams))
+
+
+def _traced(call: Call, result: ToolExecutionResult, since: float) -> None:
+    """The body step in the call's trace, when the plan traces."""
     if call.plan.traced:
-        started = None if call.started else "not started"
+        started = None if call.started else "not started"  # a wrapper may dispatch again
         call.trace("body", started, code(result), result, since=since)
-    _ended(call, context, bounds)
-    return result
-
-
-async def _outcome(
-    call: Call, entry: ToolEntry, context: ToolRunContext, timer: Timer | None
-) -> ToolExecutionResult:
-    """Parse, run, render: the body's result, or the failure it (or its arguments) made."""
-    try:
-        parsed = call.parsed if call.parsed_by is entry else call.parse(entry)
-        call.started = True
-        raw = await run(call, entry, parsed, context, timer)
-    except BaseException as error:
-        return _failed(call, error, context, timer)
-    return _rendered(call, entry, parsed, raw, context, timer)
 
 
 def _failed(

@@ -32,7 +32,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
@@ -104,17 +104,25 @@ class Timer:
             self.source.cancel(_DEADLINE)
 
 
-async def run(
+def run(
     call: Call, entry: ToolEntry, parsed: Any, context: ToolRunContext, timer: Timer | None
-) -> Any:
-    """What the body of ``entry`` returns for ``parsed`` (awaited, when it is awaitable),
-    run where the module docstring says; raises what the body raised."""
+) -> Awaitable[Any]:
+    """Start the body of ``entry`` on ``parsed``, where the module docstring says: await
+    what this returns for the body's value (raises what the body raised). An ``async
+    def`` body with no signal or deadline to obey is handed back as its own coroutine,
+    so awaiting it costs no frame of ours; a ``def`` body run inline raises here."""
     if not entry.is_async and (
         timer is not None or (entry.definition.blocking and not call.synchronous)
     ):
-        raw = await _in_thread(call, entry, parsed, context, timer)
-    else:
-        raw = entry.definition.execute(parsed, context)
+        return _from_thread(call, entry, parsed, context, timer)
+    return _value_of(call, entry, entry.definition.execute(parsed, context), context, timer)
+
+
+def _value_of(
+    call: Call, entry: ToolEntry, raw: Any, context: ToolRunContext, timer: Timer | None
+) -> Awaitable[Any]:
+    """What to await for the value of what a body returned: an awaitable it returned,
+    under its signal and deadline, or the value itself."""
     kind = type(raw)  # is_awaitable, with the usual answers first
     if kind is CoroutineType or (kind not in NEVER_AWAITABLE and is_awaitable(raw)):
         # An async def body the call entered with runs on a loop (the sync driver saw it
@@ -122,8 +130,21 @@ async def run(
         signal = context.signal
         loop = (entry.is_async and entry is call.entry) or on_event_loop()
         plain = loop and signal is NEVER_CANCELLED and timer is None
-        raw = await (raw if plain else _awaited(raw, signal, timer))
-    return raw
+        return raw if plain else _awaited(raw, signal, timer)
+    return _returned(raw)
+
+
+async def _returned(value: Any) -> Any:
+    """What a plain body returned inline, to await like any other body's value."""
+    return value
+
+
+async def _from_thread(
+    call: Call, entry: ToolEntry, parsed: Any, context: ToolRunContext, timer: Timer | None
+) -> Any:
+    """A plain body's value, run in a worker thread (and what it returned, awaited)."""
+    raw = await _in_thread(call, entry, parsed, context, timer)
+    return await _value_of(call, entry, raw, context, timer)
 
 
 async def _awaited(awaitable: Any, signal: CancelSignal, timer: Timer | None) -> Any:
