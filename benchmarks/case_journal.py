@@ -7,8 +7,8 @@ All through ``execute_sync`` of a plain ``def`` tool, measured interleaved in on
   and begins its entry, one finishes it with the result; with a host's key, the begin
   skips the look), against the floor of
   what it does: the same call on the memory store (which journals only keyed calls)
-  whose body does the same two SQLite writes itself, a connection each (a row of the
-  journal's table inserted, then updated with the result);
+  whose body does the same two SQLite writes itself, on one connection it keeps open as
+  the store does (a row of the journal's table inserted, then updated with the result);
 * a read-only tool's call on the SQLite store (the journal skips it) against the same
   call on the memory store: read-only calls pay nothing.
 """
@@ -48,11 +48,10 @@ _FINISH = "UPDATE call_journal SET state = 'finished', result = ? WHERE agent = 
 def _journal_writes(path: Path) -> Any:
     """A body that does the journal's two writes itself: a started row of its table
     inserted (after looking for its key), then updated with the result; a write
-    transaction and a connection each, as the store does."""
-    with sqlite3.connect(path) as connection:
-        for statement in JOURNAL_SCHEMA:
-            connection.execute(statement)
-    connection.close()
+    transaction each, on one connection it keeps open, as the store does."""
+    connection = sqlite3.connect(path, isolation_level=None)
+    for statement in JOURNAL_SCHEMA:
+        connection.execute(statement)
     keys = itertools.count()
 
     def body(args: Any, ctx: object) -> int:
@@ -61,14 +60,10 @@ def _journal_writes(path: Path) -> Any:
             ((_LOOK, ("a", key)), (_BEGIN, ("a", key, "0" * 64, key))),
             ((_FINISH, ('{"isError":false,"value":2}', "a", key)),),
         ):
-            connection = sqlite3.connect(path, isolation_level=None)
-            try:
-                connection.execute("BEGIN IMMEDIATE")
-                for statement, parameters in statements:
-                    connection.execute(statement, parameters).fetchall()
-                connection.execute("COMMIT")
-            finally:
-                connection.close()
+            connection.execute("BEGIN IMMEDIATE")
+            for statement, parameters in statements:
+                connection.execute(statement, parameters).fetchall()
+            connection.execute("COMMIT")
         return args["a"] + args["b"]  # type: ignore[no-any-return]
 
     return body

@@ -10,7 +10,8 @@ in one run:
 * an uncontended ``ConcurrencyLimit(per_tool=8)`` whose permits live in a SQLite approval
   store (``SharedLimits``: held across processes, one transaction to take a permit and one
   to give it back), against the in-process one, and against the floor of what it does: a
-  call whose body does two SQLite write transactions on a connection of its own each.
+  call whose body does two SQLite write transactions, on one connection it keeps open as
+  the store does.
 """
 
 from __future__ import annotations
@@ -41,21 +42,16 @@ def _slow(args: Any, ctx: object) -> int:
 
 
 def _two_writes(path: Path) -> Any:
-    """A body that does what a shared permit costs: two write transactions, each on a
-    connection of its own (take the permit, give it back)."""
-    with sqlite3.connect(path) as connection:
-        connection.execute("CREATE TABLE IF NOT EXISTS held (holder INTEGER)")
-    connection.close()
+    """A body that does what a shared permit costs: two write transactions (take the
+    permit, give it back), on one connection it keeps open, as the store does."""
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.execute("CREATE TABLE IF NOT EXISTS held (holder INTEGER)")
 
     def body(args: Any, ctx: object) -> int:
         for statement in ("INSERT INTO held VALUES (?)", "DELETE FROM held WHERE holder = ?"):
-            connection = sqlite3.connect(path)
-            try:
-                with connection:
-                    connection.execute("BEGIN IMMEDIATE")
-                    connection.execute(statement, (args["b"],))
-            finally:
-                connection.close()
+            connection.execute("BEGIN IMMEDIATE")
+            connection.execute(statement, (args["b"],))
+            connection.execute("COMMIT")
         return args["a"] + args["b"]  # type: ignore[no-any-return]
 
     return body

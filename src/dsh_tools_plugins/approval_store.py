@@ -6,9 +6,11 @@ the standard library's ``sqlite3``. Pass it where the approval service is config
     store = SqliteApprovalStore.for_workspace(root)
     registry = ToolRegistry(approval=service, approval_store=store)
 
-Each operation opens its own connection and closes it, so one store may be used from
-several threads, and several registries and processes may share one file: SQLite's file
-locks order their writes, and a write is committed before :meth:`~SqliteApprovalStore.
+Each operation is a transaction of its own, on a connection its thread keeps open
+between operations (:mod:`._stores.sqlite_connections`: a new one after a fork, or when
+the file at the path changed), so one store may be used from several threads, and
+several registries and processes may share one file: SQLite's file locks order their
+writes, and a write is committed before :meth:`~SqliteApprovalStore.
 remember` returns. A file that is locked for longer than ``timeout_s``, corrupt, or not an
 approval store makes the operation raise :class:`ApprovalStoreError`; the pipeline then
 fails closed (a failed recall asks the approval service again, a failed write fails the
@@ -53,6 +55,7 @@ from dsh_tools.approvals._answers import GrantKeeping
 from dsh_tools.approvals._journal import JOURNAL_RETENTION_S, retention
 
 from ._stores.error import ApprovalStoreError
+from ._stores.sqlite_connections import ThreadConnections
 from ._stores.sqlite_journal import SqliteJournal
 from ._stores.sqlite_schema import SchemaError, upgrade
 from ._stores.sqlite_tickets import TicketRows
@@ -124,6 +127,7 @@ class SqliteApprovalStore(SqliteJournal, GrantKeeping):
         self._trees = writable_trees()
         self._ready = False
         self._ready_lock = threading.Lock()
+        self._connections = ThreadConnections(self.path, timeout_s)
         self._tickets = TicketRows(self._transaction, clock)
         self._watchers = TicketWatchers(self._tickets.settled, poll_s)
 
@@ -238,8 +242,7 @@ class SqliteApprovalStore(SqliteJournal, GrantKeeping):
         self._check_file()
         try:
             self._prepare()
-            connection = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
-            try:
+            with self._connections.connection() as connection:
                 connection.execute("BEGIN IMMEDIATE" if writes else "BEGIN")
                 try:
                     done = run(connection)
@@ -248,8 +251,6 @@ class SqliteApprovalStore(SqliteJournal, GrantKeeping):
                     raise
                 connection.execute("COMMIT")
                 return done
-            finally:
-                connection.close()
         except TicketError:
             raise
         except (sqlite3.Error, OSError, ValueError, TypeError, KeyError) as error:
@@ -269,16 +270,12 @@ class SqliteApprovalStore(SqliteJournal, GrantKeeping):
         parameters: tuple[object, ...],
         collect: Callable[[sqlite3.Cursor], T],
     ) -> T:
-        """One statement in a transaction of its own, on a connection of its own."""
+        """One statement, a transaction of its own."""
         self._check_file()
         try:
             self._prepare()
-            connection = sqlite3.connect(self.path, timeout=self.timeout_s)
-            try:
-                with connection:
-                    return collect(connection.execute(statement, parameters))
-            finally:
-                connection.close()
+            with self._connections.connection() as connection:  # autocommit: one statement
+                return collect(connection.execute(statement, parameters))
         except (sqlite3.Error, OSError, ValueError) as error:  # ValueError: unencodable text
             raise ApprovalStoreError(f"approval store {self.path}: {error}") from None
         except SchemaError as error:

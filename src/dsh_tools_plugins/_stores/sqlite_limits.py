@@ -40,7 +40,7 @@ LIMITS_SCHEMA = (
 
 class Transaction(Protocol):
     """Runs a function in one transaction of its own (``BEGIN IMMEDIATE`` when it
-    ``writes``), on a connection of its own."""
+    ``writes``), on its thread's connection to the file."""
 
     def __call__(self, run: Callable[[sqlite3.Connection], T], writes: bool, /) -> T: ...
 

@@ -47,8 +47,8 @@ _CHUNK = 500
 
 
 class TicketRows:
-    """Tickets read and changed through ``transaction`` (one immediate transaction on a
-    connection of its own per call), by the time ``clock`` gives."""
+    """Tickets read and changed through ``transaction`` (one immediate transaction per
+    call), by the time ``clock`` gives."""
 
     def __init__(self, transaction: Transaction[Any], clock: Callable[[], float]) -> None:
         self._transaction = transaction
