@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dsh_tools import ApprovalOutcome
-from dsh_tools.approvals import ApprovalKey, TicketAnswer, TicketError
+from dsh_tools.approvals import ApprovalKey, JournalEntry, JournalState, TicketAnswer, TicketError
 from dsh_tools_plugins.approval_store import ApprovalStoreError, SqliteApprovalStore
 from store_contract import entry
 
@@ -143,3 +147,55 @@ def test_a_commit_refused_by_a_reader_s_lock_leaves_nothing_open(tmp_path: Path)
     assert store.begin_call(entry(key="next"), 60.0).started
     assert store.get_call("coder", "refused") is None
     assert store.get_call("coder", "next") is not None
+
+
+WRITER = """
+import sys
+from dsh_tools.approvals import JournalEntry
+from dsh_tools_plugins.approval_store import SqliteApprovalStore
+
+store = SqliteApprovalStore(sys.argv[1], timeout_s=30)
+print("writing", flush=True)
+n = 0
+while True:  # one kept connection, one write transaction after another, until killed
+    n += 1
+    key = f"{sys.argv[2]}-{n}"
+    store.begin_call(JournalEntry("coder", key, "write", "0" * 64, key, "w"), 60.0)
+    store.finish_call("coder", key, "w", "done")
+"""
+
+
+def test_writers_killed_mid_write_leave_the_kept_connections_working(tmp_path: Path) -> None:
+    """Kill it and look: processes writing through kept connections are killed with
+    SIGKILL at arbitrary moments (inside a write transaction, often); the survivor's
+    kept connection goes on, each of its writes is there once, and the file is sound."""
+    path = tmp_path / "a.sqlite3"
+    store = SqliteApprovalStore(path, timeout_s=30)
+    store.recall(_key("warm"))
+    written: list[str] = []
+    for round_ in range(5):
+        with subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path), f"w{round_}"],
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as writer:
+            assert writer.stdout is not None
+            assert writer.stdout.readline().strip() == "writing"
+            for n in range(5):  # the survivor writes while the writer does
+                key = f"s{round_}-{n}"
+                assert store.begin_call(
+                    JournalEntry("coder", key, "write", "1" * 64, key, "s"), 60.0
+                ).started
+                assert store.finish_call("coder", key, "s", "done")
+                written.append(key)
+            time.sleep(0.01 * round_)
+            writer.send_signal(signal.SIGKILL)
+            writer.wait()
+
+    entries = store.list_calls(agent="coder")
+    assert len({e.key.split("-")[0] for e in entries if e.owner == "w"}) >= 3  # they wrote
+    assert sorted(e.key for e in entries if e.owner == "s") == sorted(written)
+    assert all(store.get_call("coder", key).state is JournalState.FINISHED for key in written)
+    check = sqlite3.connect(path)
+    assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    check.close()
