@@ -142,9 +142,6 @@ def _refused_identifier(instance: object, field: str, value: object) -> TypeErro
     return TypeError(f"{type(instance).__name__}.{field} must be a non-empty string, got {got}")
 
 
-_NO_ARGUMENTS: Any = object()  # not given: the call gets an empty dict of its own
-
-
 @attrs.frozen(slots=False, init=False)  # one per call: a dict-backed record, filled by hand
 class ToolExecutionInput:
     """What a host asks the registry to run: one tool call as the model made it.
@@ -176,7 +173,7 @@ class ToolExecutionInput:
         self,
         call_id: str,
         name: str,
-        arguments: object = _NO_ARGUMENTS,
+        arguments: object = attrs.NOTHING,  # as attrs writes it: a new dict per call
         agent: str | None = None,
         parent: ExecutionToken | None = None,
         root_call_id: str | None = None,
@@ -193,7 +190,7 @@ class ToolExecutionInput:
         fields = self.__dict__
         fields["call_id"] = call_id
         fields["name"] = name
-        fields["arguments"] = {} if arguments is _NO_ARGUMENTS else arguments
+        fields["arguments"] = {} if arguments is attrs.NOTHING else arguments
         fields["agent"] = agent
         fields["parent"] = parent
         fields["root_call_id"] = root_call_id
